@@ -1,0 +1,112 @@
+"""The one exception tree of onnxsurgery.
+
+Every error a user can cause derives from :class:`OnnxSurgeryError`. The CLI catches that base
+class at one boundary, prints its message on one line and exits with its ``exit_code``; any other
+exception is a bug in onnxsurgery and keeps its traceback::
+
+    OnnxSurgeryError                  exit 2 unless said otherwise
+     +-- UsageError                   the request itself is wrong
+     |    +-- PassSpecError           a --passes string or recipe file that does not parse
+     |    +-- PassOptionError         unknown pass, unknown option, option of the wrong type
+     +-- PluginError                  a pass entry point that cannot be used (duplicate name, failed import)
+ +-- ModelLoadError               missing, unreadable, truncated or invalid model; bad external data
+     +-- ModelSaveError               the output could not be written
+     +-- ReferenceDataError           reference cases missing, unreadable, or not matching the model
+     +-- ProviderError                the asked-for ONNX Runtime provider cannot run
+     +-- PassError                    a pass could not do its job (names the pass and, where known, the node)
+     +-- ValidationMismatch           exit 1: the model ran but its outputs differ from the references
+
+Messages say what was wrong, where (file, pass, node, input, axis) and, where there is one, what
+to do about it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "OnnxSurgeryError",
+    "UsageError",
+    "PassSpecError",
+    "PassOptionError",
+    "PluginError",
+    "ModelLoadError",
+    "ModelSaveError",
+    "ReferenceDataError",
+    "ProviderError",
+    "PassError",
+    "ValidationMismatch",
+]
+
+
+class OnnxSurgeryError(Exception):
+    """Base of every error a user can cause. ``exit_code`` is what the CLI exits with."""
+
+    exit_code: int = 2
+
+
+class UsageError(OnnxSurgeryError):
+    """The request is wrong before any model is touched."""
+
+
+class PassSpecError(UsageError):
+    """A pass chain (``--passes`` text or recipe file) that does not parse."""
+
+
+class PassOptionError(UsageError):
+    """An unknown pass, an unknown option, or an option value a pass does not accept."""
+
+
+class PluginError(OnnxSurgeryError):
+    """A pass entry point that cannot be used: its import failed, or two declare one name."""
+
+
+class ModelLoadError(OnnxSurgeryError):
+    """The input model cannot be read, or is not a valid ONNX model."""
+
+
+class ModelSaveError(OnnxSurgeryError):
+    """The output model cannot be written."""
+
+
+class ReferenceDataError(OnnxSurgeryError):
+    """Reference cases are missing, unreadable, or do not fit the model."""
+
+
+class ProviderError(OnnxSurgeryError):
+    """The requested ONNX Runtime execution provider cannot run here."""
+
+
+class PassError(OnnxSurgeryError):
+    """A pass could not do its job. Carries the pass name and, where known, the node."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        pass_name: str | None = None,
+        node: str | None = None,
+        details: list[str] | None = None,
+    ) -> None:
+        self.pass_name = pass_name
+        self.node = node
+        self.details = list(details or [])
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if self.node and self.node not in text:
+            text = f"node {self.node!r}: {text}"
+        if self.pass_name and not text.startswith(f"{self.pass_name}:"):
+            text = f"{self.pass_name}: {text}"
+        return text
+
+
+class ValidationMismatch(OnnxSurgeryError):
+    """The model ran, but its outputs differ from the references beyond tolerance."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, report: Any = None) -> None:
+        self.report = report
+        super().__init__(message)

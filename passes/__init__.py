@@ -1,0 +1,1 @@
+"""Built-in passes, one module each, registered through the ``onnxsurgery.passes`` entry points."""
