@@ -200,12 +200,7 @@ def describe_ort_error(exc: BaseException) -> tuple[str, str | None]:
     for pattern in _NODE_PATTERNS:
         m = pattern.search(text)
         if m:
-            if pattern is _NODE_PATTERNS[1]:
-                op, node = m.group(1), m.group(2)
-            elif pattern is _NODE_PATTERNS[0]:
-                node, op = m.group(1), m.group(2)
-            else:
-                node, op = m.group(1), None
+            node = m.group(2) if pattern is _NODE_PATTERNS[1] else m.group(1)
             break
     message = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text).splitlines()[0]
     message = re.sub(r"\s+", " ", message)[:400]
