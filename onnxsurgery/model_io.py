@@ -140,7 +140,7 @@ def read_model_file(path: str | os.PathLike, *, check: bool = True) -> ModelFile
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"{p}: cannot load external data: {exc}") from None
     if check:
-        check_model(model, where=str(p), error=ModelLoadError)
+        check_model(model, where=f"{p}:", error=ModelLoadError)
     return ModelFile(model=model, path=p, external_data=external)
 
 
@@ -190,7 +190,7 @@ def check_model(
             onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise error(f"{where}: fails the ONNX checker: {first}") from None
+        raise error(f"{where} fails the ONNX checker: {first}") from None
 
 
 def infer_shapes(model: onnx.ModelProto, *, data_prop: bool = True) -> onnx.ModelProto:

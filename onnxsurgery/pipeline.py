@@ -29,6 +29,7 @@ from onnxsurgery.errors import (
 from onnxsurgery.model_io import check_model, infer_shapes, read_model_file, save_model
 from onnxsurgery.pass_infra import Pass, PassContext
 from onnxsurgery.report import PassRecord, PipelineReport, count_nodes
+from onnxsurgery.runtime import PROVIDERS
 from onnxsurgery.spec import PassSpec, build_passes, format_value, parse_passes
 
 __all__ = ["Pipeline", "run", "default_output_path", "PIPELINE_METADATA_KEY"]
@@ -84,6 +85,8 @@ class Pipeline:
         self.passes: list[Pass] = build_passes(items)
         if not self.passes:
             raise UsageError("a pipeline needs at least one pass")
+        if provider not in PROVIDERS:
+            raise UsageError(f"provider {provider!r} is not one of {', '.join(PROVIDERS)}")
         self.check = check
         self.references = Path(references) if references is not None else None
         self.provider = provider
@@ -164,7 +167,7 @@ class Pipeline:
         try:
             result = p(working, ctx)
             if self.check:
-                where = f"model after pass {p.name!r}"
+                where = "its output model"
                 check_model(result.model, where=where, error=PassError)
                 try:
                     infer_shapes(result.model, data_prop=True)

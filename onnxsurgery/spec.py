@@ -139,6 +139,7 @@ class _Parser:
             self.pos += 1
             if self.peek() != ")":
                 while True:
+                    self.skip_ws()
                     start = self.pos
                     key = self.match(_KEY, "an option name")
                     self.expect("=")

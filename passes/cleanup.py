@@ -34,7 +34,9 @@ class Cleanup(Pass):
     def run(self, model: onnx.ModelProto, ctx: PassContext) -> PassResult:
         graph = gs.import_onnx(model)
         graph.cleanup(remove_unused_graph_inputs=self.inputs, recurse_subgraphs=True)
-        graph.toposort(recurse_subgraphs=True)
+        unsorted = not _is_sorted(model.graph)
+        if unsorted:
+            graph.toposort(recurse_subgraphs=True)
         cleaned = gs.export_onnx(graph, do_type_check=False)
 
         before_nodes = [n.name or n.output[0] for n in model.graph.node]
@@ -46,7 +48,7 @@ class Cleanup(Pass):
         removed_inputs = [
             i.name for i in model.graph.input if i.name not in {j.name for j in cleaned.graph.input}
         ]
-        reordered = removed_nodes == 0 and before_nodes != after_nodes
+        reordered = unsorted and before_nodes != after_nodes
         if not (removed_nodes or removed_inits or removed_inputs or reordered):
             return PassResult(model, modified=False, diagnostics=[Diagnostic.info("nothing to clean")])
 
@@ -66,3 +68,18 @@ class Cleanup(Pass):
         if reordered:
             diagnostics.append(Diagnostic.info("sorted nodes topologically"))
         return PassResult(out, modified=True, diagnostics=diagnostics)
+
+
+def _is_sorted(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> bool:
+    """Whether every node reads only values defined before it (subgraphs included)."""
+    known = set(outer) | {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    known.add("")
+    for node in graph.node:
+        if any(name not in known for name in node.input):
+            return False
+        for attr in node.attribute:
+            subs = ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)
+            if any(not _is_sorted(sub, frozenset(known)) for sub in subs):
+                return False
+        known.update(node.output)
+    return True

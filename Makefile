@@ -1,0 +1,40 @@
+# onnxsurgery: every target installs what it needs into .venv by itself.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+DEMO   := fixtures/alexnet_view/torchscript
+PYTEST_ARGS ?=
+
+.PHONY: install demo test test-all lint fixtures bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	@touch $@
+
+# Symbolize a model traced at batch 4, fold it, and check it against torch at batch 4, 2 and 5.
+demo: install
+	@mkdir -p build/demo
+	$(BIN)/onnxsurgery inspect $(DEMO)/model.onnx
+	$(BIN)/onnxsurgery run $(DEMO)/model.onnx -o build/demo/model.dyn.onnx \
+		--passes "symbolize, fold-constants" --ref $(DEMO) --report build/demo/report.json
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check onnxsurgery passes tests fixtures bench
+
+fixtures: install
+	$(BIN)/python fixtures/generate.py
+
+bench: install
+	@mkdir -p build/bench
+	$(BIN)/python bench/run_all.py --out build/bench
+
+clean:
+	rm -rf build .pytest_cache .ruff_cache

@@ -1,0 +1,256 @@
+"""The ``onnxsurgery`` command: a thin layer over the Python API with the same names.
+
+Each command parses its options, calls one library function with keyword arguments, and renders
+the result. Errors: every :class:`~onnxsurgery.errors.OnnxSurgeryError` is caught at one boundary
+(:func:`_boundary`) and printed as one red line on stderr with its exit code (2 for bad input or a
+pass that could not do its job, 1 for a validation mismatch); anything else is a bug and keeps
+its traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from onnxsurgery.errors import OnnxSurgeryError, UsageError, ValidationMismatch
+from onnxsurgery.pipeline import Pipeline, default_output_path
+from onnxsurgery.registry import discover
+from onnxsurgery.report import write_json
+from onnxsurgery.runtime import PROVIDERS, resolve_provider
+from onnxsurgery.spec import load_recipe, parse_passes
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="onnxsurgery",
+    help="Repair ONNX models exported from PyTorch: symbolize traced sizes, merge outputs, "
+    "fold constants, and validate against stored torch outputs.",
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+_PANEL_IO = "Input and output"
+_PANEL_CHAIN = "Pass chain"
+_PANEL_VALIDATE = "Validation"
+
+
+@contextlib.contextmanager
+def _boundary(report_path: Path | None = None, quiet: bool = False) -> Iterator[None]:
+    """The one place library errors become a red line and an exit code."""
+    try:
+        yield
+    except OnnxSurgeryError as exc:
+        pipeline_report = getattr(exc, "pipeline_report", None)
+        if report_path is not None and pipeline_report is not None:
+            write_json(pipeline_report.to_dict(), report_path)
+        if isinstance(exc, ValidationMismatch) and not quiet:
+            shown = pipeline_report if pipeline_report is not None else exc.report
+            if shown is not None:
+                out.print(shown)
+        message = str(exc).strip() or type(exc).__name__
+        err.print(f"[red]error:[/red] {message}", soft_wrap=True, markup=True, highlight=False)
+        raise typer.Exit(exc.exit_code) from None
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        from onnxsurgery import __version__
+
+        out.print(f"onnxsurgery {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version_callback, is_eager=True, help="Show the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Repair ONNX models exported from PyTorch.
+
+    [bold]onnxsurgery run[/bold] model.onnx --passes "symbolize, concat-outputs" --ref fixtures/net
+    """
+
+
+ProviderOpt = Annotated[
+    str,
+    typer.Option(
+        "--provider",
+        help=f"ONNX Runtime provider: {', '.join(PROVIDERS)} (auto = CUDA when it really loads).",
+        rich_help_panel=_PANEL_VALIDATE,
+    ),
+]
+
+
+@app.command()
+def run(
+    model: Annotated[Path, typer.Argument(help="The exported .onnx model (never modified).")],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "-o",
+            "--output",
+            help="Where to write the repaired model [default: MODEL.surgery.onnx beside the input].",
+            rich_help_panel=_PANEL_IO,
+        ),
+    ] = None,
+    passes: Annotated[
+        str | None,
+        typer.Option(
+            "--passes",
+            "-p",
+            help='Pass chain, e.g. "cleanup, symbolize(x:0=batch), concat-outputs(axis=1)".',
+            rich_help_panel=_PANEL_CHAIN,
+        ),
+    ] = None,
+    recipe: Annotated[
+        Path | None,
+        typer.Option(
+            "--recipe", help="TOML file of [[pass]] tables (instead of --passes).", rich_help_panel=_PANEL_CHAIN
+        ),
+    ] = None,
+    ref: Annotated[
+        Path | None,
+        typer.Option(
+            "--ref",
+            help="Reference cases (test_data_set_N folders or .npz) to validate against after the last pass.",
+            rich_help_panel=_PANEL_VALIDATE,
+        ),
+    ] = None,
+    atol: Annotated[
+        float | None,
+        typer.Option("--atol", help="Absolute tolerance [default: 1e-4].", rich_help_panel=_PANEL_VALIDATE),
+    ] = None,
+    rtol: Annotated[
+        float | None,
+        typer.Option("--rtol", help="Relative tolerance [default: 1e-3].", rich_help_panel=_PANEL_VALIDATE),
+    ] = None,
+    provider: ProviderOpt = "auto",
+    keep_failed: Annotated[
+        Path | None,
+        typer.Option(
+            "--keep-failed",
+            help="When validation fails, write the model here for inspection (never to -o).",
+            rich_help_panel=_PANEL_VALIDATE,
+        ),
+    ] = None,
+    report: Annotated[
+        Path | None,
+        typer.Option("--report", help="Write the run's report as JSON here.", rich_help_panel=_PANEL_IO),
+    ] = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check/--no-check",
+            help="Run the ONNX checker and shape inference after every pass.",
+            rich_help_panel=_PANEL_CHAIN,
+        ),
+    ] = True,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print nothing but errors.")] = False,
+) -> None:
+    """Run a pass chain on MODEL, validate it, and write the result atomically.
+
+    Exit 0: done. Exit 1: validation found a mismatch. Exit 2: bad input or a pass that could
+    not do its job. Nothing is written unless every pass and the validation succeeded.
+    """
+    with _boundary(report, quiet):
+        if passes and recipe:
+            raise UsageError("give either --passes or --recipe, not both")
+        if not passes and not recipe:
+            names = ", ".join(n for n, e in discover().items() if e.available)
+            raise UsageError(f"no passes given: use --passes \"...\" or --recipe FILE (passes: {names})")
+        specs = load_recipe(recipe) if recipe else parse_passes(passes or "")
+        target = output if output is not None else default_output_path(model)
+        pipeline = Pipeline(specs, check=check, references=ref, provider=provider, atol=atol, rtol=rtol)
+        if ref is not None and not quiet:
+            out.print(f"[dim]runtime: {resolve_provider(provider).note}[/dim]")
+        try:
+            result = pipeline.run(model, target)
+        except ValidationMismatch as exc:
+            failed_model = getattr(getattr(exc, "pipeline_report", None), "model", None)
+            if keep_failed is not None and failed_model is not None:
+                from onnxsurgery.model_io import save_model
+
+                save_model(failed_model, keep_failed)
+                err.print(f"kept the failing model at {keep_failed}")
+            raise
+        if report is not None:
+            write_json(result.to_dict(), report)
+        if not quiet:
+            out.print(result)
+
+
+@app.command("passes")
+def list_passes(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the registry as JSON.")] = False,
+) -> None:
+    """List the registered passes with their one-line help and options."""
+    entries = discover()
+    if as_json:
+        data = [
+            {
+                "name": e.name,
+                "available": e.available,
+                "help": e.cls.summary() if e.cls else None,
+                "options": [str(o) for o in e.cls.option_infos()] if e.cls else [],
+                "source": e.source,
+                "error": e.error,
+            }
+            for e in entries.values()
+        ]
+        out.print_json(json.dumps(data))
+        return
+    table = Table(title="passes (entry-point group onnxsurgery.passes)", title_justify="left")
+    table.add_column("pass", style="bold")
+    table.add_column("what it does")
+    table.add_column("options")
+    table.add_column("from", style="dim")
+    for e in entries.values():
+        if e.cls is None:
+            table.add_row(f"[red]{e.name}[/red]", f"[red]unavailable: {e.error}[/red]", "", e.source)
+        else:
+            options = ", ".join(str(o) for o in e.cls.option_infos())
+            table.add_row(e.name, e.cls.summary(), options, e.source)
+    out.print(table)
+
+
+@app.command()
+def inspect(
+    model: Annotated[Path, typer.Argument(help="The .onnx model to describe.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Describe MODEL: opset, producer, inputs/outputs with dims, op counts, weights."""
+    from onnxsurgery.summary import summarize
+
+    with _boundary():
+        summary = summarize(model)
+        if as_json:
+            out.print_json(json.dumps(summary.to_dict()))
+        else:
+            out.print(summary)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="onnxsurgery")
+
+
+if __name__ == "__main__":  # python -m onnxsurgery.cli
+    sys.exit(main())
