@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import os
 import re
 import tempfile
@@ -110,8 +111,10 @@ def _probe_cuda() -> tuple[bool, str]:
     with quiet_stderr() as lines:
         preload = getattr(ort, "preload_dlls", None)
         if preload is not None:
-            with contextlib.suppress(Exception):
+            printed = io.StringIO()  # preload_dlls print()s "Failed to load ..." to stdout
+            with contextlib.suppress(Exception), contextlib.redirect_stdout(printed):
                 preload()
+            lines.extend(printed.getvalue().splitlines())
         try:
             options = ort.SessionOptions()
             options.log_severity_level = 3
