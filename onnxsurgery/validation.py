@@ -1,0 +1,798 @@
+"""Validation: run a model on ONNX Runtime over stored torch cases and compare every output.
+
+    report = validate("model.onnx", "fixtures/net/torchscript")     # a folder of test_data_set_N
+    if not report:
+        print(report.summary)   # 3 cases, 3 outputs: 1 mismatch (case test_data_set_2 output ...)
+
+    report = compare_models("model.dyn.onnx", "model.onnx", shapes={"x": [2, 3, 32, 32]}, cases=3)
+
+One session serves every case. Before a case runs, its inputs are checked against the model's
+declared inputs (a missing input, a dtype or a size the model does not accept fails that case
+with a message naming the input, the expected and the got dims); an ONNX Runtime failure while
+running a case fails that case with ORT's message and node. Every output is compared with
+:func:`onnxsurgery.compare.compare_arrays`: floating outputs at ``atol=1e-4, rtol=1e-3`` by default,
+bool and integer outputs exactly unless per-output tolerances say otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from onnxsurgery.compare import (
+    DEFAULT_ATOL,
+    DEFAULT_RTOL,
+    OutputComparison,
+    compare_arrays,
+    format_number,
+    is_exact_dtype,
+)
+from onnxsurgery.errors import ModelLoadError, ReferenceDataError, UsageError
+from onnxsurgery.model_io import as_model
+from onnxsurgery.references import Case, load_cases
+from onnxsurgery.runtime import (
+    ProviderChoice,
+    create_session,
+    describe_ort_error,
+    quiet_stderr,
+    resolve_provider,
+)
+
+__all__ = [
+    "CaseResult",
+    "InputSpec",
+    "ValidationReport",
+    "compare_models",
+    "model_inputs",
+    "parse_shape_spec",
+    "parse_tolerance_spec",
+    "validate",
+]
+
+Tolerances = Mapping[str, tuple[float | None, float | None]]
+OutputMapFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
+
+#: Range of random integer inputs for ``compare_models``: small and non-negative, so indices
+#: (embedding ids, gather indices) stay in range for any table of at least 4 rows.
+RANDOM_INT_RANGE = (0, 4)
+
+
+# --------------------------------------------------------------------------------------------
+# what a model accepts
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One declared graph input: dtype and dims (int fixed, str symbolic, None unknown)."""
+
+    name: str
+    dtype: np.dtype | None
+    dims: tuple[int | str | None, ...] | None
+    optional: bool = False  # backed by an initializer: a case may override it, need not
+
+    def dims_text(self) -> str:
+        if self.dims is None:
+            return "(any shape)"
+        return "[" + ", ".join("?" if d is None else str(d) for d in self.dims) + "]"
+
+
+def model_inputs(model: onnx.ModelProto) -> list[InputSpec]:
+    """The inputs a model declares, initializer-backed ones marked optional."""
+    initializers = {t.name for t in model.graph.initializer}
+    specs = []
+    for vi in model.graph.input:
+        dtype = dims = None
+        if vi.type.HasField("tensor_type"):
+            tt = vi.type.tensor_type
+            if tt.elem_type:
+                try:
+                    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+                except (KeyError, TypeError, ValueError):
+                    dtype = None
+            if tt.HasField("shape"):
+                dims = tuple(
+                    d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                    for d in tt.shape.dim
+                )
+        specs.append(InputSpec(vi.name, dtype, dims, optional=vi.name in initializers))
+    return specs
+
+
+def _dims(shape: Iterable[int]) -> str:
+    return "[" + ", ".join(str(int(d)) for d in shape) + "]"
+
+
+class _CaseFailure(Exception):
+    """A case that cannot be compared: bad inputs, or ONNX Runtime failed on it."""
+
+    def __init__(self, message: str, node: str | None = None) -> None:
+        super().__init__(message)
+        self.node = node
+
+
+def check_inputs(
+    specs: Sequence[InputSpec], inputs: Mapping[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The feeds for one case and notes on ignored inputs; raises _CaseFailure when unfit."""
+    declared = {s.name: s for s in specs}
+    missing = [s.name for s in specs if not s.optional and s.name not in inputs]
+    if missing:
+        names = ", ".join(repr(m) for m in missing)
+        raise _CaseFailure(
+            f"input {names} missing from the case (the model declares "
+            f"{', '.join(s.name for s in specs if not s.optional)}; the case has "
+            f"{', '.join(inputs) or 'none'})"
+        )
+    feeds: dict[str, np.ndarray] = {}
+    notes: list[str] = []
+    symbols: dict[str, tuple[int, str]] = {}
+    for name, value in inputs.items():
+        spec = declared.get(name)
+        if spec is None:
+            notes.append(f"reference input {name!r} is not a model input; ignored")
+            continue
+        array = np.asarray(value)
+        if spec.dtype is not None and array.dtype != spec.dtype:
+            raise _CaseFailure(
+                f"input {name!r}: dtype {array.dtype}, the model declares {spec.dtype}"
+            )
+        if spec.dims is not None:
+            where = f"input {name!r} expects dims {spec.dims_text()}, got {_dims(array.shape)}"
+            if len(spec.dims) != array.ndim:
+                raise _CaseFailure(f"{where} (rank {len(spec.dims)}, got rank {array.ndim})")
+            for axis, (want, got) in enumerate(zip(spec.dims, array.shape, strict=True)):
+                if isinstance(want, int) and want != got:
+                    raise _CaseFailure(f"{where}: axis {axis} is fixed at {want}, got {got}")
+                if isinstance(want, str):
+                    seen = symbols.setdefault(want, (int(got), f"{name!r} axis {axis}"))
+                    if seen[0] != got:
+                        raise _CaseFailure(
+                            f"{where}: axis {axis} is {want!r} = {got}, but {seen[1]} "
+                            f"set {want!r} = {seen[0]}"
+                        )
+        feeds[name] = array
+    return feeds, notes
+
+
+class _ModelRunner:
+    """One model, one session, reused over every case."""
+
+    def __init__(self, model: onnx.ModelProto | str | os.PathLike, choice: ProviderChoice) -> None:
+        proto = as_model(model)
+        self.label = str(model) if not isinstance(model, onnx.ModelProto) else "model"
+        self.specs = model_inputs(proto)
+        self.output_names = [o.name for o in proto.graph.output]
+        try:
+            self.session = create_session(
+                proto if isinstance(model, onnx.ModelProto) else model, choice
+            )
+        except Exception as exc:  # ORT rejecting the model is the user's model, not our bug
+            message, node = describe_ort_error(exc)
+            where = f" (node {node!r})" if node and node not in message else ""
+            raise ModelLoadError(
+                f"{self.label}: ONNX Runtime cannot load the model: {message}{where}"
+            ) from None
+        self.choice = choice
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            with quiet_stderr():
+                values = self.session.run(self.output_names, dict(feeds))
+        except Exception as exc:  # any ORT failure on this case is this case's failure
+            message, node = describe_ort_error(exc)
+            where = f" (node {node!r})" if node and node not in message else ""
+            raise _CaseFailure(f"ONNX Runtime failed: {message}{where}", node=node) from None
+        return dict(zip(self.output_names, values, strict=True))
+
+
+# --------------------------------------------------------------------------------------------
+# results
+
+
+@dataclass
+class CaseResult:
+    """One case: its outputs compared, or the reason it could not run. Truthy when it passes."""
+
+    name: str
+    outputs: list[OutputComparison] = field(default_factory=list)
+    error: str | None = None
+    node: str | None = None
+    notes: list[str] = field(default_factory=list)
+    inputs: dict[str, tuple[list[int], str]] = field(default_factory=dict)
+    inference_seconds: float = 0.0
+    compare_seconds: float = 0.0
+
+    def __bool__(self) -> bool:
+        return self.error is None and all(self.outputs)
+
+    @property
+    def failures(self) -> list[OutputComparison]:
+        return [o for o in self.outputs if not o]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "passed": bool(self),
+            "error": self.error,
+            "node": self.node,
+            "notes": list(self.notes),
+            "inputs": {k: {"shape": s, "dtype": d} for k, (s, d) in self.inputs.items()},
+            "outputs": [o.to_dict() for o in self.outputs],
+            "inference_seconds": round(self.inference_seconds, 6),
+            "compare_seconds": round(self.compare_seconds, 6),
+        }
+
+
+@dataclass
+class ValidationReport:
+    """Every case of a validation run. Truthy when every case ran and every output passed.
+
+    ``summary`` is one line; ``provider`` says which ONNX Runtime provider ran and why;
+    ``to_dict()`` is the ``--report`` JSON; ``__rich__()`` the terminal table, worst outputs first.
+    """
+
+    cases: list[CaseResult]
+    provider: str
+    atol: float = DEFAULT_ATOL
+    rtol: float = DEFAULT_RTOL
+    tolerances: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    reference: str | None = None
+    notes: list[str] = field(default_factory=list)
+    #: rows shown by ``__rich__`` beyond the failing ones (the JSON always has every row)
+    max_rows: int = 30
+
+    def __bool__(self) -> bool:
+        return bool(self.cases) and all(self.cases)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self)
+
+    @property
+    def output_count(self) -> int:
+        return sum(len(c.outputs) for c in self.cases)
+
+    @property
+    def failures(self) -> list[tuple[CaseResult, OutputComparison]]:
+        """Failing outputs, worst first."""
+        rows = [(c, o) for c in self.cases for o in c.outputs if not o]
+        return sorted(rows, key=lambda row: -row[1].severity)
+
+    @property
+    def inference_seconds(self) -> float:
+        return sum(c.inference_seconds for c in self.cases)
+
+    @property
+    def compare_seconds(self) -> float:
+        return sum(c.compare_seconds for c in self.cases)
+
+    def tolerance_text(self) -> str:
+        text = f"atol {format_number(self.atol)}, rtol {format_number(self.rtol)}"
+        if (self.atol, self.rtol) == (DEFAULT_ATOL, DEFAULT_RTOL):
+            text += " (fp32 defaults)"
+        text += "; bool/int outputs exact"
+        for name, (a, r) in self.tolerances.items():
+            parts = [
+                f"atol {format_number(a)}" if a is not None else "",
+                f"rtol {format_number(r)}" if r is not None else "",
+            ]
+            text += f"; {name}: " + ", ".join(p for p in parts if p)
+        return text
+
+    @property
+    def summary(self) -> str:
+        n_cases, n_out = len(self.cases), self.output_count
+        head = f"{n_cases} case{'s' if n_cases != 1 else ''}, {n_out} output{'s' if n_out != 1 else ''}"
+        broken = [c for c in self.cases if c.error]
+        failures = self.failures
+        if not broken and not failures:
+            if not self.cases:
+                return "no cases"
+            extra = " and per-output tolerances" if self.tolerances else ""
+            tol = f"atol {format_number(self.atol)}, rtol {format_number(self.rtol)}{extra}"
+            return f"{head}: all match ({tol})"
+        parts = []
+        if failures:
+            case, out = failures[0]
+            n = len(failures)
+            label = "1 mismatch" if n == 1 else f"{n} mismatches, worst"
+            parts.append(f"{label} (case {case.name} output {out.describe()})")
+        if broken:
+            n = len(broken)
+            first = broken[0]
+            label = "1 case did not run" if n == 1 else f"{n} cases did not run, first"
+            parts.append(f"{label} ({first.name}: {first.error})")
+        return f"{head}: " + "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "passed": bool(self),
+            "summary": self.summary,
+            "provider": self.provider,
+            "reference": self.reference,
+            "atol": self.atol,
+            "rtol": self.rtol,
+            "tolerances": {k: list(v) for k, v in self.tolerances.items()},
+            "exact_dtypes": "bool and integer outputs are compared exactly unless a per-output tolerance is given",
+            "notes": list(self.notes),
+            "cases": [c.to_dict() for c in self.cases],
+            "inference_seconds": round(self.inference_seconds, 6),
+            "compare_seconds": round(self.compare_seconds, 6),
+        }
+
+    def __rich__(self) -> Group:
+        title = "validation" + (f" against {self.reference}" if self.reference else "")
+        table = Table(title=title, title_justify="left")
+        for column, justify in (
+            ("case", "left"),
+            ("output", "left"),
+            ("shape", "left"),
+            ("max abs", "right"),
+            ("max rel", "right"),
+            ("mean abs", "right"),
+            ("out of tol", "right"),
+            ("worst at", "left"),
+            ("min atol", "right"),
+            ("tolerance", "left"),
+            ("result", "left"),
+        ):
+            table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        rows: list[tuple[CaseResult, OutputComparison | None]] = []
+        rows += [(c, None) for c in self.cases if c.error]
+        rows += self.failures
+        passing = sorted(
+            ((c, o) for c in self.cases for o in c.outputs if o), key=lambda r: -r[1].severity
+        )
+        shown_passing = passing[: max(0, self.max_rows - len(rows))]
+        for case, out in rows + shown_passing:
+            if out is None:
+                table.add_row(
+                    case.name,
+                    "-",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    f"did not run: {case.error}",
+                    style="red",
+                )
+                continue
+            shape = "x".join(map(str, out.shape)) if out.shape is not None else "-"
+            if out.shape is not None and not out.shape:
+                shape = "scalar"
+            percent = f"{out.mismatches} ({out.mismatch_percent:.2g}%)" if out.mismatches else "0"
+            if out.max_abs is None and out.problem:
+                percent = "-"
+            result = "ok" if out else ("FAIL: " + (out.problem or "out of tolerance"))
+            if not out and out.nonfinite_mismatches and not out.problem:
+                result = f"FAIL: {out.nonfinite_mismatches} NaN/Inf misplaced"
+            table.add_row(
+                case.name,
+                out.name,
+                shape,
+                format_number(out.max_abs),
+                format_number(out.max_rel),
+                format_number(out.mean_abs),
+                percent,
+                str(list(out.worst_index)) if out.worst_index is not None else "-",
+                format_number(out.min_atol, up=True),
+                out.tolerance_text(),
+                result,
+                style=None if out else "red",
+            )
+        parts: list[Any] = [table]
+        hidden = len(passing) - len(shown_passing)
+        if hidden:
+            parts.append(
+                Text(
+                    f"... {hidden} more passing output(s); --report FILE.json has every row",
+                    style="dim",
+                )
+            )
+        style = "green" if self else "red"
+        parts.append(Text(("PASS: " if self else "FAIL: ") + self.summary, style=style))
+        parts.append(Text(f"tolerance: {self.tolerance_text()}", style="dim"))
+        parts.append(Text(f"runtime: {self.provider}", style="dim"))
+        for note in self.notes:
+            parts.append(Text(f"note: {note}", style="yellow"))
+        return Group(*parts)
+
+
+# --------------------------------------------------------------------------------------------
+# running
+
+
+def _as_cases(references: str | os.PathLike | Sequence[Case]) -> tuple[list[Case], str | None]:
+    if references is None:
+        raise UsageError("no reference cases: give ref=PATH to the validate pass, or --ref PATH")
+    if isinstance(references, (str, os.PathLike)):
+        return load_cases(references), os.fspath(references)
+    cases = list(references)
+    if not cases:
+        raise ReferenceDataError("no reference cases to validate against")
+    for c in cases:
+        if not isinstance(c, Case):
+            raise TypeError(f"references must be a path or a list of Case, got {type(c).__name__}")
+    return cases, None
+
+
+def _check_tolerances(
+    tolerances: Tolerances | None, known: Iterable[str]
+) -> dict[str, tuple[float | None, float | None]]:
+    result: dict[str, tuple[float | None, float | None]] = {}
+    known = set(known)
+    for name, pair in (tolerances or {}).items():
+        if name not in known:
+            raise UsageError(
+                f"tolerance given for output {name!r}, which is neither a model output nor a "
+                f"reference output (outputs: {', '.join(sorted(known)) or 'none'})"
+            )
+        a, r = pair
+        for what, v in (("atol", a), ("rtol", r)):
+            if v is not None and not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v)):
+                raise UsageError(f"{what} for output {name!r} must be a number >= 0, got {v!r}")
+        result[name] = (None if a is None else float(a), None if r is None else float(r))
+    return result
+
+
+def _tolerance_for(
+    name: str,
+    expected: np.ndarray,
+    atol: float,
+    rtol: float,
+    tolerances: Mapping[str, tuple[float | None, float | None]],
+) -> tuple[float | None, float | None]:
+    a, r = tolerances.get(name, (None, None))
+    if is_exact_dtype(expected.dtype):  # exact unless a tolerance names this output
+        return a, r
+    return (atol if a is None else a), (rtol if r is None else r)
+
+
+def _run_case(
+    runner: _ModelRunner,
+    name: str,
+    inputs: Mapping[str, np.ndarray],
+    expected: Mapping[str, np.ndarray] | Callable[[], Mapping[str, np.ndarray]],
+    *,
+    atol: float,
+    rtol: float,
+    tolerances: Mapping[str, tuple[float | None, float | None]],
+) -> CaseResult:
+    result = CaseResult(
+        name=name,
+        inputs={k: (list(np.shape(v)), str(np.asarray(v).dtype)) for k, v in inputs.items()},
+    )
+    try:
+        feeds, result.notes = check_inputs(runner.specs, inputs)
+        if callable(expected):
+            expected = expected()
+        t0 = time.perf_counter()
+        actual = runner.run(feeds)
+        result.inference_seconds = time.perf_counter() - t0
+    except _CaseFailure as exc:
+        result.error, result.node = str(exc), exc.node
+        return result
+    t0 = time.perf_counter()
+    produced = runner.output_names
+    for out_name in produced:
+        if out_name not in expected:
+            result.outputs.append(
+                OutputComparison.missing(
+                    out_name,
+                    f"model output with no reference (the case has {', '.join(expected) or 'none'})",
+                )
+            )
+            continue
+        ref = np.asarray(expected[out_name])
+        a, r = _tolerance_for(out_name, ref, atol, rtol, tolerances)
+        result.outputs.append(compare_arrays(actual[out_name], ref, atol=a, rtol=r, name=out_name))
+    for ref_name in expected:
+        if ref_name not in actual:
+            result.outputs.append(
+                OutputComparison.missing(
+                    ref_name,
+                    f"reference output the model does not produce (model outputs: {', '.join(produced)})",
+                )
+            )
+    result.compare_seconds = time.perf_counter() - t0
+    return result
+
+
+def _collect_notes(cases: Iterable[CaseResult]) -> list[str]:
+    seen: dict[str, list[str]] = {}
+    for c in cases:
+        for note in c.notes:
+            seen.setdefault(note, []).append(c.name)
+    return [
+        f"{note} ({len(names)} case{'s' if len(names) != 1 else ''})"
+        for note, names in seen.items()
+    ]
+
+
+def _check_global_tolerances(atol: float, rtol: float) -> None:
+    for what, v in (("atol", atol), ("rtol", rtol)):
+        if not (
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 and math.isfinite(v)
+        ):
+            raise UsageError(f"{what} must be a number >= 0, got {v!r}")
+
+
+def validate(
+    model: onnx.ModelProto | str | os.PathLike,
+    references: str | os.PathLike | Sequence[Case],
+    *,
+    provider: str | ProviderChoice = "auto",
+    atol: float = DEFAULT_ATOL,
+    rtol: float = DEFAULT_RTOL,
+    tolerances: Tolerances | None = None,
+    output_map: OutputMapFn | None = None,
+) -> ValidationReport:
+    """Run ``model`` on every reference case and compare each output with torch's.
+
+    ``references`` is a path :func:`onnxsurgery.references.load_cases` reads or a list of
+    :class:`~onnxsurgery.references.Case`. ``atol``/``rtol`` apply to floating outputs;
+    ``tolerances`` maps an output name to ``(atol, rtol)`` (``None`` keeps the default) and is
+    the only way to loosen bool/int outputs, which are otherwise compared exactly.
+    ``output_map`` maps each case's reference outputs onto the model's current outputs (the
+    pipeline passes ``PassContext.map_outputs``). Raises ProviderError when the provider cannot
+    run, ModelLoadError when ONNX Runtime cannot load the model, ReferenceDataError when the
+    references cannot be read; everything about a single case goes into the report.
+    """
+    _check_global_tolerances(atol, rtol)
+    cases, reference = _as_cases(references)
+    choice = provider if isinstance(provider, ProviderChoice) else resolve_provider(provider)
+    runner = _ModelRunner(model, choice)
+    known = set(runner.output_names) | {n for c in cases for n in c.outputs}
+    tols = _check_tolerances(tolerances, known)
+    results = []
+    for case in cases:
+        expected: Any = case.outputs
+        if output_map is not None:
+
+            def expected(case: Case = case) -> Mapping[str, np.ndarray]:
+                try:
+                    return output_map(case.outputs)
+                except (KeyError, ValueError, UsageError, ReferenceDataError) as exc:
+                    raise _CaseFailure(
+                        f"mapping reference outputs onto the model's failed: {exc}"
+                    ) from None
+
+        results.append(
+            _run_case(
+                runner, case.name, case.inputs, expected, atol=atol, rtol=rtol, tolerances=tols
+            )
+        )
+    return ValidationReport(
+        cases=results,
+        provider=choice.note,
+        atol=float(atol),
+        rtol=float(rtol),
+        tolerances=tols,
+        reference=reference,
+        notes=_collect_notes(results),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# two models against each other
+
+
+def parse_shape_spec(text: str) -> tuple[str, list[int]]:
+    """``"x:3x3x224x224"`` -> ``("x", [3, 3, 224, 224])``; ``"x:"`` is a scalar.
+
+    The name is everything before the last ``:`` (ONNX names may hold colons); dims are
+    separated by ``x`` or ``,``.
+    """
+    name, sep, dims_text = text.strip().rpartition(":")
+    if not sep or not name:
+        raise UsageError(f"--shape {text!r}: expected NAME:DIMS, like x:1x3x224x224")
+    dims_text = dims_text.strip()
+    if not dims_text or dims_text == "scalar":
+        return name, []
+    parts = dims_text.replace(",", "x").split("x")
+    try:
+        dims = [int(p) for p in parts]
+    except ValueError:
+        raise UsageError(
+            f"--shape {text!r}: dims must be integers separated by x, like {name}:1x3x224x224"
+        ) from None
+    if any(d < 0 for d in dims):
+        raise UsageError(f"--shape {text!r}: dims must be >= 0")
+    return name, dims
+
+
+def parse_tolerance_spec(text: str) -> tuple[str, tuple[float | None, float | None]]:
+    """``"logits=1e-3"`` -> ``("logits", (1e-3, None))``; ``"logits=1e-3,1e-2"`` sets rtol too.
+
+    An empty part keeps the default: ``"logits=,1e-2"`` sets only rtol.
+    """
+    name, sep, values = text.rpartition("=")
+    if not sep or not name:
+        raise UsageError(f"--tol {text!r}: expected NAME=ATOL[,RTOL], like logits=1e-3,1e-2")
+    parts = [p.strip() for p in values.split(",")]
+    if len(parts) > 2 or not any(parts):
+        raise UsageError(f"--tol {text!r}: expected NAME=ATOL[,RTOL], like logits=1e-3,1e-2")
+    try:
+        nums = [float(p) if p else None for p in parts]
+    except ValueError:
+        raise UsageError(f"--tol {text!r}: ATOL and RTOL must be numbers") from None
+    if any(v is not None and not (v >= 0 and math.isfinite(v)) for v in nums):
+        raise UsageError(f"--tol {text!r}: tolerances must be numbers >= 0")
+    atol = nums[0]
+    rtol = nums[1] if len(nums) > 1 else None
+    return name, (atol, rtol)
+
+
+def _random_inputs(
+    runner: _ModelRunner,
+    other: _ModelRunner,
+    shapes: Mapping[str, Sequence[int]],
+    rng: np.random.Generator,
+) -> dict[str, np.ndarray]:
+    others = {s.name: s for s in other.specs}
+    symbols: dict[str, int] = {}
+    # symbols bound by the given shapes first, so one --shape fixes 'batch' for every input
+    for spec in runner.specs:
+        if (
+            spec.name in shapes
+            and spec.dims is not None
+            and len(spec.dims) == len(shapes[spec.name])
+        ):
+            for want, got in zip(spec.dims, shapes[spec.name], strict=True):
+                if isinstance(want, str):
+                    symbols.setdefault(want, int(got))
+    feeds: dict[str, np.ndarray] = {}
+    for spec in runner.specs:
+        if spec.optional:
+            continue
+        if spec.dtype is None:
+            raise UsageError(
+                f"input {spec.name!r} is not a tensor of a known dtype; give --ref cases"
+            )
+        if spec.name in shapes:
+            dims = [int(d) for d in shapes[spec.name]]
+        elif spec.dims is None:
+            raise UsageError(
+                f"input {spec.name!r} declares no shape; give --shape {spec.name}:DIMS"
+            )
+        else:
+            dims = []
+            fallback = others.get(spec.name)
+            for axis, d in enumerate(spec.dims):
+                if isinstance(d, int):
+                    dims.append(d)
+                    continue
+                if isinstance(d, str) and d in symbols:
+                    dims.append(symbols[d])
+                    continue
+                if (
+                    fallback is not None
+                    and fallback.dims is not None
+                    and len(fallback.dims) == len(spec.dims)
+                    and isinstance(fallback.dims[axis], int)
+                ):
+                    dims.append(fallback.dims[axis])
+                    continue
+                label = f"symbolic ({d!r})" if d else "of unknown size"
+                raise UsageError(
+                    f"input {spec.name!r} axis {axis} is {label}; give its size with "
+                    f"--shape {spec.name}:{'x'.join('N' if not isinstance(x, int) else str(x) for x in spec.dims)}"
+                )
+        feeds[spec.name] = _random_array(spec.dtype, dims, rng)
+    return feeds
+
+
+def _random_array(dtype: np.dtype, dims: Sequence[int], rng: np.random.Generator) -> np.ndarray:
+    if dtype.kind == "b":
+        return rng.random(dims) < 0.5
+    if dtype.kind in "iu":
+        return rng.integers(*RANDOM_INT_RANGE, size=dims, dtype=dtype)
+    if dtype.kind == "f":
+        return rng.standard_normal(dims, dtype=np.float32).astype(dtype)
+    if dtype.kind == "c":
+        return (rng.standard_normal(dims) + 1j * rng.standard_normal(dims)).astype(dtype)
+    raise UsageError(f"cannot make random inputs of dtype {dtype}; give --ref cases")
+
+
+def compare_models(
+    model_a: onnx.ModelProto | str | os.PathLike,
+    model_b: onnx.ModelProto | str | os.PathLike,
+    *,
+    feeds_or_cases: str
+    | os.PathLike
+    | Sequence[Case]
+    | Mapping[str, np.ndarray]
+    | Sequence[Mapping[str, np.ndarray]]
+    | None = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    seed: int = 0,
+    cases: int = 1,
+    provider: str | ProviderChoice = "auto",
+    atol: float = DEFAULT_ATOL,
+    rtol: float = DEFAULT_RTOL,
+    tolerances: Tolerances | None = None,
+) -> ValidationReport:
+    """Run ``model_a`` and ``model_b`` on the same inputs and compare a's outputs with b's.
+
+    ``model_b`` is the reference. Inputs come from ``feeds_or_cases`` (a reference path or list
+    of cases, whose stored outputs are not used; one feeds dict; a list of them) or, when it is
+    None, ``cases`` random sets of the dtypes model a declares, at the sizes in ``shapes``
+    (``{"x": [3, 3, 224, 224]}``; a symbolic dim not given there is taken from model b's
+    declaration, else it is an error), floats standard normal, integers in [0, 4), drawn from
+    ``numpy.random.default_rng(seed)``.
+    """
+    _check_global_tolerances(atol, rtol)
+    if not isinstance(cases, int) or isinstance(cases, bool) or cases < 1:
+        raise UsageError(f"cases must be an integer >= 1, got {cases!r}")
+    choice = provider if isinstance(provider, ProviderChoice) else resolve_provider(provider)
+    runner_a = _ModelRunner(model_a, choice)
+    runner_b = _ModelRunner(model_b, choice)
+    label_b = runner_b.label if not isinstance(model_b, onnx.ModelProto) else "the other model"
+    shapes = dict(shapes or {})
+    unknown = [n for n in shapes if n not in {s.name for s in runner_a.specs}]
+    if unknown:
+        raise UsageError(
+            f"--shape given for {', '.join(map(repr, unknown))}, not an input of the model "
+            f"(inputs: {', '.join(s.name for s in runner_a.specs)})"
+        )
+    inputs: list[tuple[str, Mapping[str, np.ndarray]]]
+    if feeds_or_cases is None:
+        rng = np.random.default_rng(seed)
+        inputs = [
+            (f"random_{i}", _random_inputs(runner_a, runner_b, shapes, rng)) for i in range(cases)
+        ]
+    elif isinstance(feeds_or_cases, (str, os.PathLike)):
+        inputs = [(c.name, c.inputs) for c in load_cases(feeds_or_cases)]
+    elif isinstance(feeds_or_cases, Mapping):
+        inputs = [("feeds_0", feeds_or_cases)]
+    else:
+        inputs = []
+        for i, item in enumerate(feeds_or_cases):
+            if isinstance(item, Case):
+                inputs.append((item.name, item.inputs))
+            elif isinstance(item, Mapping):
+                inputs.append((f"feeds_{i}", item))
+            else:
+                raise TypeError(
+                    f"feeds_or_cases item {i} is a {type(item).__name__}, not a Case or dict"
+                )
+        if not inputs:
+            raise ReferenceDataError("no inputs to compare the models on")
+    known = set(runner_a.output_names) | set(runner_b.output_names)
+    tols = _check_tolerances(tolerances, known)
+    results = []
+    for name, feeds in inputs:
+
+        def expected(feeds: Mapping[str, np.ndarray] = feeds) -> Mapping[str, np.ndarray]:
+            try:
+                checked, _ = check_inputs(runner_b.specs, feeds)
+                return runner_b.run(checked)
+            except _CaseFailure as exc:
+                raise _CaseFailure(f"reference model {label_b}: {exc}", node=exc.node) from None
+
+        results.append(
+            _run_case(runner_a, name, feeds, expected, atol=atol, rtol=rtol, tolerances=tols)
+        )
+    return ValidationReport(
+        cases=results,
+        provider=choice.note,
+        atol=float(atol),
+        rtol=float(rtol),
+        tolerances=tols,
+        reference=label_b,
+        notes=_collect_notes(results),
+    )
