@@ -1,0 +1,256 @@
+"""compare_arrays against statistics worked out by hand (values exact in binary floating point)."""
+
+from __future__ import annotations
+
+import json
+import math
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import onnxsurgery.compare as compare_mod
+from onnxsurgery.compare import (
+    DEFAULT_ATOL,
+    DEFAULT_RTOL,
+    OutputComparison,
+    compare_arrays,
+    format_number,
+)
+
+EXPECTED = np.array([[1.0, 2.0, -4.0], [8.0, 0.0, 16.0]], dtype=np.float32)
+ACTUAL = np.array([[1.0, 2.5, -4.0], [8.0, 0.25, 15.875]], dtype=np.float32)
+# |a - e| = [0, .5, 0, 0, .25, .125];  atol .1 + rtol .01 * |e| = [.11, .12, .14, .18, .1, .26]
+
+
+def test_known_difference_gives_hand_computed_statistics() -> None:
+    r = compare_arrays(ACTUAL, EXPECTED, atol=0.1, rtol=0.01, name="logits")
+    assert not r
+    assert r.passed is False
+    assert r.name == "logits"
+    assert r.max_abs == 0.5
+    assert r.max_rel == 0.25  # 0.5 / 2; the 0.25 error sits on a zero reference and is left out
+    assert r.mean_abs == pytest.approx(0.875 / 6, rel=0, abs=1e-15)
+    assert r.mismatches == 2  # 0.5 > 0.12 and 0.25 > 0.1; 0.125 <= 0.26
+    assert r.mismatch_percent == pytest.approx(100 * 2 / 6)
+    assert r.size == 6
+    assert r.worst_index == (0, 1)  # excess 0.5 - 0.02 beats 0.25 - 0
+    assert r.worst_actual == 2.5 and r.worst_expected == 2.0
+    assert r.min_atol == pytest.approx(0.48, rel=0, abs=1e-15)
+    assert r.nonfinite_mismatches == 0
+    assert r.shape == (2, 3) and r.dtype == "float32"
+
+
+def test_min_atol_is_the_smallest_that_passes() -> None:
+    r = compare_arrays(ACTUAL, EXPECTED, atol=0.1, rtol=0.01)
+    assert compare_arrays(ACTUAL, EXPECTED, atol=r.min_atol, rtol=0.01)
+    assert np.allclose(ACTUAL.astype(np.float64), EXPECTED.astype(np.float64), atol=r.min_atol, rtol=0.01)
+    below = math.nextafter(r.min_atol, 0) - 1e-12
+    assert not compare_arrays(ACTUAL, EXPECTED, atol=below, rtol=0.01)
+
+
+def test_within_default_tolerance_passes_and_states_defaults() -> None:
+    noisy = EXPECTED + np.float32(1e-6)
+    r = compare_arrays(noisy, EXPECTED)
+    assert r
+    assert (r.atol, r.rtol) == (DEFAULT_ATOL, DEFAULT_RTOL) == (1e-4, 1e-3)
+    assert r.mismatches == 0
+    # float32 rounding of x + 1e-6 is exact in float64: the max is what numpy says it is
+    assert r.max_abs == np.max(np.abs(noisy.astype(np.float64) - EXPECTED.astype(np.float64)))
+    assert "ok" in r.describe()
+
+
+def test_identical_arrays_have_no_worst_element() -> None:
+    r = compare_arrays(EXPECTED.copy(), EXPECTED)
+    assert r and r.max_abs == 0 and r.min_atol == 0 and r.worst_index is None
+
+
+def test_describe_names_output_count_and_passing_atol() -> None:
+    text = compare_arrays(ACTUAL, EXPECTED, atol=0.1, rtol=0.01, name="logits").describe()
+    assert text.startswith("logits: 2/6 elements out of tolerance")
+    assert "max abs 5e-1 at [0, 1]" in text
+    assert "passes at atol >= 4.8e-1" in text
+
+
+def test_inputs_are_not_modified() -> None:
+    a, e = ACTUAL.copy(), EXPECTED.copy()
+    compare_arrays(a, e, atol=0.1, rtol=0.01)
+    assert np.array_equal(a, ACTUAL) and np.array_equal(e, EXPECTED)
+
+
+# -- NaN / Inf placement -------------------------------------------------------------------------
+
+
+def test_nan_where_reference_has_nan_is_a_match() -> None:
+    e = np.array([1.0, np.nan, np.inf, -np.inf], dtype=np.float32)
+    r = compare_arrays(e.copy(), e)
+    assert r
+    assert r.max_abs == 0 and r.nonfinite_mismatches == 0 and r.min_atol == 0
+
+
+def test_nan_where_reference_is_finite_is_a_mismatch() -> None:
+    e = np.array([1.0, 2.0, 3.0, np.nan], dtype=np.float32)
+    a = np.array([1.0, np.nan, 3.5, np.nan], dtype=np.float32)
+    r = compare_arrays(a, e, atol=0.1, rtol=0.0)
+    assert not r
+    assert r.nonfinite_mismatches == 1
+    assert r.mismatches == 2  # the NaN and 3.5 vs 3.0
+    assert r.worst_index == (1,)  # the misplaced NaN comes first
+    assert math.isinf(r.min_atol)  # no atol can pass a misplaced NaN
+    assert r.max_abs == 0.5  # statistics over the comparable elements only
+    assert r.mean_abs == pytest.approx(0.5 / 3)
+    assert "1 NaN/Inf placed differently" in r.describe()
+    assert r.to_dict()["min_atol"] is None
+
+
+@pytest.mark.parametrize(
+    ("actual", "expected"),
+    [(np.inf, -np.inf), (-np.inf, np.inf), (1.0, np.inf), (np.inf, 1.0), (np.nan, np.inf)],
+)
+def test_infinities_must_match_in_sign_and_place(actual: float, expected: float) -> None:
+    a = np.array([0.0, actual], dtype=np.float32)
+    e = np.array([0.0, expected], dtype=np.float32)
+    r = compare_arrays(a, e, atol=1e30, rtol=1.0)  # no tolerance excuses a misplaced Inf
+    assert not r
+    assert r.nonfinite_mismatches == 1 and r.mismatches == 1 and r.worst_index == (1,)
+
+
+def test_same_signed_infinities_match() -> None:
+    a = np.array([np.inf, -np.inf, 1.0], dtype=np.float64)
+    r = compare_arrays(a, a.copy(), atol=0, rtol=0)
+    assert r and r.nonfinite_mismatches == 0
+
+
+# -- shape, dtype, exact outputs -------------------------------------------------------------------
+
+
+def test_shape_mismatch_fails_without_statistics() -> None:
+    r = compare_arrays(np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float32), name="y")
+    assert not r
+    assert r.problem == "shape [2, 3], expected [3, 2]"
+    assert r.max_abs is None and r.min_atol is None
+    assert r.describe() == "y: shape [2, 3], expected [3, 2]"
+    assert r.mismatch_percent == 100.0
+
+
+def test_dtype_mismatch_fails_but_still_measures_values() -> None:
+    r = compare_arrays(np.ones(4, np.float64), np.ones(4, np.float32))
+    assert not r
+    assert r.problem == "dtype float64, expected float32"
+    assert r.max_abs == 0 and r.mismatches == 0
+
+
+def test_integer_outputs_compare_exactly_by_default() -> None:
+    r = compare_arrays(np.array([1, 2, 3], np.int64), np.array([1, 2, 4], np.int64))
+    assert not r
+    assert (r.atol, r.rtol) == (0.0, 0.0) and r.exact
+    assert r.mismatches == 1 and r.worst_index == (2,) and r.max_abs == 1 and r.min_atol == 1
+    assert r.tolerance_text() == "exact"
+    assert compare_arrays(np.array([1, 2, 3]), np.array([1, 2, 4]), atol=1)  # unless told otherwise
+
+
+def test_int64_beyond_float_precision_is_still_exact() -> None:
+    big = 2**53
+    r = compare_arrays(np.array([big + 1], np.int64), np.array([big], np.int64))
+    assert not r and r.mismatches == 1
+
+
+def test_bool_outputs_compare_exactly() -> None:
+    r = compare_arrays(np.array([True, False, True]), np.array([True, True, True]))
+    assert not r
+    assert r.mismatches == 1 and r.worst_index == (1,) and r.worst_actual is np.False_
+    assert compare_arrays(np.array([True, False]), np.array([True, False]))
+
+
+def test_empty_and_scalar_outputs() -> None:
+    assert compare_arrays(np.zeros((0, 4), np.float32), np.zeros((0, 4), np.float32))
+    r = compare_arrays(np.float32(1.5), np.float32(1.0), atol=0.1, rtol=0)
+    assert not r and r.shape == () and r.worst_index == () and r.max_abs == 0.5
+
+
+def test_negative_tolerance_is_rejected() -> None:
+    with pytest.raises(ValueError, match="tolerances must be >= 0"):
+        compare_arrays(EXPECTED, EXPECTED, atol=-1)
+
+
+# -- big outputs -------------------------------------------------------------------------------
+
+
+def test_chunked_walk_matches_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(0)
+    e = rng.standard_normal((37, 41)).astype(np.float32)
+    a = e + rng.standard_normal(e.shape).astype(np.float32) * np.float32(2e-4)
+    a[30, 7] = np.nan
+    e[3, 2] = a[3, 2] = np.inf
+    whole = compare_arrays(a, e)
+    monkeypatch.setattr(compare_mod, "CHUNK", 64)
+    chunked = compare_arrays(a, e)
+    w, c = whole.to_dict(), chunked.to_dict()
+    assert w.pop("mean_abs") == pytest.approx(c.pop("mean_abs"), rel=1e-12)  # summation order
+    assert w == c
+    # and both agree with numpy, element by element
+    a64, e64 = a.astype(np.float64), e.astype(np.float64)
+    finite = np.isfinite(a64) & np.isfinite(e64)
+    diff = np.abs(a64[finite] - e64[finite])
+    assert chunked.max_abs == diff.max()
+    assert chunked.mismatches == int(np.count_nonzero(~np.isclose(a64, e64, 1e-3, 1e-4, equal_nan=True)))
+    assert chunked.nonfinite_mismatches == 1 and chunked.worst_index == (30, 7)
+
+
+def test_worst_element_found_in_a_later_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compare_mod, "CHUNK", 10)
+    e = np.zeros(95, np.float32)
+    a = e.copy()
+    a[4] = 0.001
+    a[83] = -0.01
+    r = compare_arrays(a, e)
+    assert r.worst_index == (83,) and r.mismatches == 2 and r.max_abs == pytest.approx(0.01)
+
+
+def test_big_output_needs_no_whole_size_temporaries() -> None:
+    n = 1 << 22  # 16 MiB per float32 array; a float64 copy of one would be 32 MiB
+    e = np.linspace(-1, 1, n, dtype=np.float32)
+    a = e + np.float32(1e-5)
+    tracemalloc.start()
+    try:
+        r = compare_arrays(a, e)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert r
+    assert peak < 16 * 2**20, f"peak {peak / 2**20:.1f} MiB"
+
+
+# -- reports -----------------------------------------------------------------------------------
+
+
+def test_to_dict_is_strict_json() -> None:
+    r = compare_arrays(np.array([np.nan, 1.0]), np.array([0.0, 1.0]), name="y")
+    data = json.loads(json.dumps(r.to_dict(), allow_nan=False))
+    assert data["name"] == "y" and data["passed"] is False
+    assert data["nonfinite_mismatches"] == 1 and data["worst_index"] == [0]
+    assert data["worst_actual"] == "nan" and data["min_atol"] is None
+
+
+def test_missing_output_is_a_failure() -> None:
+    r = OutputComparison.missing("aux", "reference output the model does not produce")
+    assert not r and r.describe() == "aux: reference output the model does not produce"
+
+
+@pytest.mark.parametrize(
+    ("value", "up", "text"),
+    [
+        (0.021, False, "2.1e-2"),
+        (1e-4, False, "1e-4"),
+        (1.0, False, "1"),
+        (0.0, False, "0"),
+        (math.inf, False, "inf"),
+        (None, False, "-"),
+        (0.4949, False, "4.9e-1"),
+        (0.4949, True, "5e-1"),
+        (0.48, True, "4.8e-1"),
+        (9.96, True, "1e1"),
+    ],
+)
+def test_format_number(value: float | None, up: bool, text: str) -> None:
+    assert format_number(value, up=up) == text
