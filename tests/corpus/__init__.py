@@ -1,0 +1,1 @@
+"""The symbolize corpus: real architectures from ``transformers`` configs and the harness that checks them."""

@@ -1,0 +1,580 @@
+"""Real architectures for the symbolize corpus, built from ``transformers`` configs.
+
+Nobody on this project wrote these models: each is a ``transformers`` architecture instantiated
+from a tiny config (hidden 32-64, 2 layers, 2-4 heads, small vocab) with random weights under a
+fixed seed, never loaded from a hub. Each is wrapped in an ``nn.Module`` that takes and returns
+plain tensors, so both torch exporters see the same signature::
+
+    arch = ARCHITECTURES["llama"]
+    module = arch.build()                        # eval-mode wrapper, seeded weights
+    feeds = arch.make_inputs({"batch": 2, "seq": 8})
+    arch.dynamic_axes                            # {"input_ids": {0: "batch", 1: "seq"}, ...}
+
+Shapes are written as templates: a string is a symbol (``"batch"``, ``"seq"``), an int is fixed.
+``traced`` sizes are what the static exports are made at; ``checks`` are the other sizes the
+symbolized model must match torch eager at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "ARCHITECTURES",
+    "Architecture",
+    "InputSpec",
+    "OutputSpec",
+    "Sizes",
+    "arch_names",
+]
+
+Dim = int | str
+Sizes = Mapping[str, int]
+
+SEED = 0
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One graph input: its name, shape template, dtype and how to fill it.
+
+    ``kind``: ``ids`` (integers in ``[low, high)``), ``mask`` (ones with a few trailing zeros on
+    some rows: real padding), ``normal`` (float32 standard normal).
+    """
+
+    name: str
+    shape: tuple[Dim, ...]
+    kind: str = "normal"
+    high: int = 0
+    low: int = 0
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.int64) if self.kind in ("ids", "mask") else np.dtype(np.float32)
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """One graph output: name and shape template (symbols not among the inputs' are new ones)."""
+
+    name: str
+    shape: tuple[Dim, ...]
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A corpus entry: how to build the wrapped torch model, its signature and its sizes."""
+
+    name: str
+    family: str
+    builder: Callable[[], Any] = field(repr=False)
+    inputs: tuple[InputSpec, ...]
+    outputs: tuple[OutputSpec, ...]
+    traced: tuple[dict[str, int], ...]
+    checks: tuple[dict[str, int], ...]
+    note: str = ""
+
+    @property
+    def input_names(self) -> list[str]:
+        return [i.name for i in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [o.name for o in self.outputs]
+
+    @property
+    def symbols(self) -> list[str]:
+        seen: list[str] = []
+        for spec in self.inputs:
+            for d in spec.shape:
+                if isinstance(d, str) and d not in seen:
+                    seen.append(d)
+        return seen
+
+    @property
+    def dynamic_axes(self) -> dict[str, dict[int, str]]:
+        """``{input: {axis: symbol}}``, the mapping ``torch.onnx.export(dynamic_axes=)`` takes."""
+        return {
+            spec.name: {axis: d for axis, d in enumerate(spec.shape) if isinstance(d, str)}
+            for spec in self.inputs
+            if any(isinstance(d, str) for d in spec.shape)
+        }
+
+    @property
+    def output_dynamic_axes(self) -> dict[str, dict[int, str]]:
+        return {
+            spec.name: {axis: d for axis, d in enumerate(spec.shape) if isinstance(d, str)}
+            for spec in self.outputs
+            if any(isinstance(d, str) for d in spec.shape)
+        }
+
+    def build(self) -> Any:
+        """The wrapped torch module in eval mode, weights drawn under a fixed seed."""
+        import torch
+
+        torch.manual_seed(SEED)
+        module = self.builder()
+        module.eval()
+        for p in module.parameters():
+            p.requires_grad_(False)
+        return module
+
+    def shape_of(self, spec: InputSpec, sizes: Sizes) -> tuple[int, ...]:
+        return tuple(sizes[d] if isinstance(d, str) else d for d in spec.shape)
+
+    def make_inputs(self, sizes: Sizes, seed: int | None = None) -> dict[str, np.ndarray]:
+        """Deterministic inputs at ``sizes`` (same sizes and seed give the same arrays)."""
+        key = [sum(ord(c) for c in self.name)] + [sizes[s] for s in sorted(sizes)]
+        rng = np.random.default_rng([SEED if seed is None else seed, *key])
+        feeds: dict[str, np.ndarray] = {}
+        for spec in self.inputs:
+            shape = self.shape_of(spec, sizes)
+            if spec.kind == "ids":
+                feeds[spec.name] = rng.integers(spec.low, spec.high, size=shape, dtype=np.int64)
+            elif spec.kind == "mask":
+                mask = np.ones(shape, dtype=np.int64)
+                # Right padding on every other row (never the whole row): real padding, and a
+                # mask that is not all ones so no exporter can take an "all visible" shortcut.
+                for row in range(0, shape[0], 2):
+                    pad = min(shape[1] - 1, 1 + row % 3)
+                    if pad > 0:
+                        mask[row, shape[1] - pad :] = 0
+                feeds[spec.name] = mask
+            else:
+                feeds[spec.name] = rng.standard_normal(shape).astype(np.float32)
+        return feeds
+
+
+# --------------------------------------------------------------------------------------------
+# wrappers: plain tensors in, plain tensors out
+
+
+def _text_wrapper(model: Any, outputs: Sequence[str], mask: bool = True) -> Any:
+    import torch
+
+    class TextModel(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        if mask:
+
+            def forward(self, input_ids, attention_mask):  # noqa: ANN001
+                out = self.model(input_ids=input_ids, attention_mask=attention_mask)
+                return tuple(getattr(out, name) for name in outputs)
+
+        else:
+
+            def forward(self, input_ids):  # noqa: ANN001
+                out = self.model(input_ids=input_ids)
+                return tuple(getattr(out, name) for name in outputs)
+
+    return TextModel()
+
+
+def _tensor_wrapper(model: Any, arg: str, outputs: Sequence[str]) -> Any:
+    import torch
+
+    class TensorModel(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):  # noqa: ANN001
+            out = self.model(**{arg: x})
+            return tuple(getattr(out, name) for name in outputs)
+
+    return TensorModel()
+
+
+# --------------------------------------------------------------------------------------------
+# architectures
+
+VOCAB = 128
+HIDDEN = 32
+TEXT_TRACED = ({"batch": 1, "seq": 8}, {"batch": 2, "seq": 8})
+TEXT_CHECKS = ({"batch": 3, "seq": 5}, {"batch": 2, "seq": 13}, {"batch": 1, "seq": 16})
+BATCH_TRACED = ({"batch": 1}, {"batch": 2})
+BATCH_CHECKS = ({"batch": 3}, {"batch": 5})
+
+_IDS = InputSpec("input_ids", ("batch", "seq"), "ids", high=VOCAB, low=3)
+_MASK = InputSpec("attention_mask", ("batch", "seq"), "mask")
+
+
+def _bert() -> Any:
+    from transformers import BertConfig, BertModel
+
+    cfg = BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        type_vocab_size=2,
+        attn_implementation="eager",
+    )
+    return _text_wrapper(BertModel(cfg), ("last_hidden_state", "pooler_output"))
+
+
+def _roberta() -> Any:
+    from transformers import RobertaConfig, RobertaForSequenceClassification
+
+    cfg = RobertaConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        num_labels=3,
+        pad_token_id=1,
+        attn_implementation="eager",
+    )
+    return _text_wrapper(RobertaForSequenceClassification(cfg), ("logits",))
+
+
+def _distilbert() -> Any:
+    from transformers import DistilBertConfig, DistilBertModel
+
+    cfg = DistilBertConfig(
+        vocab_size=VOCAB,
+        dim=HIDDEN,
+        n_layers=2,
+        n_heads=4,
+        hidden_dim=64,
+        max_position_embeddings=64,
+        attn_implementation="eager",
+    )
+    return _text_wrapper(DistilBertModel(cfg), ("last_hidden_state",))
+
+
+def _gpt2() -> Any:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(
+        vocab_size=VOCAB,
+        n_embd=HIDDEN,
+        n_layer=2,
+        n_head=4,
+        n_positions=64,
+        bos_token_id=0,
+        eos_token_id=0,
+        use_cache=False,
+        attn_implementation="eager",
+    )
+    return _text_wrapper(GPT2LMHeadModel(cfg), ("logits",))
+
+
+def _llama() -> Any:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        use_cache=False,
+        attn_implementation="eager",
+    )
+    return _text_wrapper(LlamaForCausalLM(cfg), ("logits",))
+
+
+def _qwen2() -> Any:
+    from transformers import Qwen2Config, Qwen2Model
+
+    cfg = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        use_cache=False,
+        attn_implementation="eager",
+    )
+    return _text_wrapper(Qwen2Model(cfg), ("last_hidden_state",))
+
+
+def _t5_encoder() -> Any:
+    from transformers import T5Config, T5EncoderModel
+
+    cfg = T5Config(
+        vocab_size=VOCAB,
+        d_model=HIDDEN,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=16,
+        use_cache=False,
+        attn_implementation="eager",
+    )
+    return _text_wrapper(T5EncoderModel(cfg), ("last_hidden_state",))
+
+
+WHISPER_MELS = 16
+WHISPER_FRAMES = 32  # 2 * max_source_positions: the encoder accepts exactly this many frames
+
+
+def _whisper_encoder() -> Any:
+    from transformers import WhisperConfig
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    cfg = WhisperConfig(
+        vocab_size=VOCAB,
+        num_mel_bins=WHISPER_MELS,
+        d_model=HIDDEN,
+        encoder_layers=2,
+        encoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_layers=1,
+        decoder_attention_heads=4,
+        decoder_ffn_dim=64,
+        max_source_positions=WHISPER_FRAMES // 2,
+        max_target_positions=32,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+        attn_implementation="eager",
+    )
+    return _tensor_wrapper(WhisperEncoder(cfg), "input_features", ("last_hidden_state",))
+
+
+def _wav2vec2() -> Any:
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    cfg = Wav2Vec2Config(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        conv_dim=(16, 16, 16),
+        conv_stride=(5, 2, 2),
+        conv_kernel=(10, 3, 3),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4,
+        feat_extract_norm="group",
+        do_stable_layer_norm=False,
+        mask_time_prob=0.0,
+        attn_implementation="eager",
+    )
+    return _tensor_wrapper(Wav2Vec2Model(cfg), "input_values", ("last_hidden_state",))
+
+
+IMAGE = 32
+
+
+def _vit() -> Any:
+    from transformers import ViTConfig, ViTForImageClassification
+
+    cfg = ViTConfig(
+        hidden_size=HIDDEN,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        image_size=IMAGE,
+        patch_size=8,
+        num_channels=3,
+        num_labels=5,
+        attn_implementation="eager",
+    )
+    return _tensor_wrapper(ViTForImageClassification(cfg), "pixel_values", ("logits",))
+
+
+def _resnet() -> Any:
+    from transformers import ResNetConfig, ResNetForImageClassification
+
+    cfg = ResNetConfig(
+        num_channels=3,
+        embedding_size=16,
+        hidden_sizes=[16, 32],
+        depths=[1, 1],
+        layer_type="bottleneck",
+        num_labels=5,
+    )
+    return _tensor_wrapper(ResNetForImageClassification(cfg), "pixel_values", ("logits",))
+
+
+def _convnext() -> Any:
+    from transformers import ConvNextConfig, ConvNextForImageClassification
+
+    cfg = ConvNextConfig(
+        num_channels=3,
+        patch_size=4,
+        hidden_sizes=[16, 32],
+        depths=[1, 1],
+        num_stages=2,
+        num_labels=5,
+    )
+    return _tensor_wrapper(ConvNextForImageClassification(cfg), "pixel_values", ("logits",))
+
+
+def _swin() -> Any:
+    from transformers import SwinConfig, SwinModel
+
+    cfg = SwinConfig(
+        image_size=IMAGE,
+        patch_size=4,
+        num_channels=3,
+        embed_dim=16,
+        depths=[1, 1],
+        num_heads=[2, 4],
+        window_size=4,
+        mlp_ratio=2.0,
+        attn_implementation="eager",
+    )
+    return _tensor_wrapper(SwinModel(cfg), "pixel_values", ("last_hidden_state", "pooler_output"))
+
+
+def _text(
+    name: str, family: str, builder: Callable[[], Any], outputs: tuple[OutputSpec, ...]
+) -> Architecture:
+    return Architecture(
+        name=name,
+        family=family,
+        builder=builder,
+        inputs=(_IDS, _MASK),
+        outputs=outputs,
+        traced=TEXT_TRACED,
+        checks=TEXT_CHECKS,
+    )
+
+
+def _image(
+    name: str,
+    family: str,
+    builder: Callable[[], Any],
+    outputs: tuple[OutputSpec, ...],
+    resolution: bool = False,
+) -> Architecture:
+    """An image model: batch only, or batch, height and width for fully convolutional ones."""
+    if not resolution:
+        return Architecture(
+            name=name,
+            family=family,
+            builder=builder,
+            inputs=(InputSpec("pixel_values", ("batch", 3, IMAGE, IMAGE)),),
+            outputs=outputs,
+            traced=BATCH_TRACED,
+            checks=BATCH_CHECKS,
+            note="batch axis only (the model needs its configured resolution)",
+        )
+    return Architecture(
+        name=name,
+        family=family,
+        builder=builder,
+        inputs=(InputSpec("pixel_values", ("batch", 3, "height", "width")),),
+        outputs=outputs,
+        traced=tuple({**t, "height": IMAGE, "width": IMAGE} for t in BATCH_TRACED),
+        checks=(
+            {"batch": 3, "height": IMAGE, "width": IMAGE},
+            {"batch": 2, "height": 48, "width": 64},
+            {"batch": 1, "height": 40, "width": 24},
+        ),
+        note="batch, height and width symbolic (traced height == width: decided by structure)",
+    )
+
+
+_HIDDEN_SEQ = OutputSpec("last_hidden_state", ("batch", "seq", HIDDEN))
+
+_ALL: tuple[Architecture, ...] = (
+    _text(
+        "bert",
+        "BERT encoder (absolute positions, token types, pooler)",
+        _bert,
+        (_HIDDEN_SEQ, OutputSpec("pooler_output", ("batch", HIDDEN))),
+    ),
+    _text(
+        "roberta",
+        "RoBERTa classifier (positions from the padding mask, CLS head)",
+        _roberta,
+        (OutputSpec("logits", ("batch", 3)),),
+    ),
+    _text("distilbert", "DistilBERT encoder", _distilbert, (_HIDDEN_SEQ,)),
+    _text(
+        "gpt2",
+        "GPT-2 LM (causal mask, learned positions, LM head)",
+        _gpt2,
+        (OutputSpec("logits", ("batch", "seq", VOCAB)),),
+    ),
+    _text(
+        "llama",
+        "Llama LM (RoPE, GQA, RMSNorm, causal mask)",
+        _llama,
+        (OutputSpec("logits", ("batch", "seq", VOCAB)),),
+    ),
+    _text("qwen2", "Qwen2 decoder (RoPE, GQA, qkv bias)", _qwen2, (_HIDDEN_SEQ,)),
+    _text("t5_encoder", "T5 encoder (relative position buckets)", _t5_encoder, (_HIDDEN_SEQ,)),
+    Architecture(
+        name="whisper_encoder",
+        family="Whisper encoder (conv stem on log-mel frames, sinusoidal positions)",
+        builder=_whisper_encoder,
+        inputs=(InputSpec("input_features", ("batch", WHISPER_MELS, WHISPER_FRAMES)),),
+        outputs=(OutputSpec("last_hidden_state", ("batch", WHISPER_FRAMES // 2, HIDDEN)),),
+        traced=BATCH_TRACED,
+        checks=BATCH_CHECKS,
+        note="batch axis only: the encoder accepts exactly 2*max_source_positions frames",
+    ),
+    Architecture(
+        name="wav2vec2",
+        family="Wav2Vec2 (conv feature extractor on raw audio, conv positions, transformer)",
+        builder=_wav2vec2,
+        inputs=(InputSpec("input_values", ("batch", "samples")),),
+        outputs=(OutputSpec("last_hidden_state", ("batch", "frames", HIDDEN)),),
+        traced=({"batch": 1, "samples": 400}, {"batch": 2, "samples": 400}),
+        checks=(
+            {"batch": 3, "samples": 320},
+            {"batch": 2, "samples": 640},
+            {"batch": 1, "samples": 1000},
+        ),
+        note="raw-audio length is symbolic; output frames follow the conv strides",
+    ),
+    _image(
+        "vit",
+        "ViT classifier (patch embedding, CLS token)",
+        _vit,
+        (OutputSpec("logits", ("batch", 5)),),
+    ),
+    _image(
+        "resnet",
+        "ResNet classifier (bottleneck convs, adaptive pooling)",
+        _resnet,
+        (OutputSpec("logits", ("batch", 5)),),
+        resolution=True,
+    ),
+    _image(
+        "convnext",
+        "ConvNeXt classifier (depthwise convs, channels-last LayerNorm)",
+        _convnext,
+        (OutputSpec("logits", ("batch", 5)),),
+        resolution=True,
+    ),
+    _image(
+        "swin",
+        "Swin encoder (window partition / shifted windows)",
+        _swin,
+        (
+            OutputSpec("last_hidden_state", ("batch", 16, 32)),
+            OutputSpec("pooler_output", ("batch", 32)),
+        ),
+    ),
+)
+
+#: Every corpus architecture by name, in table order.
+ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in _ALL}
+
+
+def arch_names() -> list[str]:
+    return list(ARCHITECTURES)
