@@ -1,0 +1,259 @@
+"""onnxsurgery.references: cases round-trip through both on-disk forms; bad data raises
+ReferenceDataError naming the path; record() runs torch eager and writes a case."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from onnxsurgery.errors import ReferenceDataError
+from onnxsurgery.references import Case, load_cases, record, save_case, save_npz
+
+
+def _case(name: str = "c", batch: int = 2) -> Case:
+    rng = np.random.default_rng(batch)
+    return Case(
+        name=name,
+        inputs={
+            "x": rng.standard_normal((batch, 3)).astype(np.float32),
+            "lengths": np.arange(1, batch + 1, dtype=np.int64),
+            "mask": np.array([True, False] * batch),
+        },
+        outputs={
+            "logits": rng.standard_normal((batch, 5)).astype(np.float32),
+            "pred": np.zeros((batch,), dtype=np.int64),
+            "half": np.ones((batch, 2), dtype=np.float16),
+            "scalar": np.array(3.5, dtype=np.float64),
+            "empty": np.zeros((0, 2), dtype=np.int64),
+        },
+    )
+
+
+def _assert_same(a: Case, b: Case) -> None:
+    for key in ("inputs", "outputs"):
+        x, y = getattr(a, key), getattr(b, key)
+        assert list(x) == list(y), key
+        for name in x:
+            assert x[name].dtype == y[name].dtype, name
+            assert x[name].shape == y[name].shape, name
+            np.testing.assert_array_equal(x[name], y[name])
+
+
+# --------------------------------------------------------------------------------------------
+# round trips
+
+
+def test_test_data_layout_round_trip(tmp_path: Path) -> None:
+    cases = [_case(batch=b) for b in (2, 5)]
+    paths = [save_case(c, tmp_path) for c in cases]
+    assert [p.name for p in paths] == ["test_data_set_0", "test_data_set_1"]
+    assert sorted(f.name for f in paths[0].iterdir()) == [
+        *(f"input_{k}.pb" for k in range(3)),
+        *(f"output_{k}.pb" for k in range(5)),
+    ]
+    proto = onnx.TensorProto()
+    proto.ParseFromString((paths[0] / "input_1.pb").read_bytes())
+    assert proto.name == "lengths"
+    loaded = load_cases(tmp_path)
+    assert [c.name for c in loaded] == ["test_data_set_0", "test_data_set_1"]
+    for want, got in zip(cases, loaded, strict=True):
+        _assert_same(want, got)
+    _assert_same(cases[1], load_cases(paths[1])[0])  # a single test_data_set_N dir
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp leftovers
+
+
+def test_case_dirs_and_tensors_sort_numerically(tmp_path: Path) -> None:
+    many = Case("m", {f"in{k}": np.full((1,), k, np.int64) for k in range(12)}, {"y": np.ones(1)})
+    for index in (10, 2, 0):
+        save_case(many, tmp_path, index=index)
+    loaded = load_cases(tmp_path)
+    assert [c.name for c in loaded] == ["test_data_set_0", "test_data_set_2", "test_data_set_10"]
+    assert list(loaded[0].inputs) == [f"in{k}" for k in range(12)]
+    assert save_case(many, tmp_path).name == "test_data_set_11"  # next free index
+
+
+def test_save_case_with_index_replaces(tmp_path: Path) -> None:
+    save_case(_case(batch=2), tmp_path, index=0)
+    save_case(Case("small", {"a": np.zeros(1)}, {"b": np.ones(1)}), tmp_path, index=0)
+    (case,) = load_cases(tmp_path)
+    assert list(case.inputs) == ["a"] and list(case.outputs) == ["b"]
+
+
+def test_unnamed_tensor_is_keyed_by_file_stem(tmp_path: Path) -> None:
+    case_dir = tmp_path / "test_data_set_0"
+    case_dir.mkdir()
+    (case_dir / "input_0.pb").write_bytes(
+        numpy_helper.from_array(np.ones(2, np.float32)).SerializeToString()
+    )
+    (case_dir / "output_0.pb").write_bytes(
+        numpy_helper.from_array(np.ones(2, np.float32), name="y").SerializeToString()
+    )
+    (case,) = load_cases(tmp_path)
+    assert list(case.inputs) == ["input_0"] and list(case.outputs) == ["y"]
+
+
+def test_npz_round_trip(tmp_path: Path) -> None:
+    case = _case(batch=3)
+    path = save_npz(case, tmp_path / "case_3.npz")
+    assert path == tmp_path / "case_3.npz"
+    with np.load(path) as npz:
+        assert npz.files[:3] == ["input:x", "input:lengths", "input:mask"]
+        assert npz.files[3] == "output:logits"
+    (loaded,) = load_cases(path)
+    assert loaded.name == "case_3"
+    _assert_same(case, loaded)
+
+
+def test_npz_path_is_written_exactly(tmp_path: Path) -> None:
+    path = save_npz(_case(), tmp_path / "ref.data")
+    assert path.exists() and not (tmp_path / "ref.data.npz").exists()
+
+
+def test_dir_of_npz_files_in_natural_order(tmp_path: Path) -> None:
+    for b in (10, 2, 1):
+        save_npz(_case(batch=b), tmp_path / f"case{b}.npz")
+    loaded = load_cases(tmp_path)
+    assert [c.name for c in loaded] == ["case1", "case2", "case10"]
+    assert loaded[2].inputs["x"].shape == (10, 3)
+
+
+# --------------------------------------------------------------------------------------------
+# errors name the path
+
+
+def _raises(path: Path, match: str) -> None:
+    with pytest.raises(ReferenceDataError, match=match) as info:
+        load_cases(path)
+    assert str(path) in str(info.value)
+
+
+def test_missing_dir(tmp_path: Path) -> None:
+    _raises(tmp_path / "nope", "does not exist")
+
+
+def test_missing_npz(tmp_path: Path) -> None:
+    _raises(tmp_path / "nope.npz", "does not exist")
+
+
+def test_empty_dir(tmp_path: Path) -> None:
+    _raises(tmp_path, "holds no cases")
+
+
+def test_file_that_is_not_npz(tmp_path: Path) -> None:
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"x")
+    _raises(path, "not an .npz")
+
+
+def test_corrupted_pb(tmp_path: Path) -> None:
+    case_dir = save_case(_case(), tmp_path)
+    bad = case_dir / "output_0.pb"
+    bad.write_bytes(b"\xff\xff\xff\xff garbage")
+    _raises(tmp_path, "output_0.pb")
+
+
+def test_truncated_pb(tmp_path: Path) -> None:
+    case_dir = save_case(_case(), tmp_path)
+    bad = case_dir / "input_0.pb"
+    bad.write_bytes(bad.read_bytes()[:-7])
+    with pytest.raises(ReferenceDataError) as info:
+        load_cases(tmp_path)
+    assert str(bad) in str(info.value)
+
+
+def test_empty_pb_is_not_a_tensor(tmp_path: Path) -> None:
+    case_dir = save_case(_case(), tmp_path)
+    (case_dir / "input_0.pb").write_bytes(b"")
+    with pytest.raises(ReferenceDataError, match="no data type") as info:
+        load_cases(case_dir)
+    assert str(case_dir / "input_0.pb") in str(info.value)
+
+
+def test_case_without_outputs(tmp_path: Path) -> None:
+    case_dir = save_case(_case(), tmp_path)
+    for f in case_dir.glob("output_*.pb"):
+        f.unlink()
+    _raises(case_dir, "no output_K.pb")
+
+
+def test_duplicate_tensor_names(tmp_path: Path) -> None:
+    case_dir = save_case(
+        Case("d", {"a": np.zeros(1), "b": np.zeros(1)}, {"y": np.zeros(1)}), tmp_path
+    )
+    (case_dir / "input_1.pb").write_bytes((case_dir / "input_0.pb").read_bytes())
+    _raises(case_dir, "two input tensors are named 'a'")
+
+
+def test_corrupted_npz(tmp_path: Path) -> None:
+    path = tmp_path / "bad.npz"
+    path.write_bytes(b"PK\x03\x04 not really a zip")
+    _raises(path, "cannot read")
+
+
+def test_npz_with_foreign_keys(tmp_path: Path) -> None:
+    path = tmp_path / "plain.npz"
+    np.savez(path, x=np.zeros(2))
+    _raises(path, "'x'")
+
+
+def test_npz_without_outputs(tmp_path: Path) -> None:
+    path = tmp_path / "inputs_only.npz"
+    np.savez(path, **{"input:x": np.zeros(2)})
+    _raises(path, "no 'output:NAME'")
+
+
+def test_save_case_refuses_an_empty_case(tmp_path: Path) -> None:
+    with pytest.raises(ReferenceDataError, match="no outputs"):
+        save_case(Case("e", {"x": np.zeros(1)}, {}), tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+# --------------------------------------------------------------------------------------------
+# record
+
+
+def test_record_runs_torch_and_writes_a_case(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(3, 4)
+
+        def forward(self, x, n):
+            y = self.fc(x)
+            return y, (y.argmax(-1), [n * 2])
+
+    torch.manual_seed(0)
+    net = Net().eval()
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    inputs = {"x": x, "n": torch.tensor([1, 2], dtype=torch.int64)}
+    case = record(net, inputs, tmp_path, output_names=["y", "pred", "n2"])
+    assert case.name == "test_data_set_0"
+    assert list(case.inputs) == ["x", "n"] and case.inputs["n"].dtype == np.int64
+    assert list(case.outputs) == ["y", "pred", "n2"]
+    with torch.no_grad():
+        want = net.fc(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(case.outputs["y"], want, rtol=1e-6)
+    np.testing.assert_array_equal(case.outputs["n2"], [2, 4])
+    (loaded,) = load_cases(tmp_path)
+    _assert_same(case, loaded)
+    second = record(net, inputs, tmp_path, output_names=["y", "pred", "n2"])
+    assert second.name == "test_data_set_1"
+
+
+def test_record_without_out_dir_writes_nothing(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    case = record(torch.nn.Identity(), {"x": np.ones(2, np.float32)}, None, output_names=["y"])
+    assert list(case.outputs) == ["y"] and not list(tmp_path.iterdir())
+
+
+def test_record_output_count_mismatch(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ReferenceDataError, match="returned 1 tensors but 2 output names"):
+        record(torch.nn.Identity(), {"x": np.ones(2)}, tmp_path, output_names=["a", "b"])
+    assert not list(tmp_path.iterdir())
