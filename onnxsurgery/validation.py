@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 import onnx
-from rich.console import Group
+from rich import box
+from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -330,23 +331,40 @@ class ValidationReport:
             "compare_seconds": round(self.compare_seconds, 6),
         }
 
-    def __rich__(self) -> Group:
+    def __rich__(self) -> _ReportView:
+        """The terminal form: a table, worst outputs first, failing rows red; fits the width."""
+        return _ReportView(self)
+
+    def render(self, width: int = 200) -> Group:
+        """The table and its footer for a terminal ``width`` columns wide.
+
+        From 110 columns on every statistic has a column; narrower terminals drop shape, max rel
+        and mean abs (the JSON report always has them). Why a row failed is listed under the
+        table, where a long message does not squeeze the columns.
+        """
+        wide = width >= 110
         title = "validation" + (f" against {self.reference}" if self.reference else "")
-        table = Table(title=title, title_justify="left")
-        for column, justify in (
-            ("case", "left"),
-            ("output", "left"),
-            ("shape", "left"),
-            ("max abs", "right"),
-            ("max rel", "right"),
-            ("mean abs", "right"),
-            ("out of tol", "right"),
-            ("worst at", "left"),
-            ("min atol", "right"),
-            ("tolerance", "left"),
-            ("result", "left"),
-        ):
-            table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        table = Table(
+            title=title,
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            collapse_padding=True,
+        )
+        uniform = not self.tolerances  # else show each row's tolerance
+        columns: list[tuple[str, str]] = [("case", "left"), ("output", "left")]
+        if wide:
+            columns.append(("shape", "left"))
+        columns.append(("max abs", "right"))
+        if wide:
+            columns += [("max rel", "right"), ("mean abs", "right")]
+        columns += [("out of tol", "right"), ("worst at", "left"), ("min atol", "right")]
+        if wide and not uniform:
+            columns.append(("tolerance", "left"))
+        columns.append(("result", "left"))
+        for name, justify in columns:
+            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+
         rows: list[tuple[CaseResult, OutputComparison | None]] = []
         rows += [(c, None) for c in self.cases if c.error]
         rows += self.failures
@@ -354,46 +372,39 @@ class ValidationReport:
             ((c, o) for c in self.cases for o in c.outputs if o), key=lambda r: -r[1].severity
         )
         shown_passing = passing[: max(0, self.max_rows - len(rows))]
+        details: list[str] = []
         for case, out in rows + shown_passing:
+            cells: dict[str, str] = {"case": case.name}
             if out is None:
-                table.add_row(
-                    case.name,
-                    "-",
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                    f"did not run: {case.error}",
-                    style="red",
-                )
+                cells.update(output="-", result="did not run")
+                details.append(f"{case.name}: did not run: {case.error}")
+                table.add_row(*(cells.get(n, "") for n, _ in columns), style="red")
                 continue
             shape = "x".join(map(str, out.shape)) if out.shape is not None else "-"
-            if out.shape is not None and not out.shape:
+            if out.shape == ():
                 shape = "scalar"
             percent = f"{out.mismatches} ({out.mismatch_percent:.2g}%)" if out.mismatches else "0"
             if out.max_abs is None and out.problem:
                 percent = "-"
-            result = "ok" if out else ("FAIL: " + (out.problem or "out of tolerance"))
-            if not out and out.nonfinite_mismatches and not out.problem:
-                result = f"FAIL: {out.nonfinite_mismatches} NaN/Inf misplaced"
-            table.add_row(
-                case.name,
-                out.name,
-                shape,
-                format_number(out.max_abs),
-                format_number(out.max_rel),
-                format_number(out.mean_abs),
-                percent,
-                str(list(out.worst_index)) if out.worst_index is not None else "-",
-                format_number(out.min_atol, up=True),
-                out.tolerance_text(),
-                result,
-                style=None if out else "red",
+            cells.update(
+                {
+                    "output": out.name,
+                    "shape": shape,
+                    "max abs": format_number(out.max_abs),
+                    "max rel": format_number(out.max_rel),
+                    "mean abs": format_number(out.mean_abs),
+                    "out of tol": percent,
+                    "worst at": "[" + ",".join(map(str, out.worst_index)) + "]"
+                    if out.worst_index is not None
+                    else "-",
+                    "min atol": format_number(out.min_atol, up=True),
+                    "tolerance": out.tolerance_text(),
+                    "result": "ok" if out else "FAIL",
+                }
             )
+            if not out:
+                details.append(f"{case.name} {out.describe()}")
+            table.add_row(*(cells[n] for n, _ in columns), style=None if out else "red")
         parts: list[Any] = [table]
         hidden = len(passing) - len(shown_passing)
         if hidden:
@@ -403,6 +414,12 @@ class ValidationReport:
                     style="dim",
                 )
             )
+        for line in details[:10]:
+            parts.append(Text(f"  {line}", style="red"))
+        if len(details) > 10:
+            parts.append(
+                Text(f"  ... {len(details) - 10} more failures in --report FILE.json", style="red")
+            )
         style = "green" if self else "red"
         parts.append(Text(("PASS: " if self else "FAIL: ") + self.summary, style=style))
         parts.append(Text(f"tolerance: {self.tolerance_text()}", style="dim"))
@@ -410,6 +427,16 @@ class ValidationReport:
         for note in self.notes:
             parts.append(Text(f"note: {note}", style="yellow"))
         return Group(*parts)
+
+
+class _ReportView:
+    """Renders a ValidationReport at the width of wherever it is printed."""
+
+    def __init__(self, report: ValidationReport) -> None:
+        self.report = report
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.report.render(options.max_width)
 
 
 # --------------------------------------------------------------------------------------------

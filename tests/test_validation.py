@@ -363,12 +363,29 @@ def test_report_json_and_table(net: onnx.ModelProto) -> None:
     console = Console(width=200, record=True, color_system=None)
     console.print(report)
     text = console.export_text()
-    lines = [line for line in text.splitlines() if "test_data_set_" in line and "│" in line]
-    assert "test_data_set_1" in lines[0] and "FAIL" in lines[0]  # worst first
-    assert "ok" in lines[-1]
+    lines = [line.rstrip() for line in text.splitlines() if line.startswith(" test_data_set_")]
+    assert len(lines) == 4
+    assert lines[0].split()[:2] == ["test_data_set_1", "y"] and lines[0].endswith(
+        "FAIL"
+    )  # worst first
+    assert lines[1].split()[:2] == ["test_data_set_0", "y"] and lines[1].endswith("FAIL")
+    assert lines[-1].endswith("ok")
+    assert "max rel" in text and "mean abs" in text  # wide terminal: every column
+    assert "  test_data_set_1 y: 4/10 elements out of tolerance" in text  # why, under the table
     assert "FAIL: 2 cases, 4 outputs" in text
     assert "tolerance: atol 1e-4, rtol 1e-3 (fp32 defaults)" in text
     assert "runtime: CPU (asked for)" in text
+
+
+def test_table_fits_a_narrow_terminal(net: onnx.ModelProto) -> None:
+    report = validate(with_weight_error(net, "W", (1, 0), 0.125), CASES, provider="cpu")
+    console = Console(width=80, record=True, color_system=None)
+    console.print(report)
+    text = console.export_text()
+    assert all(len(line) <= 80 for line in text.splitlines())
+    rows = [line for line in text.splitlines() if line.startswith(" test_data_set_")]
+    assert len(rows) == 4 and not any("…" in row for row in rows)  # no cell cut short
+    assert "max rel" not in text and "max abs" in text
 
 
 def test_table_hides_passing_rows_beyond_max_rows(net: onnx.ModelProto) -> None:
