@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -29,6 +30,7 @@ from onnxsurgery.pass_infra import Diagnostic, Pass, PassContext, PassResult
 __all__ = ["ConcatOutputs"]
 
 _INT64_MAX = 2**63 - 1
+_GENERATED = re.compile(r"unk__\d+")
 
 
 class ConcatOutputs(Pass):
@@ -156,7 +158,7 @@ class ConcatOutputs(Pass):
                 )
         out = onnx.ModelProto()
         out.CopyFrom(model)
-        _Builder(out, layout, self.pad, taken).build(types)
+        _Builder(out, layout, self.pad, taken).build({o.name: o for o in model.graph.output})
         out.metadata_props.add(key=METADATA_KEY, value=layout.to_json())
         diagnostics.insert(0, Diagnostic.info(_summary(layout)))
         return PassResult(
@@ -187,10 +189,13 @@ class ConcatOutputs(Pass):
         notes: list[Diagnostic] = []
         names = [i.name for i in infos]
         types, dims = [], []
+        ours = _dim_params(model.graph)
         for info in infos:
             elem, shape = _tensor_type(info, self.fail)
             types.append(elem)
-            dims.append(shape)
+            # ONNX shape inference names dims it cannot tell unk__N: they are unknown to us
+            dims.append([None if isinstance(d, str) and _GENERATED.fullmatch(d) and d not in ours else d
+                         for d in shape])  # fmt: skip
         if _opset(model) < 11:
             self.fail(f"the model imports opset {_opset(model)}; concat-outputs needs opset >= 11")
         target = self.elem_type
@@ -338,6 +343,18 @@ def _show_sym(sym: str) -> str:
     return str(Poly.of(sym).render())
 
 
+def _dim_params(graph: onnx.GraphProto) -> set[str]:
+    """The dim_params the model itself declares (inputs, outputs, value_info)."""
+    values = [*graph.input, *graph.output, *graph.value_info]
+    return {
+        d.dim_param
+        for v in values
+        if v.type.HasField("tensor_type")
+        for d in v.type.tensor_type.shape.dim
+        if d.HasField("dim_param")
+    }
+
+
 def _opset(model: onnx.ModelProto) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
@@ -393,7 +410,7 @@ class _Builder:
         self.model.graph.initializer.append(numpy_helper.from_array(np.asarray(values, dtype=dtype), name))
         return name
 
-    def build(self, types: dict[str, onnx.ValueInfoProto]) -> None:
+    def build(self, declared: dict[str, onnx.ValueInfoProto]) -> None:
         layout, opset = self.layout, _opset(self.model)
         target = parse_dtype(layout.dtype)
         blocks = []
@@ -424,7 +441,7 @@ class _Builder:
                 helper.make_node("Concat", shapes, [layout.shapes], name=self.fresh("shapes/Concat"), axis=0)
             )
             new.append(helper.make_tensor_value_info(layout.shapes, onnx.TensorProto.INT64, [total]))
-        self.place_outputs(new, types)
+        self.place_outputs(new, declared)
 
     def flat_shape(self, x: str, part: PartLayout, tag: str) -> str:
         n = self.layout.flatten
@@ -489,7 +506,7 @@ class _Builder:
                 dims.append(d.as_symbol())
         return dims
 
-    def place_outputs(self, new: list[onnx.ValueInfoProto], types: dict[str, onnx.ValueInfoProto]) -> None:
+    def place_outputs(self, new: list[onnx.ValueInfoProto], declared: dict[str, onnx.ValueInfoProto]) -> None:
         graph, layout = self.model.graph, self.layout
         if layout.keep:
             graph.output.extend(new)
@@ -503,7 +520,7 @@ class _Builder:
         have_info = {v.name for v in graph.value_info}
         for n in layout.part_names:
             if n not in sources and n not in have_info:
-                graph.value_info.append(types[n])
+                graph.value_info.append(declared[n])
                 have_info.add(n)
         del graph.output[:]
         graph.output.extend(outputs)
