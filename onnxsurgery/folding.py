@@ -1,0 +1,644 @@
+"""Constant folding engine: onnxsim in a forked child, onnx-graphsurgeon as the fallback.
+
+What the ``fold-constants`` pass needs, kept here so other passes can reuse it:
+
+- :func:`run_onnxsim` runs ``onnxsim.simplify`` on a model, by default in a forked child process,
+  so that a native crash (segfault, abort) inside onnxsim, onnx-optimizer or ONNX Runtime becomes
+  a :class:`FolderFailed` instead of killing the caller, and everything native code prints goes to
+  a log instead of the terminal. Models near the 2 GB protobuf limit go through onnxsim's
+  path-based entry point (``simplify(path, output_path=...)``) with external data.
+- :func:`fold_with_graphsurgeon` is the fallback: onnx-graphsurgeon's ``fold_constants`` (never
+  folding random ops) + ``cleanup`` + ``toposort``.
+- :func:`same_graph` decides whether a folder changed anything that matters (see its docstring),
+  :func:`pinned_dims` whether it turned a symbolic dim of the signature into a number, and
+  :func:`op_delta` / :func:`format_bytes` write the diagnostics.
+- :func:`parse_size` / :func:`parse_input_shapes` / :func:`known_optimizers` validate options.
+
+Measured cost of the isolation (bench/bench_fold_constants.py): forking costs about 20-30 ms
+per call on the fixtures; a spawned interpreter would cost ~5 s each (``import onnxsim`` alone
+takes ~4.5 s), so isolation uses ``fork`` and is skipped (in-process, said in a diagnostic)
+where ``fork`` is not available.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import hashlib
+import io
+import json
+import os
+import re
+import signal
+import sys
+import tempfile
+import traceback
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from onnxsurgery.model_io import PROTOBUF_LIMIT, tensor_bytes
+from onnxsurgery.report import op_counts
+
+__all__ = [
+    "FolderFailed",
+    "OnnxsimSettings",
+    "FoldedModel",
+    "RANDOM_OPS",
+    "parse_size",
+    "parse_input_shapes",
+    "known_optimizers",
+    "onnxsim_version",
+    "fork_available",
+    "run_onnxsim",
+    "fold_with_graphsurgeon",
+    "same_graph",
+    "pinned_dims",
+    "op_delta",
+    "format_bytes",
+    "is_large",
+]
+
+#: Ops whose output differs between runs: folding them would freeze one draw into the model.
+RANDOM_OPS = frozenset(
+    {
+        "RandomNormal",
+        "RandomNormalLike",
+        "RandomUniform",
+        "RandomUniformLike",
+        "Multinomial",
+        "Bernoulli",
+    }
+)
+
+#: onnxsim refuses tensor size thresholds at or above this (``tensor_size_threshold should be
+#: less than 2GB``).
+MAX_SIZE_THRESHOLD = 2**31 - 9999
+#: Models with at least this many tensor bytes cannot go through protobuf in one message; they
+#: are handed to onnxsim by path with external data (the criterion model_io uses for saving).
+LARGE_MODEL_BYTES = PROTOBUF_LIMIT - 64 * 2**20
+
+_UNITS = {"B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30}
+# onnxsim runs this batched MatMul+Add -> Gemm rewrite by default although it is not in its
+# "default optimizers" list (it is registered as an "other" pass and opted into in C++).
+_DEFAULT_EXTRA_OPTIMIZERS = ("fuse_matmul_add_bias_into_gemm_batched",)
+
+
+# ---------------------------------------------------------------------------------------------
+# options
+
+
+def parse_size(value: int | str) -> int:
+    """``"1MB"``, ``"512KB"``, ``"1.5GB"``, ``"100B"``, ``"4096"`` or an int -> bytes (binary units)."""
+    if isinstance(value, bool):
+        raise TypeError(f"size must be bytes (int) or a text like '1MB', got {value!r}")
+    if isinstance(value, int):
+        size = value
+    elif isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMG]?B)?\s*", value, re.IGNORECASE)
+        if not m:
+            raise ValueError(
+                f"size {value!r} is not understood; write bytes or a number with B, KB, MB or GB "
+                "(e.g. '1MB', '512KB')"
+            )
+        size = int(float(m.group(1)) * _UNITS[(m.group(2) or "B").upper()])
+    else:
+        raise TypeError(f"size must be bytes (int) or a text like '1MB', got {value!r}")
+    if size <= 0:
+        raise ValueError(f"size must be positive, got {value!r}")
+    if size >= MAX_SIZE_THRESHOLD:
+        raise ValueError(f"size {value!r} must be under 2 GB (onnxsim's limit)")
+    return size
+
+
+def parse_input_shapes(
+    value: str | Sequence[str] | Mapping[str, Sequence[int]],
+) -> dict[str, list[int]]:
+    """``"x:1x3x224x224"``, ``["x:1x3", "y:2,4"]`` or ``{"x": [1, 3]}`` -> ``{"x": [1, 3, ...]}``."""
+    if isinstance(value, Mapping):
+        items = [(str(k), v) for k, v in value.items()]
+    else:
+        texts = [value] if isinstance(value, str) else list(value)
+        items = []
+        for text in texts:
+            if not isinstance(text, str) or ":" not in text:
+                raise ValueError(f"input shape {text!r} must read NAME:DIMS, e.g. 'x:1x3x224x224'")
+            name, _, dims = text.rpartition(":")
+            items.append((name.strip(), [d for d in re.split(r"[x,]", dims.strip()) if d]))
+    shapes: dict[str, list[int]] = {}
+    for name, dims in items:
+        if not name:
+            raise ValueError(f"input shape {dims!r} has no input name; write NAME:DIMS")
+        try:
+            parsed = [int(d) for d in dims]
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"input shape for {name!r} must be whole numbers like 1x3x224x224, got {dims!r}"
+            ) from None
+        if not parsed or any(d <= 0 for d in parsed):
+            raise ValueError(f"input shape for {name!r} needs positive dims, got {dims!r}")
+        if name in shapes:
+            raise ValueError(f"input {name!r} is given two shapes")
+        shapes[name] = parsed
+    if not shapes:
+        raise ValueError("input_shapes is empty")
+    return shapes
+
+
+def known_optimizers() -> list[str]:
+    """onnx-optimizer pass names onnxsim runs by default (the names ``skip=[...]`` accepts)."""
+    import onnxsim.onnxsim_cpp2py_export as C
+
+    names = list(C._list_optimizers())
+    names += [n for n in _DEFAULT_EXTRA_OPTIMIZERS if n not in names]
+    return names
+
+
+def onnxsim_version() -> str:
+    from onnxsim import version
+
+    return str(getattr(version, "version", "?")).lstrip("v")
+
+
+def fork_available() -> bool:
+    """Whether the folder can run in a forked child (POSIX with ``os.fork``)."""
+    return hasattr(os, "fork") and sys.platform != "win32"
+
+
+def is_large(model: onnx.ModelProto) -> bool:
+    """Too big to pass through protobuf in one message (goes by path with external data)."""
+    return tensor_bytes(model) >= LARGE_MODEL_BYTES
+
+
+@dataclass(frozen=True)
+class OnnxsimSettings:
+    """What ``onnxsim.simplify`` is called with. Everything not listed keeps onnxsim's default,
+    except ``certify=False`` (a Z3 proof attempt is the pipeline's validation's job)."""
+
+    fuse_bn: bool = True
+    size_threshold: int | None = None
+    skip: tuple[str, ...] = ()
+    check: int = 0
+    input_shapes: dict[str, list[int]] | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {"check_n": self.check, "certify": False}
+        if not self.fuse_bn:
+            kw["skip_fuse_bn"] = True
+        if self.skip:
+            kw["skipped_optimizers"] = list(self.skip)
+        if self.size_threshold is not None:
+            kw["tensor_size_threshold"] = f"{self.size_threshold}B"
+        if self.input_shapes:
+            kw["overwrite_input_shapes"] = {k: list(v) for k, v in self.input_shapes.items()}
+            if self.check:
+                kw["test_input_shapes"] = {k: list(v) for k, v in self.input_shapes.items()}
+        return kw
+
+
+@dataclass
+class FoldedModel:
+    """onnxsim's result: the model, whether its own ``check_n`` check passed, where it ran."""
+
+    model: onnx.ModelProto
+    check_ok: bool
+    where: str
+    log: list[str] = field(default_factory=list)
+
+
+class FolderFailed(Exception):
+    """The folder raised, crashed, or produced no model. ``log`` holds its console output."""
+
+    def __init__(self, message: str, *, crashed: bool = False, log: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.crashed = crashed
+        self.log = list(log)
+
+
+# ---------------------------------------------------------------------------------------------
+# running onnxsim
+
+
+@contextlib.contextmanager
+def _captured_output(log_path: Path) -> Iterator[None]:
+    """Send fd 1/2 and sys.stdout/sys.stderr into ``log_path`` for the duration (in-process)."""
+    with open(log_path, "ab") as sink:
+        saved = []
+        try:
+            for fd in (1, 2):
+                try:
+                    saved.append((fd, os.dup(fd)))
+                    os.dup2(sink.fileno(), fd)
+                except OSError:  # no such fd in this host: nothing to silence there
+                    continue
+            buffer = io.StringIO()
+            with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+                try:
+                    yield
+                finally:
+                    sink.write(buffer.getvalue().encode("utf-8", "replace"))
+        finally:
+            for fd, copy in saved:
+                os.dup2(copy, fd)
+                os.close(copy)
+
+
+def _save_for_onnxsim(model: onnx.ModelProto, path: Path) -> None:
+    """Write a (large) model we own with external data; moves the tensors' bytes out of it."""
+    onnx.save_model(
+        model,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=path.name + ".data",
+        size_threshold=1024,
+        convert_attribute=False,
+    )
+
+
+def _simplify_to_file(
+    model: onnx.ModelProto, settings: OnnxsimSettings, workdir: Path, *, owned: bool
+) -> bool:
+    """Run onnxsim and leave its result in ``workdir/folded.onnx``; return its check verdict.
+
+    ``owned``: ``model`` may be mutated (true in a forked child, whose copy nobody else sees).
+    """
+    import onnxsim
+
+    out_path = workdir / "folded.onnx"
+    kwargs = settings.kwargs()
+    if not owned:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        model = copy
+    # onnxsim re-infers every shape; a stale static value_info (recorded before symbolize) would
+    # otherwise win over an inferred symbolic dim and let a Shape op fold into a constant.
+    del model.graph.value_info[:]
+    if is_large(model):
+        in_path = workdir / "input.onnx"
+        _save_for_onnxsim(model, in_path)
+        del model
+        _, check_ok = onnxsim.simplify(str(in_path), output_path=str(out_path), **kwargs)
+        return bool(check_ok)
+    folded, check_ok = onnxsim.simplify(model, **kwargs)
+    if is_large(folded):  # folding grew it past 2 GB (e.g. a folded Tile)
+        _save_for_onnxsim(folded, out_path)
+    else:
+        out_path.write_bytes(folded.SerializeToString())
+    return bool(check_ok)
+
+
+def _read_log(path: Path, limit: int = 20) -> list[str]:
+    try:
+        text = path.read_text("utf-8", "replace")
+    except OSError:
+        return []
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    return lines[-limit:]
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    first = lines[0] if lines else ""
+    return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+def _child_main(job: Callable[[], bool], workdir: Path) -> None:  # pragma: no cover - in child
+    """Body of the forked child: run ``job`` with output logged, report in status.json, exit."""
+    code = 1
+    try:
+        log_fd = os.open(workdir / "native.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        stream = open(log_fd, "w", buffering=1, closefd=False, encoding="utf-8", errors="replace")
+        sys.stdout = sys.stderr = stream
+        # A crash's Python traceback goes to the log too (not to a terminal fd the host set up).
+        faulthandler.enable(file=stream, all_threads=False)
+        try:
+            check_ok = job()
+            status: dict[str, Any] = {"ok": True, "check_ok": check_ok}
+            code = 0
+        except BaseException as exc:  # everything becomes a report to the parent
+            status = {
+                "ok": False,
+                "type": type(exc).__name__,
+                "message": _first_line(str(exc)) or type(exc).__name__,
+                "traceback": traceback.format_exc(limit=8),
+            }
+        (workdir / "status.json").write_text(json.dumps(status))
+        stream.flush()
+    finally:
+        os._exit(code)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _run_forked(job: Callable[[], bool], workdir: Path) -> bool:
+    """Run ``job`` in a forked child; its return value comes back, its failure as FolderFailed."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with warnings.catch_warnings():
+        # Python >= 3.12 warns when a process with threads forks (ONNX Runtime's pools). The
+        # child only runs onnxsim and leaves with os._exit, never touching those threads' locks.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        _child_main(job, workdir)
+    try:
+        _, status = os.waitpid(pid, 0)
+    except BaseException:  # Ctrl-C or similar while waiting: do not leave the child running
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        raise
+    code = os.waitstatus_to_exitcode(status)
+    log = _read_log(workdir / "native.log")
+    status_path = workdir / "status.json"
+    report = json.loads(status_path.read_text()) if status_path.is_file() else None
+    if code < 0:
+        raise FolderFailed(
+            f"onnxsim crashed the process it ran in ({_signal_name(-code)})", crashed=True, log=log
+        )
+    if report is None:
+        raise FolderFailed(
+            f"onnxsim's process exited with code {code} without a result", crashed=True, log=log
+        )
+    if not report["ok"]:
+        raise FolderFailed(f"{report['type']}: {report['message']}", log=log)
+    return bool(report["check_ok"])
+
+
+def run_onnxsim(
+    model: onnx.ModelProto, settings: OnnxsimSettings, *, isolate: bool = True
+) -> FoldedModel:
+    """Run ``onnxsim.simplify`` on ``model`` (never modified) and return its result.
+
+    ``isolate`` runs it in a forked child (where ``fork`` exists): a crash there raises
+    :class:`FolderFailed` with ``crashed=True`` instead of ending this process. Whatever onnxsim
+    or native code prints is kept in ``FoldedModel.log`` / ``FolderFailed.log``, never shown.
+    Raises :class:`FolderFailed` when onnxsim raises.
+    """
+    import onnxsim  # noqa: F401  (imported here once, so a forked child starts with it loaded)
+
+    forked = isolate and fork_available()
+    where = "forked child process" if forked else "in-process"
+    with tempfile.TemporaryDirectory(prefix="onnxsurgery-fold-") as tmp:
+        workdir = Path(tmp)
+        if forked:
+            check_ok = _run_forked(
+                lambda: _simplify_to_file(model, settings, workdir, owned=True), workdir
+            )
+        else:
+            try:
+                with _captured_output(workdir / "native.log"):
+                    check_ok = _simplify_to_file(model, settings, workdir, owned=False)
+            except Exception as exc:
+                raise FolderFailed(
+                    f"{type(exc).__name__}: {_first_line(str(exc)) or type(exc).__name__}",
+                    log=_read_log(workdir / "native.log"),
+                ) from exc
+        out_path = workdir / "folded.onnx"
+        if not out_path.is_file():
+            raise FolderFailed("onnxsim returned without writing a model")
+        try:
+            folded = onnx.load(str(out_path), load_external_data=True)
+        except Exception as exc:
+            raise FolderFailed(
+                f"onnxsim's output cannot be read back: {_first_line(str(exc))}"
+            ) from exc
+        return FoldedModel(folded, check_ok, where, _read_log(workdir / "native.log"))
+
+
+# ---------------------------------------------------------------------------------------------
+# the fallback
+
+
+def fold_with_graphsurgeon(
+    model: onnx.ModelProto, *, size_threshold: int | None = None
+) -> onnx.ModelProto:
+    """onnx-graphsurgeon ``fold_constants`` + ``cleanup`` + ``toposort``; random ops never fold.
+
+    Shapes are inferred first (symbolic dims stay symbolic) so static ``Shape`` ops fold. Raises
+    :class:`FolderFailed` when graphsurgeon cannot import, fold or export the graph.
+    """
+    import onnx_graphsurgeon as gs
+
+    from onnxsurgery.model_io import infer_shapes
+
+    with tempfile.TemporaryDirectory(prefix="onnxsurgery-gsfold-") as tmp:
+        log_path = Path(tmp) / "native.log"
+        try:
+            with _captured_output(log_path):
+                try:
+                    inferred = infer_shapes(model, data_prop=True)
+                except Exception:  # folding still works, only static Shape ops stay unfolded
+                    inferred = model
+                graph = gs.import_onnx(inferred)
+                graph.toposort(recurse_subgraphs=True)
+                graph.fold_constants(
+                    partitioning="basic",
+                    size_threshold=size_threshold,
+                    should_exclude_node=lambda node: node.op in RANDOM_OPS,
+                )
+                graph.cleanup(recurse_subgraphs=True)
+                graph.toposort(recurse_subgraphs=True)
+                exported = gs.export_onnx(graph, do_type_check=False)
+        except Exception as exc:
+            raise FolderFailed(
+                f"{type(exc).__name__}: {_first_line(str(exc)) or type(exc).__name__}",
+                log=_read_log(log_path),
+            ) from exc
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    out.graph.CopyFrom(exported.graph)
+    # value_info graphsurgeon wrote back came from our inference; drop it like onnxsim's
+    # callers would re-infer anyway, so no intermediate shape goes stale.
+    del out.graph.value_info[:]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# comparing models
+
+
+def _tensor_key(tensor: onnx.TensorProto, content: bool) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{tensor.data_type}:{list(tensor.dims)}".encode())
+    if not content:
+        return "c:" + h.hexdigest()
+    if tensor.data_type == onnx.TensorProto.STRING:
+        for s in tensor.string_data:
+            h.update(len(s).to_bytes(8, "little") + s)
+    elif tensor.HasField("raw_data") or tensor.raw_data:
+        h.update(tensor.raw_data)
+    else:
+        array = np.ascontiguousarray(numpy_helper.to_array(tensor))
+        h.update(memoryview(array).cast("B"))
+    return "c:" + h.hexdigest()
+
+
+def _constant_node_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
+        return None
+    attr = node.attribute[0]
+    if attr.name == "value":
+        return attr.t
+    try:
+        value = onnx.helper.get_attribute_value(attr)
+        if attr.name in ("value_float", "value_floats"):
+            return numpy_helper.from_array(np.asarray(value, dtype=np.float32))
+        if attr.name in ("value_int", "value_ints"):
+            return numpy_helper.from_array(np.asarray(value, dtype=np.int64))
+    except Exception:
+        return None
+    return None
+
+
+def _attr_key(attr: onnx.AttributeProto) -> bytes:
+    copy = onnx.AttributeProto()
+    copy.CopyFrom(attr)
+    copy.doc_string = ""
+    return copy.SerializeToString(deterministic=True)
+
+
+def _node_key(node: onnx.NodeProto, ident: dict[str, str], content: bool) -> str:
+    """Key of one node; records the identities of its outputs in ``ident``."""
+    const = _constant_node_tensor(node)
+    if const is not None:
+        key = _tensor_key(const, content)
+        for name in node.output[:1]:
+            ident[name] = key
+        return key  # the same key as an initializer holding that value
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{node.domain}::{node.op_type}|".encode())
+    for attr in sorted(node.attribute, key=lambda a: a.name):
+        h.update(attr.name.encode() + b"=" + _attr_key(attr) + b";")
+    for name in node.input:
+        h.update((ident.get(name, "free:" + name) if name else "-").encode() + b",")
+    key = h.hexdigest()
+    for i, name in enumerate(node.output):
+        if name:
+            ident[name] = f"{key}#{i}"
+    return key
+
+
+def _graph_key(graph: onnx.GraphProto, content: bool) -> tuple:
+    """A key equal for two graphs that compute the same thing the same way.
+
+    Tensors are identified by what produces them (graph input name, constant value, or op +
+    attributes + identities of its inputs), so tensor and node names, node order and whether a
+    constant is an initializer or a Constant node do not enter the key; every node (dead ones
+    too), every initializer, the graph inputs and outputs with their types do.
+    """
+    ident: dict[str, str] = {}
+    for vi in graph.input:
+        ident[vi.name] = "in:" + vi.name
+    inits = []
+    for t in graph.initializer:
+        key = _tensor_key(t, content)
+        inits.append(key)
+        ident.setdefault(t.name, key)  # an initializer shadowed by a graph input stays an input
+    node_keys: list[str] = []
+    pending = list(graph.node)
+    while pending:
+        waiting = [n for n in pending if any(x and x not in ident for x in n.input)]
+        if len(waiting) == len(pending):  # a cycle or names from an outer scope
+            for node in waiting:
+                for name in node.input:
+                    if name:
+                        ident.setdefault(name, "free:" + name)
+            waiting = []
+        ready = set(map(id, waiting))
+        for node in pending:
+            if id(node) not in ready:
+                node_keys.append(_node_key(node, ident, content))
+        pending = waiting
+    outputs = [
+        (
+            vi.name,
+            ident.get(vi.name, "free:" + vi.name),
+            vi.type.SerializeToString(deterministic=True),
+        )
+        for vi in graph.output
+    ]
+    inputs = [(vi.name, vi.type.SerializeToString(deterministic=True)) for vi in graph.input]
+    return (tuple(inputs), tuple(outputs), tuple(sorted(node_keys + inits)))
+
+
+def _model_key(model: onnx.ModelProto, content: bool) -> tuple:
+    opsets = tuple(sorted((o.domain, o.version) for o in model.opset_import))
+    return (opsets, _graph_key(model.graph, content))
+
+
+def same_graph(a: onnx.ModelProto, b: onnx.ModelProto) -> bool:
+    """Whether ``b`` computes what ``a`` computes, the same way, with the same constants.
+
+    Not a change: tensor and node names, node order, ``value_info``, and a constant stored as an
+    initializer instead of a Constant node. A change: any node added, removed or rewired
+    (dead ones included), a constant's value, an initializer added or removed, the graph's
+    inputs/outputs or their declared types, the opsets. Constant contents are hashed only when
+    everything else already matches.
+    """
+    if _model_key(a, content=False) != _model_key(b, content=False):
+        return False
+    return _model_key(a, content=True) == _model_key(b, content=True)
+
+
+def _dims(vi: onnx.ValueInfoProto) -> list[onnx.TensorShapeProto.Dimension]:
+    t = vi.type.tensor_type
+    return list(t.shape.dim) if t.HasField("shape") else []
+
+
+def pinned_dims(
+    before: onnx.ModelProto, after: onnx.ModelProto, *, ignore: Iterable[str] = ()
+) -> list[str]:
+    """Symbolic dims of the graph's inputs/outputs in ``before`` that are numbers in ``after``."""
+    skip = set(ignore)
+    problems = []
+    for kind, old_list, new_list in (
+        ("input", before.graph.input, after.graph.input),
+        ("output", before.graph.output, after.graph.output),
+    ):
+        new_by_name = {vi.name: vi for vi in new_list}
+        for vi in old_list:
+            if vi.name in skip or vi.name not in new_by_name:
+                continue
+            new_dims = _dims(new_by_name[vi.name])
+            for axis, dim in enumerate(_dims(vi)):
+                if not dim.dim_param or axis >= len(new_dims):
+                    continue
+                if new_dims[axis].HasField("dim_value"):
+                    problems.append(
+                        f"{kind} {vi.name!r} axis {axis} ({dim.dim_param!r}) became {new_dims[axis].dim_value}"
+                    )
+    return problems
+
+
+def op_delta(before: onnx.ModelProto, after: onnx.ModelProto) -> str:
+    """Op counts that changed, biggest change first: ``"Shape -3, Gather -3, Gemm +1"``."""
+    old, new = op_counts(before.graph), op_counts(after.graph)
+    changes = [(op, new[op] - old[op]) for op in old.keys() | new.keys() if new[op] != old[op]]
+    changes.sort(key=lambda item: (-abs(item[1]), item[0]))
+    return ", ".join(f"{op} {delta:+d}" for op, delta in changes)
+
+
+def format_bytes(n: int) -> str:
+    """Bytes for people: ``512 B``, ``1.5 KB``, ``12.3 MB``, ``2.10 GB``."""
+    if n < 1024:
+        return f"{n} B"
+    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.2f} {unit}" if unit == "GB" else f"{value:.1f} {unit}"
+    return f"{n} B"
