@@ -39,10 +39,11 @@ DEFAULT_RTOL = 1e-3
 CHUNK = 1 << 18
 
 
-def format_number(value: float | None, *, up: bool = False) -> str:
-    """Short form used in reports: ``2.1e-2``, ``1e-4``, ``0``, ``inf``; ``-`` for None.
+def format_number(value: float | None, *, up: bool = False, digits: int = 3) -> str:
+    """Short form used in reports: ``2.13e-2``, ``1e-4``, ``0``, ``inf``; ``-`` for None.
 
-    ``up=True`` rounds up instead of to nearest (for a tolerance that must still pass).
+    ``digits`` significant digits, trailing zeros dropped; ``up=True`` rounds up instead of to
+    nearest (for a tolerance that must still pass).
     """
     if value is None:
         return "-"
@@ -52,14 +53,17 @@ def format_number(value: float | None, *, up: bool = False) -> str:
         return "inf" if value > 0 else "-inf"
     if value == 0:
         return "0"
-    mantissa, exponent = f"{value:.1e}".split("e")
+    places = max(digits - 1, 0)
+    mantissa, exponent = f"{value:.{places}e}".split("e")
     if up and float(f"{mantissa}e{exponent}") < value:
         exp = int(exponent)
-        m = math.ceil(value / 10.0**exp * 10) / 10
+        scale = 10**places
+        m = math.ceil(value / 10.0**exp * scale) / scale
         if m >= 10:
             m, exp = m / 10, exp + 1
-        mantissa, exponent = f"{m:.1f}", str(exp)
-    mantissa = mantissa.rstrip("0").rstrip(".")
+        mantissa, exponent = f"{m:.{places}f}", str(exp)
+    if "." in mantissa:
+        mantissa = mantissa.rstrip("0").rstrip(".")
     return mantissa if int(exponent) == 0 else f"{mantissa}e{int(exponent)}"
 
 

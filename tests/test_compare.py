@@ -241,15 +241,16 @@ def test_missing_output_is_a_failure() -> None:
     ("value", "up", "text"),
     [
         (0.021, False, "2.1e-2"),
+        (0.02134, False, "2.13e-2"),
         (1e-4, False, "1e-4"),
         (1.0, False, "1"),
         (0.0, False, "0"),
         (math.inf, False, "inf"),
         (None, False, "-"),
-        (0.4949, False, "4.9e-1"),
-        (0.4949, True, "5e-1"),
+        (0.4944, False, "4.94e-1"),
+        (0.4944, True, "4.95e-1"),
         (0.48, True, "4.8e-1"),
-        (9.96, True, "1e1"),
+        (9.9961, True, "1e1"),
     ],
 )
 def test_format_number(value: float | None, up: bool, text: str) -> None:
