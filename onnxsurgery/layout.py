@@ -517,6 +517,8 @@ class Layout:
                 parse_dtype(p.dtype)
         except (TypeError, ValueError) as exc:
             raise UsageError(f"{where}: {exc}") from None
+        if self.flatten is not None and self.rank != self.flatten + 1:
+            raise UsageError(f"{where}: flatten {self.flatten} gives rank {self.flatten + 1}, not {self.rank}")
         for p in self.parts:
             if self.flatten is not None and p.rank < self.flatten:
                 raise UsageError(f"{where}: part {p.name!r} has rank {p.rank} < flatten {self.flatten}")

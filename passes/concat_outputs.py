@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from onnxsurgery.errors import UsageError
 from onnxsurgery.layout import (
     METADATA_KEY,
     Dim,
@@ -127,7 +128,11 @@ class ConcatOutputs(Pass):
 
         existing = next((p.value for p in model.metadata_props if p.key == METADATA_KEY), None)
         if existing is not None:
-            return self._merged_already(model, Layout.from_json(existing), declared)
+            try:
+                previous = Layout.from_json(existing)
+            except UsageError as exc:
+                self.fail(f"the model's {METADATA_KEY!r} metadata cannot be read ({exc}); remove it")
+            return self._merged_already(model, previous, declared)
 
         chosen = self.outputs if self.outputs is not None else declared
         unknown = [n for n in chosen if n not in types]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 
 import numpy as np
@@ -659,10 +659,44 @@ def test_fixture_map_rejects_foreign_references():
         result.output_map({"logits": np.zeros((4, 5), np.float32), "score": np.zeros(4, np.float32)})
 
 
-HAS_SYMBOLIZE = importlib.util.find_spec("onnxsurgery.passes.symbolize") is not None
+def _importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
 
 
-@pytest.mark.skipif(not HAS_SYMBOLIZE, reason="onnxsurgery.passes.symbolize is not written yet")
+HAS_SYMBOLIZE = _importable("onnxsurgery.passes.symbolize")
+HAS_FOLD = _importable("onnxsurgery.passes.fold_constants")
+
+
+@pytest.mark.skipif(not HAS_FOLD, reason="onnxsurgery.passes.fold_constants does not import")
+@pytest.mark.parametrize("entry", [e for e in MULTI if e.name == "multi_output"], ids=str)
+def test_before_and_after_fold_constants(entry):
+    report = onnxsurgery.run(
+        entry.model_path,
+        passes="fold-constants, concat-outputs(dtype=float32, lossy=true), fold-constants",
+        references=entry.references_dir / "test_data_set_0", provider="cpu",
+    )  # fmt: skip
+    assert report.validation, report.validation.summary
+    assert [o.name for o in report.model.graph.output] == ["merged"]
+    case = load_cases(entry.references_dir)[0]
+    parts = split_outputs(report.model, run_model(report.model, case.inputs, "cpu")["merged"])
+    want = run_model(onnx.load(entry.model_path), case.inputs, "cpu")
+    assert all(parts[n].tobytes() == want[n].tobytes() for n in want)
+
+
+@pytest.mark.skipif(not HAS_FOLD, reason="onnxsurgery.passes.fold_constants does not import")
+def test_symbolic_merge_survives_fold_constants(tmp_path, dyn):
+    refs = _references(tmp_path, dyn, [{"x": rand(b, s), "y": rand(b, 3)} for b, s in ((2, 3), (4, 1))])
+    report = onnxsurgery.run(dyn, passes=[ConcatOutputs(flatten=0), "fold-constants"],
+                             references=refs, provider="cpu")  # fmt: skip
+    assert report.validation, report.validation.summary
+    assert [o.name for o in report.model.graph.output] == ["merged", "merged_shapes"]
+
+
+@pytest.mark.skipif(not HAS_SYMBOLIZE, reason="onnxsurgery.passes.symbolize does not import yet")
 @pytest.mark.parametrize("entry", [e for e in MULTI if e.symbolize == "expected"], ids=str)
 def test_after_symbolize_at_every_stored_size(entry, tmp_path):
     options = FIXTURE_OPTIONS.get(entry.name, {"flatten": 0})
@@ -691,3 +725,9 @@ def test_json_of_a_fixture_is_readable():
     assert [(p["name"], p["dims"], p["start"], p["stop"]) for p in data["parts"]] == [
         ("logits", ["batch", 5], 0, 5), ("score", ["batch"], 5, 6), ("pred", ["batch"], 6, 7),
     ]  # fmt: skip
+
+
+def test_unreadable_metadata_is_a_pass_error(two):
+    two.metadata_props.add(key=METADATA_KEY, value="{broken")
+    with pytest.raises(PassError, match="concat-outputs: the model's 'onnxsurgery.concat-outputs' metadata cannot be read"):
+        ConcatOutputs()(two)
