@@ -601,15 +601,23 @@ def _dims(vi: onnx.ValueInfoProto) -> list[onnx.TensorShapeProto.Dimension]:
 
 
 def pinned_dims(
-    before: onnx.ModelProto, after: onnx.ModelProto, *, ignore: Iterable[str] = ()
+    before: onnx.ModelProto,
+    after: onnx.ModelProto,
+    *,
+    kind: str = "input",
+    ignore: Iterable[str] = (),
 ) -> list[str]:
-    """Symbolic dims of the graph's inputs/outputs in ``before`` that are numbers in ``after``."""
+    """Symbolic dims of the graph's inputs (``kind="output"``: outputs) in ``before`` that are
+    numbers in ``after``, as ``"input 'x' axis 0 ('batch') became 4"``."""
     skip = set(ignore)
     problems = []
-    for kind, old_list, new_list in (
-        ("input", before.graph.input, after.graph.input),
-        ("output", before.graph.output, after.graph.output),
-    ):
+    pairs = {
+        "input": (before.graph.input, after.graph.input),
+        "output": (before.graph.output, after.graph.output),
+    }
+    if kind not in pairs:
+        raise ValueError(f"kind must be 'input' or 'output', got {kind!r}")
+    for old_list, new_list in [pairs[kind]]:
         new_by_name = {vi.name: vi for vi in new_list}
         for vi in old_list:
             if vi.name in skip or vi.name not in new_by_name:

@@ -127,7 +127,7 @@ class FoldConstants(Pass):
                     details=log + exc.log,
                 )
             pinned = pinned_dims(model, folded, ignore=pinned_inputs)
-            if pinned:
+            if pinned:  # pragma: no cover - graphsurgeon never rewrites the graph inputs
                 self.fail(
                     f"onnxsim failed ({failure}) and the onnx-graphsurgeon fallback pinned "
                     f"{'; '.join(pinned)}"
@@ -157,8 +157,6 @@ class FoldConstants(Pass):
             )
             return None, why, result.log
         pinned = pinned_dims(model, result.model, ignore=pinned_inputs)
-        if pinned_inputs:  # outputs follow the inputs the user pinned on purpose
-            pinned = [p for p in pinned if not p.startswith("output ")]
         if pinned:
             return None, f"it pinned symbolic dims: {'; '.join(pinned)}", result.log
         diagnostics.append(
@@ -185,6 +183,17 @@ class FoldConstants(Pass):
         diagnostics.append(
             Diagnostic.info(f"nodes: {len(model.graph.node)} -> {len(folded.graph.node)}")
         )
+        if not self.settings.input_shapes:
+            # Inputs kept their symbols, yet shape inference proved an output size fixed: the
+            # graph computes it whatever the input size (a traced size baked into the graph).
+            fixed = pinned_dims(model, folded, kind="output")
+            if fixed:
+                diagnostics.append(
+                    Diagnostic.warning(
+                        f"declared symbolic, but the graph computes a fixed size: "
+                        f"{'; '.join(fixed)} (a traced size baked into the graph; symbolize it)"
+                    )
+                )
         delta = op_delta(model, folded)
         if delta:
             diagnostics.append(Diagnostic.info(f"op counts: {delta}"))

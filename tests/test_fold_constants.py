@@ -391,6 +391,29 @@ def test_a_pinned_symbolic_dim_counts_as_onnxsim_failing(monkeypatch):
         FoldConstants(fallback=False)(_model(DYNAMIC))
 
 
+BAKED = """
+<ir_version: 8, opset_import: ["" : 17]>
+baked (float[batch,4] x) => (float[batch,M] y) {
+  shape = Constant <value = int64[2] {2, -1}> ()
+  y = Reshape (x, shape)
+}
+"""
+
+
+def test_an_output_the_graph_computes_at_a_fixed_size_is_a_warning():
+    # x.view(2, -1) with 2 the traced batch, declared [batch, M]: the output has 2 rows always.
+    result = FoldConstants()(_model(BAKED))
+    assert _dims(result.model.graph.input[0]) == ["batch", 4]
+    assert _dims(result.model.graph.output[0])[0] == 2
+    [warning] = [d for d in result.diagnostics if d.level == "warning"]
+    assert str(warning) == (
+        "declared symbolic, but the graph computes a fixed size: output 'y' axis 0 ('batch') "
+        "became 2 (a traced size baked into the graph; symbolize it)"
+    )
+    x = np.ones((6, 4), np.float32)
+    assert _run(result.model, x).shape == (2, 12)
+
+
 RANDOM = """
 <ir_version: 8, opset_import: ["" : 17]>
 rnd (float[N,4] x) => (float[N,4] y) {
