@@ -424,7 +424,7 @@ class _Builder:
             if part.cast:
                 x = self.node("Cast", [x], f"{tag}/cast", to=target)
             if layout.flatten is not None and part.rank != layout.flatten + 1:
-                x = self.node("Reshape", [x, self.flat_shape(x, part, tag)], f"{tag}/flatten")
+                x = self.flatten(x, part, tag)
             have = layout.flatten + 1 if layout.flatten is not None else part.rank
             if have < layout.rank:
                 axes = list(range(have, layout.rank))
@@ -448,23 +448,28 @@ class _Builder:
             new.append(helper.make_tensor_value_info(layout.shapes, onnx.TensorProto.INT64, [total]))
         self.place_outputs(new, declared)
 
-    def flat_shape(self, x: str, part: PartLayout, tag: str) -> str:
-        n = self.layout.flatten
+    def flatten(self, x: str, part: PartLayout, tag: str) -> str:
+        """Reshape to rank flatten+1 keeping the leading axes; right for zero-size dims too."""
+        n, opset = self.layout.flatten, _opset(self.model)
         assert n is not None
         tail = part.dims[n:]
-        if all(isinstance(d, int) for d in tail):
-            return self.const([0] * n + [math.prod(tail)], np.int64, f"{tag}/flat_shape")
-        shape = self.node("Shape", [x], f"{tag}/shape")
-        head = self.node(
-            "Slice", [shape, self.const([0], np.int64, f"{tag}/zero"), self.const([n], np.int64, f"{tag}/n")],
-            f"{tag}/head",
-        )  # fmt: skip
-        rest = self.node(
-            "Slice", [shape, self.const([n], np.int64, f"{tag}/n"), self.const([_INT64_MAX], np.int64, f"{tag}/end")],
-            f"{tag}/tail",
-        )  # fmt: skip
-        prod = self.node("ReduceProd", [rest], f"{tag}/tail_size", keepdims=1)
-        return self.node("Concat", [head, prod], f"{tag}/flat_shape", axis=0)
+        size = math.prod(tail) if all(isinstance(d, int) for d in tail) else None
+        if size:  # 0 in a Reshape shape copies the input dim: right for the kept axes
+            shape = self.const([0] * n + [size], np.int64, f"{tag}/flat_shape")
+            return self.node("Reshape", [x, shape], f"{tag}/flatten")
+        if opset < 14:  # no allowzero: -1 cannot be inferred when a kept dim is 0 at run time
+            shape = self.const([0] * n + [-1], np.int64, f"{tag}/flat_shape")
+            return self.node("Reshape", [x, shape], f"{tag}/flatten")
+        if all(isinstance(d, int) for d in part.dims):
+            shape = self.const(list(part.dims[:n]) + [size], np.int64, f"{tag}/flat_shape")
+        else:
+            dims = self.node("Shape", [x], f"{tag}/shape")
+            n_const = self.const([n], np.int64, f"{tag}/n")
+            head = self.node("Slice", [dims, self.const([0], np.int64, f"{tag}/zero"), n_const], f"{tag}/head")
+            rest = self.node("Slice", [dims, n_const, self.const([_INT64_MAX], np.int64, f"{tag}/end")], f"{tag}/tail")
+            prod = self.node("ReduceProd", [rest], f"{tag}/tail_size", keepdims=1)
+            shape = self.node("Concat", [head, prod], f"{tag}/flat_shape", axis=0)
+        return self.node("Reshape", [x, shape], f"{tag}/flatten", allowzero=1)
 
     def padded(self, blocks: list[str]) -> list[str]:
         layout = self.layout

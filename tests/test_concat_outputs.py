@@ -731,3 +731,55 @@ def test_unreadable_metadata_is_a_pass_error(two):
     two.metadata_props.add(key=METADATA_KEY, value="{broken")
     with pytest.raises(PassError, match="concat-outputs: the model's 'onnxsurgery.concat-outputs' metadata cannot be read"):
         ConcatOutputs()(two)
+
+
+# -- random layouts on ONNX Runtime -----------------------------------------------------------------
+
+
+def _random_case(seed: int):
+    """Outputs (Identity of inputs) of random ranks and dims, with options that make them merge."""
+    rng = np.random.default_rng(seed)
+    pick = lambda items: items[rng.integers(len(items))]  # noqa: E731
+    n = int(rng.integers(2, 5))
+    mode = pick(["same", "pad", "flatten"])
+    options: dict = {}
+    if mode == "same":
+        rank = int(rng.integers(1, 4))
+        axis = int(rng.integers(rank))
+        common = [pick([2, 3, "batch"]) for _ in range(rank)]
+        shapes = []
+        for _ in range(n):
+            dims = list(common)
+            dims[axis] = pick([0, 1, 2, "seq", "len"])
+            shapes.append(dims)
+        options["axis"] = axis - rank if rng.integers(2) else axis
+    elif mode == "pad":
+        shapes = [[pick([1, 2, 3, "batch", "seq", "len"]) for _ in range(int(rng.integers(0, 4)))] for _ in range(n)]
+        rank = max(1, *(len(s) for s in shapes))
+        options.update(axis=int(rng.integers(rank)), pad=pick([-3, 0.5, float("nan")]))
+    else:
+        keep_axes = int(rng.integers(0, 3))
+        lead = [pick([2, "batch"]) for _ in range(keep_axes)]
+        shapes = [lead + [pick([1, 3, "seq", "len"]) for _ in range(int(rng.integers(0, 3)))] for _ in range(n)]
+        options["flatten"] = keep_axes
+    return shapes, options, rng
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_layouts_round_trip_on_ort(seed):
+    shapes, options, rng = _random_case(seed)
+    inputs = ", ".join(f"float[{', '.join(map(str, s))}] x{i}" if s else f"float x{i}" for i, s in enumerate(shapes))
+    outputs = ", ".join(f"float[{', '.join(map(str, s))}] y{i}" if s else f"float y{i}" for i, s in enumerate(shapes))
+    body = "\n".join(f"y{i} = Identity(x{i})" for i in range(len(shapes)))
+    model = parse(f'<ir_version: 8, opset_import: ["" : 17]>\nm ({inputs}) => ({outputs}) {{\n{body}\n}}')
+    try:
+        result = apply(model, **options)
+    except PassError as exc:
+        pytest.fail(f"{shapes} {options}: {exc}")
+    for _ in range(3):
+        sizes = {s: int(rng.integers(0 if s == "seq" else 1, 5)) for s in ("batch", "seq", "len")}
+        feeds = {
+            f"x{i}": rng.standard_normal([sizes.get(d, d) for d in s]).astype(np.float32)
+            for i, s in enumerate(shapes)
+        }
+        assert_split_exact(model, result, feeds)
