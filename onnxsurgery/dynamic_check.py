@@ -1,0 +1,196 @@
+"""Run a symbolized model at several sizes on ONNX Runtime and check it stays right.
+
+:func:`check_dynamic` feeds random inputs (of each input's dtype; integers in a safe range) to
+
+1. the original and the rewritten model at the traced size: outputs must agree within 1e-5;
+2. the rewritten model at two other sizes per symbol: it must run, and every output dim that the
+   plan expresses in the symbols must come out as that expression evaluated at the size.
+
+Failures raise :class:`~onnxsurgery.errors.PassError` with the ONNX Runtime error translated
+into the node that broke (:func:`~onnxsurgery.runtime.describe_ort_error`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from onnxsurgery.dim_algebra import Dim
+from onnxsurgery.errors import PassError
+from onnxsurgery.runtime import create_session, describe_ort_error, run_model
+
+__all__ = ["CheckResult", "check_dynamic", "check_sizes"]
+
+_NP_TYPES = {
+    onnx.TensorProto.FLOAT: np.float32,
+    onnx.TensorProto.DOUBLE: np.float64,
+    onnx.TensorProto.FLOAT16: np.float16,
+    onnx.TensorProto.INT64: np.int64,
+    onnx.TensorProto.INT32: np.int32,
+    onnx.TensorProto.INT16: np.int16,
+    onnx.TensorProto.INT8: np.int8,
+    onnx.TensorProto.UINT8: np.uint8,
+    onnx.TensorProto.BOOL: np.bool_,
+}
+
+
+@dataclass
+class CheckResult:
+    """The sizes checked, and the largest difference from the original at the traced size."""
+
+    sizes: list[dict[str, int]] = field(default_factory=list)
+    max_abs_diff: float = 0.0
+
+    def __str__(self) -> str:
+        text = "; ".join(", ".join(f"{k}={v}" for k, v in s.items()) for s in self.sizes)
+        return f"ran at {text}; traced-size outputs within {self.max_abs_diff:.2g} of the original"
+
+
+def check_sizes(traced: Mapping[str, int]) -> list[dict[str, int]]:
+    """The traced size, then two other values for each symbol (the others kept at traced)."""
+    sizes = [dict(traced)]
+    for sym, v in traced.items():
+        others = [v + 1, v - 1 if v > 2 else v + 2]
+        for o in others:
+            s = dict(traced)
+            s[sym] = o
+            sizes.append(s)
+    return sizes
+
+
+def _feeds(
+    model: onnx.ModelProto,
+    axes: Mapping[str, Mapping[int, str]],
+    size: Mapping[str, int],
+    seed: int,
+) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    inits = {i.name for i in model.graph.initializer}
+    shapes: dict[str, list[int]] = {}
+    types: dict[str, int] = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        spec = axes.get(vi.name, {})
+        dims = []
+        for k, d in enumerate(vi.type.tensor_type.shape.dim):
+            ax_sym = spec.get(k) or spec.get(k - len(vi.type.tensor_type.shape.dim))
+            if ax_sym is not None:
+                dims.append(size[ax_sym])
+            elif d.HasField("dim_value"):
+                dims.append(d.dim_value)
+            else:
+                dims.append(size.get(d.dim_param, 2))
+        shapes[vi.name] = dims
+        types[vi.name] = vi.type.tensor_type.elem_type
+    # Lengths are at most the smallest symbolic non-batch size of the other inputs.
+    seq_like = [size[s] for name, spec in axes.items() for a, s in spec.items() if a != 0 and s in size]
+    feeds: dict[str, np.ndarray] = {}
+    for name, dims in shapes.items():
+        dtype = _NP_TYPES.get(types[name], np.float32)
+        lname = name.lower()
+        if dtype == np.bool_:
+            feeds[name] = rng.random(dims) < 0.5
+        elif np.issubdtype(dtype, np.floating):
+            feeds[name] = rng.standard_normal(dims).astype(dtype)
+        elif "mask" in lname:
+            feeds[name] = np.ones(dims, dtype=dtype)
+        elif "len" in lname and len(dims) == 1:
+            top = min(seq_like) if seq_like else max(1, min((d for d in dims if d > 1), default=1))
+            arr = rng.integers(1, top + 1, size=dims)
+            if arr.size:
+                arr[rng.integers(0, arr.size)] = top
+            feeds[name] = arr.astype(dtype)
+        else:
+            top = max(1, min((d for d in dims if d > 0), default=1))
+            feeds[name] = rng.integers(0, top, size=dims).astype(dtype)
+    return feeds
+
+
+def _fail(what: str, exc: BaseException) -> PassError:
+    message, node = describe_ort_error(exc)
+    return PassError(f"check {what}: ONNX Runtime failed: {message}", node=node)
+
+
+def check_dynamic(
+    original: onnx.ModelProto,
+    model: onnx.ModelProto,
+    axes: Mapping[str, Mapping[int, str]],
+    traced: Mapping[str, int],
+    output_dims: Mapping[str, list[Dim] | None],
+    provider: str = "auto",
+    *,
+    dynamic: set[str] | frozenset[str] = frozenset(),
+    atol: float = 1e-5,
+    rtol: float = 1e-5,
+) -> CheckResult:
+    """Check ``model`` (symbolized ``original``) at the traced size and two others per symbol.
+
+    ``traced`` maps each symbol to its traced size; symbols in ``dynamic`` had no traced size (their
+    axes were dynamic already) and are checked at 2. ``output_dims`` gives each output's symbolic
+    dims (None where unknown).
+    """
+    base = {s: (2 if s in dynamic else v) for s, v in traced.items()}
+    result = CheckResult()
+    where = ", ".join(f"{k}={v}" for k, v in base.items())
+    feeds = _feeds(model, axes, base, 0)
+    try:
+        expected = run_model(original, feeds, provider)
+    except Exception as exc:  # noqa: BLE001 - ORT raises several types
+        raise _fail(f"of the original model at the traced size {where}", exc) from None
+    try:
+        session = create_session(model, provider)
+    except Exception as exc:  # noqa: BLE001
+        raise _fail("loading the rewritten model", exc) from None
+    try:
+        got = run_model(session, feeds)
+    except Exception as exc:  # noqa: BLE001
+        raise _fail(f"at the traced size {where}", exc) from None
+    for name, ref in expected.items():
+        out = got.get(name)
+        if out is None or out.shape != ref.shape:
+            raise PassError(
+                f"check at the traced size {where}: output {name!r} has shape "
+                f"{None if out is None else list(out.shape)}, the original {list(ref.shape)}"
+            )
+        if ref.dtype.kind in "fc":
+            diff = np.abs(out.astype(np.float64) - ref.astype(np.float64))
+            bad = ~(diff <= atol + rtol * np.abs(ref.astype(np.float64))) & ~(np.isnan(out) & np.isnan(ref))
+            if np.any(bad):
+                raise PassError(
+                    f"check at the traced size {where}: output {name!r} differs from the original "
+                    f"by up to {float(np.nanmax(diff)):.3g} (tolerance {atol:g})"
+                )
+            if diff.size:
+                result.max_abs_diff = max(result.max_abs_diff, float(np.nanmax(diff)))
+        elif not np.array_equal(out, ref):
+            raise PassError(f"check at the traced size {where}: output {name!r} differs from the original")
+    result.sizes.append(base)
+    for k, size in enumerate(check_sizes(base)[1:], start=1):
+        text = ", ".join(f"{s}={v}" for s, v in size.items())
+        try:
+            outs = run_model(session, _feeds(model, axes, size, k))
+        except Exception as exc:  # noqa: BLE001
+            raise _fail(f"at {text}", exc) from None
+        for name, dims in output_dims.items():
+            if dims is None or name not in outs:
+                continue
+            shape = outs[name].shape
+            want = []
+            for d in dims:
+                try:
+                    want.append(d.evaluate(size) if d is not None else None)
+                except KeyError:
+                    want.append(None)
+            ok = len(shape) == len(want) and all(w is None or w == g for w, g in zip(want, shape, strict=False))
+            if not ok:
+                shown = ", ".join("?" if w is None else str(w) for w in want)
+                raise PassError(
+                    f"check at {text}: output {name!r} has shape {list(shape)}, expected [{shown}] "
+                    "from the symbols"
+                )
+        result.sizes.append(size)
+    return result

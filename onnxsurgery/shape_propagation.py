@@ -1,0 +1,401 @@
+"""Symbolic shape propagation with provenance over an ONNX graph.
+
+:func:`propagate` walks a model in topological order and gives every tensor a symbolic shape
+(a list of :class:`~onnxsurgery.dim_algebra.Dim`) and, for small integer tensors (shape vectors
+and the arithmetic on them), symbolic element values. The chosen input axes carry *symbols*
+(``batch``, ``seq``); everything else is derived from them by per-op rules
+(:mod:`onnxsurgery.shape_rules`).
+
+Constants are where a statically exported model keeps its traced sizes, so each *use* of a
+constant gets fresh unknowns instead of fixed ints:
+
+- ``var`` atoms: the elements of an integer constant read as sizes (a Reshape shape, an Expand
+  shape, Slice ends, a Concat piece of a shape vector ...);
+- ``data`` atoms: the dims of a constant tensor used as data (a zero initial state
+  ``[layers, B, hidden]``, a broadcast mask);
+- ``derived`` atoms: dims a rule cannot write in closed form (a Reshape ``-1`` whose known part
+  holds unknowns, an op without a rule); ``opaque`` atoms: dims only known at run time (NonZero,
+  strided convolution over a symbolic length).
+
+Rules record *constraints*: equalities the graph's structure requires (elementwise operands whose
+dims are not 1, MatMul inner dims, Concat's other axes, an RNN's batch, Reshape's element count)
+and softer alignment hints. :mod:`onnxsurgery.shape_solver` unifies them: an unknown becomes
+symbolic only when a constraint forces it, never because its value happens to match.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from onnxsurgery.dim_algebra import Dim, as_dim
+
+__all__ = [
+    "Atom",
+    "TensorInfo",
+    "Constraint",
+    "ConstUse",
+    "ShapeAnalysis",
+    "propagate",
+    "MAX_VALUE_ELEMENTS",
+    "SENTINEL_SIZE",
+]
+
+AtomKind = Literal["sym", "var", "data", "derived", "opaque"]
+#: Stand-in traced size for a symbol whose input axis is already dynamic (matches no constant).
+SENTINEL_SIZE = 1_000_003
+#: Integer tensors with at most this many elements carry symbolic values (shape vectors).
+MAX_VALUE_ELEMENTS = 64
+_INT_TYPES = {
+    onnx.TensorProto.INT64,
+    onnx.TensorProto.INT32,
+    onnx.TensorProto.INT16,
+    onnx.TensorProto.INT8,
+    onnx.TensorProto.UINT8,
+    onnx.TensorProto.UINT16,
+    onnx.TensorProto.UINT32,
+    onnx.TensorProto.UINT64,
+}
+
+
+@dataclass
+class Atom:
+    """One named quantity: an input-axis symbol or an unknown with its traced value.
+
+    ``origin`` says where it comes from: for ``sym`` the list of ``(input, axis)`` it names; for
+    ``var``/``data`` the :class:`ConstUse` and the element/dim index; for ``derived``/``opaque``
+    the ``(tensor, axis)`` whose runtime dim it is (``None`` when no tensor holds it).
+    """
+
+    name: str
+    kind: AtomKind
+    traced: int
+    origin: Any = None
+    note: str = ""
+
+
+@dataclass
+class TensorInfo:
+    """What propagation knows of one tensor: shape (None: unknown rank), values, element type."""
+
+    shape: list[Dim] | None
+    dtype: int = 0
+    value: list[Dim] | None = None
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+
+@dataclass
+class Constraint:
+    """``expr == 0`` required by ``node`` (hard) or suggested by it (soft), with the reason."""
+
+    expr: Dim
+    node: str
+    op: str
+    why: str
+    soft: bool = False
+    lhs: Dim | None = None
+    rhs: Dim | None = None
+
+
+@dataclass
+class ConstUse:
+    """One constant read by one node input, with the unknowns created for that read.
+
+    ``kind`` is ``"size"`` (its integer elements are unknowns: ``atoms[i]`` for element ``i``,
+    ``None`` where the element is kept fixed) or ``"data"`` (its dims are unknowns).
+    ``graph`` is the path of the (sub)graph holding the node (``""`` for the main graph).
+    """
+
+    node: str
+    op: str
+    node_index: int
+    input_index: int
+    tensor: str
+    kind: Literal["size", "data"]
+    array: np.ndarray
+    atoms: list[str | None]
+    graph: str = ""
+
+
+@dataclass
+class ShapeAnalysis:
+    """The result of :func:`propagate`: per-tensor info, atoms, constraints, constant uses."""
+
+    model: onnx.ModelProto
+    symbols: dict[str, list[tuple[str, int]]]
+    tensors: dict[str, TensorInfo] = field(default_factory=dict)
+    atoms: dict[str, Atom] = field(default_factory=dict)
+    constraints: list[Constraint] = field(default_factory=list)
+    uses: list[ConstUse] = field(default_factory=list)
+    notes: list[tuple[str, str, str]] = field(default_factory=list)  # (node, op, text)
+    consts: dict[str, np.ndarray] = field(default_factory=dict)
+    static: dict[str, list[int | None]] = field(default_factory=dict)
+    producers: dict[str, tuple[int, onnx.NodeProto]] = field(default_factory=dict)
+    opset: int = 17
+    dynamic: set[str] = field(default_factory=set)  # symbols on axes that were already dynamic
+    _counter: int = 0
+    _use_cache: dict[tuple[int, int, str], TensorInfo] = field(default_factory=dict)
+
+    # -- atoms -------------------------------------------------------------------------------
+    def traced_values(self) -> dict[str, int]:
+        return {name: a.traced for name, a in self.atoms.items()}
+
+    def traced(self, d: Dim | int) -> int:
+        d = as_dim(d)
+        v = d.value
+        if v is not None:
+            return v
+        return d.evaluate({a: self.atoms[a].traced for a in d.atoms()})
+
+    def new_atom(self, kind: AtomKind, traced: int, origin: Any = None, note: str = "") -> Dim:
+        self._counter += 1
+        prefix = {"var": "$v", "data": "$d", "derived": "$q", "opaque": "$o"}[kind]
+        name = f"{prefix}{self._counter}"
+        self.atoms[name] = Atom(name, kind, int(traced), origin, note)
+        return Dim.sym(name)
+
+    def unknowns(self, d: Dim) -> set[str]:
+        return {a for a in d.atoms() if self.atoms[a].kind in ("var", "data", "derived")}
+
+    # -- constraints -------------------------------------------------------------------------
+    def equal(self, a: Dim | int, b: Dim | int, node: onnx.NodeProto, why: str) -> None:
+        """Record that the structure requires ``a == b``."""
+        self._constrain(a, b, node, why, soft=False)
+
+    def suggest(self, a: Dim | int, b: Dim | int, node: onnx.NodeProto, why: str) -> None:
+        """Record a soft equality (applied only where hard constraints leave freedom)."""
+        self._constrain(a, b, node, why, soft=True)
+
+    def _constrain(self, a, b, node: onnx.NodeProto, why: str, *, soft: bool) -> None:
+        expr = as_dim(a) - as_dim(b)
+        if expr.value == 0:
+            return
+        self.constraints.append(
+            Constraint(expr, node.name, node.op_type, why, soft, as_dim(a), as_dim(b))
+        )
+
+    def note(self, node: onnx.NodeProto, text: str) -> None:
+        self.notes.append((node.name, node.op_type, text))
+
+    # -- reading inputs ----------------------------------------------------------------------
+    def info(self, name: str) -> TensorInfo | None:
+        if not name:
+            return None
+        return self.tensors.get(name)
+
+    def const(self, name: str) -> np.ndarray | None:
+        return self.consts.get(name) if name else None
+
+    def use(self, node_index: int, node: onnx.NodeProto, i: int, kind: str, graph: str = "") -> TensorInfo | None:
+        """The info of input ``i`` of ``node``, with per-use unknowns if it is a constant.
+
+        ``kind="size"`` turns the integer elements of a small constant into ``var`` atoms
+        (negative and zero elements stay fixed: they are flags, never sizes); ``kind="data"``
+        turns the dims of a constant tensor into ``data`` atoms.
+        """
+        name = node.input[i] if i < len(node.input) else ""
+        base = self.info(name)
+        arr = self.const(name)
+        if arr is None or base is None:
+            return base
+        key = (node_index, i, graph + "|" + kind)
+        if key in self._use_cache:
+            return self._use_cache[key]
+        if kind == "size":
+            if base.value is None:
+                return base
+            atoms: list[str | None] = []
+            values: list[Dim] = []
+            for v in arr.reshape(-1).tolist():
+                v = int(v)
+                if v <= 0 or v >= 2**31 - 1:
+                    atoms.append(None)
+                    values.append(Dim.const(v))
+                else:
+                    d = self.new_atom("var", v)
+                    atoms.append(next(iter(d.atoms())))
+                    values.append(d)
+            if not any(atoms):
+                return base
+            info = TensorInfo(list(base.shape or []), base.dtype, values)
+        else:
+            atoms = []
+            dims: list[Dim] = []
+            for n in arr.shape:
+                d = self.new_atom("data", int(n))
+                atoms.append(next(iter(d.atoms())))
+                dims.append(d)
+            if not atoms:
+                return base
+            info = TensorInfo(dims, base.dtype, base.value)
+        use = ConstUse(node.name, node.op_type, node_index, i, name, kind, arr, atoms, graph)  # type: ignore[arg-type]
+        for k, a in enumerate(atoms):
+            if a is not None:
+                self.atoms[a].origin = (use, k)
+        self.uses.append(use)
+        self._use_cache[key] = info
+        return info
+
+
+# -- model reading -------------------------------------------------------------------------------
+
+
+def _tensor_value(arr: np.ndarray, dtype: int) -> list[Dim] | None:
+    if dtype in _INT_TYPES or arr.dtype.kind in "iub":
+        if arr.size <= MAX_VALUE_ELEMENTS:
+            return [Dim.const(int(v)) for v in arr.reshape(-1).tolist()]
+    return None
+
+
+def constant_info(arr: np.ndarray, dtype: int) -> TensorInfo:
+    """A TensorInfo for a known constant array."""
+    return TensorInfo([Dim.const(int(n)) for n in arr.shape], dtype, _tensor_value(arr, dtype))
+
+
+def _static_shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
+    """Traced (concrete) shapes of every tensor ONNX shape inference can give, from the input model."""
+    out: dict[str, list[int | None]] = {}
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # inference is a help here, not a requirement
+        inferred = model
+
+    def walk(graph: onnx.GraphProto) -> None:
+        for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
+            t = vi.type.tensor_type
+            if t.HasField("shape"):
+                out[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    walk(attr.g)
+                for g in attr.graphs:
+                    walk(g)
+
+    walk(inferred.graph)
+    return out
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return o.version
+    return 17
+
+
+def read_constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+    """Initializers and Constant-node outputs of one graph, as arrays."""
+    consts: dict[str, np.ndarray] = {}
+    for init in graph.initializer:
+        consts[init.name] = numpy_helper.to_array(init)
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            arr = _constant_node_value(node)
+            if arr is not None:
+                consts[node.output[0]] = arr
+    return consts
+
+
+def _constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
+    for attr in node.attribute:
+        if attr.name == "value":
+            return numpy_helper.to_array(attr.t)
+        if attr.name == "value_int":
+            return np.array(attr.i, dtype=np.int64)
+        if attr.name == "value_ints":
+            return np.array(list(attr.ints), dtype=np.int64)
+        if attr.name == "value_float":
+            return np.array(attr.f, dtype=np.float32)
+        if attr.name == "value_floats":
+            return np.array(list(attr.floats), dtype=np.float32)
+    return None
+
+
+def _np_to_onnx_dtype(arr: np.ndarray) -> int:
+    try:
+        return onnx.helper.np_dtype_to_tensor_dtype(arr.dtype)
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
+def _elem_type(vi: onnx.ValueInfoProto) -> int:
+    return vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+
+
+def propagate(model: onnx.ModelProto, axes: dict[str, dict[int, str]]) -> ShapeAnalysis:
+    """Propagate symbolic shapes through ``model`` with ``axes`` ({input: {axis: symbol}}).
+
+    Raises ValueError for an input or axis that does not exist, or for one symbol given to axes
+    of different traced sizes.
+    """
+    from onnxsurgery.shape_rules import run_node
+
+    graph = model.graph
+    inits = {i.name for i in graph.initializer}
+    inputs = {i.name: i for i in graph.input if i.name not in inits}
+    analysis = ShapeAnalysis(model=model, symbols={}, opset=_opset(model))
+    analysis.static = _static_shapes(model)
+    analysis.consts = read_constants(graph)
+
+    sym_traced: dict[str, tuple[int, str]] = {}
+    for name, spec in axes.items():
+        if name not in inputs:
+            raise ValueError(f"no graph input {name!r}; the model's inputs are {', '.join(inputs)}")
+        dims = inputs[name].type.tensor_type.shape.dim
+        for axis, sym in spec.items():
+            rank = len(dims)
+            ax = axis + rank if axis < 0 else axis
+            if not 0 <= ax < rank:
+                raise ValueError(f"input {name!r} has rank {rank}; axis {axis} does not exist")
+            d = dims[ax]
+            if not d.HasField("dim_value"):
+                # Already dynamic: no traced size here, so this axis matches no constant.
+                analysis.symbols.setdefault(sym, []).append((name, ax))
+                if sym not in sym_traced:
+                    sym_traced[sym] = (SENTINEL_SIZE + len(sym_traced), "")
+                continue
+            traced = d.dim_value
+            if sym in sym_traced and sym_traced[sym][1] and sym_traced[sym][0] != traced:
+                other = sym_traced[sym][1]
+                raise ValueError(
+                    f"symbol {sym!r} is given to {other} (traced size {sym_traced[sym][0]}) and to "
+                    f"{name}:{ax} (traced size {traced}); axes sharing a name must have the same size"
+                )
+            sym_traced[sym] = (traced, f"{name}:{ax}")
+            analysis.symbols.setdefault(sym, []).append((name, ax))
+    for sym, (traced, where) in sym_traced.items():
+        analysis.atoms[sym] = Atom(sym, "sym", traced, analysis.symbols[sym])
+        if not where:
+            analysis.dynamic.add(sym)
+
+    for name, vi in inputs.items():
+        spec = {(a + len(vi.type.tensor_type.shape.dim)) if a < 0 else a: s for a, s in axes.get(name, {}).items()}
+        shape: list[Dim] = []
+        known = vi.type.tensor_type.HasField("shape")
+        for k, d in enumerate(vi.type.tensor_type.shape.dim):
+            if k in spec:
+                shape.append(Dim.sym(spec[k]))
+            elif d.HasField("dim_value"):
+                shape.append(Dim.const(d.dim_value))
+            else:
+                shape.append(analysis.new_atom("opaque", 1, (name, k), "input dim without size"))
+        analysis.tensors[name] = TensorInfo(shape if known else None, _elem_type(vi))
+    for name, arr in analysis.consts.items():
+        analysis.tensors[name] = constant_info(arr, _np_to_onnx_dtype(arr))
+
+    for index, node in enumerate(graph.node):
+        for out in node.output:
+            if out:
+                analysis.producers[out] = (index, node)
+    for index, node in enumerate(graph.node):
+        if node.op_type == "Constant" and node.output[0] in analysis.consts:
+            continue
+        run_node(analysis, index, node, "")
+    return analysis

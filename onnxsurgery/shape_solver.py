@@ -1,0 +1,170 @@
+"""Unification of the constraints collected by :mod:`onnxsurgery.shape_propagation`.
+
+Unknowns are the ``var`` atoms (elements of size constants), the ``data`` atoms (dims of data
+constants) and the ``derived`` atoms (dims a rule could not write in closed form). The solver
+decides each one by structure, in this order:
+
+1. hard constraints, repeatedly: one that is linear in a single unknown fixes it
+   (``$v3 - batch == 0`` gives ``$v3 = batch``; ``$q1*$v2 - batch*64 == 0`` with ``$q1 = 64``
+   gives ``$v2 = batch``);
+2. soft hints (Reshape keeps leading/trailing dims, a Slice bound equal to its axis, a Scatter
+   buffer the size of its index set) fix what hard constraints left free, unless that
+   contradicts a hard constraint;
+3. data-constant dims nobody forced keep their traced size (masks that only broadcast);
+4. size elements nobody forced keep their traced value: a ``1`` that equals the traced batch but
+   only ever broadcasts stays ``1``;
+5. derived dims still free become opaque runtime dims (read back with ``Shape`` at run time).
+
+A hard constraint that still does not hold once nothing is unknown is a *conflict*: the graph
+needs that equality at every size, and it holds only at the traced one.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+
+from onnxsurgery.dim_algebra import Dim
+from onnxsurgery.shape_propagation import Constraint, ShapeAnalysis
+
+__all__ = ["Conflict", "Solution", "solve"]
+
+
+@dataclass
+class Conflict:
+    """A hard constraint that holds only at the traced size: ``residual == 0`` is required."""
+
+    constraint: Constraint
+    residual: Dim
+
+
+@dataclass
+class Solution:
+    """What every unknown became (``values``), how (``how``: 'forced', 'kept', 'hint'), and conflicts."""
+
+    values: dict[str, Dim] = field(default_factory=dict)
+    how: dict[str, str] = field(default_factory=dict)
+    conflicts: list[Conflict] = field(default_factory=list)
+
+    def resolve(self, d: Dim) -> Dim:
+        return d.subs(self.values) if d.atoms() & self.values.keys() else d
+
+
+class _Solver:
+    def __init__(self, analysis: ShapeAnalysis) -> None:
+        self.a = analysis
+        self.traced = analysis.traced_values()
+        self.sol = Solution()
+        self.dependents: dict[str, set[str]] = defaultdict(set)
+        self.hard = [c for c in analysis.constraints if not c.soft]
+        self.soft = [c for c in analysis.constraints if c.soft]
+        self.watch: dict[str, set[int]] = defaultdict(set)
+        self.exprs: list[Dim] = [c.expr for c in self.hard]
+        self.done: set[int] = set()
+        self.queue: deque[int] = deque(range(len(self.hard)))
+
+    def unknowns(self, d: Dim) -> set[str]:
+        return {x for x in d.atoms() if self.a.atoms[x].kind in ("var", "data", "derived")}
+
+    def resolve(self, d: Dim) -> Dim:
+        return self.sol.resolve(d)
+
+    def assign(self, atom: str, value: Dim, how: str) -> None:
+        vals = self.sol.values
+        vals[atom] = value
+        self.sol.how[atom] = how
+        for dep in self.dependents.pop(atom, set()):
+            if dep in vals:
+                vals[dep] = vals[dep].subs({atom: value})
+                for x in vals[dep].atoms():
+                    self.dependents[x].add(dep)
+        for x in value.atoms():
+            self.dependents[x].add(atom)
+        self.queue.extend(self.watch.pop(atom, set()))
+
+    def solve_for(self, expr: Dim) -> tuple[str, Dim] | None:
+        """``(u, value)`` when ``expr == 0`` is linear in its single unknown ``u``."""
+        unknown = self.unknowns(expr)
+        if len(unknown) != 1:
+            return None
+        u = next(iter(unknown))
+        lin = expr.linear_in(u)
+        if lin is None or lin[0].value == 0:
+            return None
+        a, r = lin
+        value = (-r).exact_div(a)
+        if value is None:
+            return None
+        try:
+            if value.evaluate(self.traced) != self.traced[u]:
+                return None
+        except KeyError:
+            return None
+        return u, value
+
+    def drain(self) -> None:
+        while self.queue:
+            cid = self.queue.popleft()
+            if cid in self.done:
+                continue
+            expr = self.resolve(self.exprs[cid])
+            self.exprs[cid] = expr
+            if expr.value == 0:
+                self.done.add(cid)
+                continue
+            unknown = self.unknowns(expr)
+            if not unknown:
+                continue  # judged at the end
+            found = self.solve_for(expr)
+            if found is not None:
+                self.done.add(cid)
+                self.assign(found[0], found[1], "forced")
+                continue
+            for x in unknown:
+                self.watch[x].add(cid)
+
+    def default(self, kind: str) -> None:
+        for name, atom in self.a.atoms.items():
+            if atom.kind == kind and name not in self.sol.values:
+                self.assign(name, Dim.const(atom.traced), "kept")
+        self.drain()
+
+    def breaks_hard(self, atom: str, value: Dim) -> bool:
+        for cid in self.watch.get(atom, ()):
+            expr = self.resolve(self.exprs[cid]).subs({atom: value})
+            if not self.unknowns(expr) and expr.value != 0:
+                return True
+        return False
+
+    def apply_hints(self) -> None:
+        for _ in range(2):
+            for c in self.soft:
+                expr = self.resolve(c.expr)
+                found = self.solve_for(expr)
+                if found is None or self.breaks_hard(*found):
+                    continue
+                self.assign(found[0], found[1], "hint")
+                self.drain()
+
+    def run(self) -> Solution:
+        self.drain()
+        self.apply_hints()
+        self.default("data")
+        self.default("var")
+        for name, atom in self.a.atoms.items():
+            if atom.kind == "derived" and name not in self.sol.values:
+                atom.kind = "opaque"
+        self.queue.extend(range(len(self.hard)))
+        self.drain()
+        for cid, c in enumerate(self.hard):
+            if cid in self.done:
+                continue
+            expr = self.resolve(self.exprs[cid])
+            if expr.value != 0:
+                self.sol.conflicts.append(Conflict(c, expr))
+        return self.sol
+
+
+def solve(analysis: ShapeAnalysis) -> Solution:
+    """Decide every unknown of ``analysis`` (see the module docstring for the order)."""
+    return _Solver(analysis).run()

@@ -1,0 +1,467 @@
+"""What ``symbolize`` would change in a static model, and what blocks it, without editing it.
+
+    plan = plan_symbolize(model, {"x": {0: "batch"}})
+    for change in plan.changes:   # node, op, input, old value -> new symbolic value
+        print(change)
+    for blocker in plan.blockers:  # node, op, input, traced value, why, what to do
+        print(blocker)
+
+:func:`plan_symbolize` runs symbolic shape propagation (:mod:`onnxsurgery.shape_propagation`)
+and unification (:mod:`onnxsurgery.shape_solver`), then turns the result into
+:class:`Change` entries (constants that must become computations) and :class:`Blocker` entries
+(what cannot be generalized: conflicts, constants whose values differ along a symbolic axis, loops
+unrolled at trace time). :func:`onnxsurgery.symbolize_rewrite.apply_plan` applies a plan.
+The plan has ``to_dict()`` for JSON reports and ``__rich__()`` for the terminal.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from onnxsurgery.dim_algebra import Dim
+from onnxsurgery.shape_propagation import ConstUse, ShapeAnalysis, propagate
+from onnxsurgery.shape_solver import Solution, solve
+
+__all__ = ["Change", "Blocker", "SymbolizePlan", "plan_symbolize", "normalize_axes"]
+
+
+def normalize_axes(dynamic_axes: dict[str, Any]) -> dict[str, dict[int, str]]:
+    """``{input: {axis: name}}`` or torch's list form ``{input: [axis, ...]}`` as one mapping.
+
+    In the list form axis 0 is named ``batch`` and axis ``k`` ``<input>_dim<k>``.
+    """
+    out: dict[str, dict[int, str]] = {}
+    if not isinstance(dynamic_axes, dict):
+        raise TypeError(f"dynamic_axes must be a mapping of input name to axes, got {dynamic_axes!r}")
+    for name, spec in dynamic_axes.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"dynamic_axes keys must be input names, got {name!r}")
+        if isinstance(spec, (list, tuple)):
+            spec = {a: ("batch" if int(a) == 0 else f"{name}_dim{a}") for a in spec}
+        if not isinstance(spec, dict):
+            raise TypeError(f"dynamic_axes[{name!r}] must be a list of axes or {{axis: name}}, got {spec!r}")
+        axes: dict[int, str] = {}
+        for axis, sym in spec.items():
+            try:
+                ax = int(axis)
+            except (TypeError, ValueError):
+                raise ValueError(f"dynamic_axes[{name!r}]: axis {axis!r} is not an int") from None
+            if not isinstance(sym, str) or not sym.isidentifier():
+                raise ValueError(
+                    f"dynamic_axes[{name!r}][{ax}]: symbol {sym!r} must be a name like batch or seq"
+                )
+            axes[ax] = sym
+        out[name] = axes
+    return out
+
+
+@dataclass
+class Change:
+    """One constant read that becomes a computation from the inputs' shapes."""
+
+    graph: str
+    node: str
+    op: str
+    input_index: int
+    input: str
+    kind: str  # "size": integer elements; "data": dims of a data constant
+    old: str
+    new: str
+    values: list[Dim]
+    rebuild: dict[int, str] = field(default_factory=dict)  # data: axis -> "expand" | "range"
+    use: ConstUse | None = field(default=None, repr=False)
+
+    def __str__(self) -> str:
+        where = f"{self.op} {self.node!r} input {self.input_index} ({self.input})"
+        return f"{where}: {self.old} -> {self.new}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "graph": self.graph or None,
+            "node": self.node,
+            "op": self.op,
+            "input_index": self.input_index,
+            "input": self.input,
+            "kind": self.kind,
+            "old": self.old,
+            "new": self.new,
+        }
+
+
+@dataclass
+class Blocker:
+    """Something that holds only at the traced size and cannot be rewritten."""
+
+    node: str
+    op: str
+    input: str | None
+    traced: str
+    why: str
+    fix: str
+
+    def __str__(self) -> str:
+        where = f"{self.op} {self.node!r}" + (f" (input {self.input!r})" if self.input else "")
+        return f"{where}: {self.why} [traced: {self.traced}]; {self.fix}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "op": self.op,
+            "input": self.input,
+            "traced": self.traced,
+            "why": self.why,
+            "fix": self.fix,
+        }
+
+
+@dataclass
+class SymbolizePlan:
+    """The preview: symbols, changes, blockers, symbolic output shapes, notes."""
+
+    axes: dict[str, dict[int, str]]
+    symbols: dict[str, int]
+    changes: list[Change]
+    blockers: list[Blocker]
+    outputs: dict[str, list[str | int | None] | None]
+    notes: list[str]
+    analysis: ShapeAnalysis = field(repr=False)
+    solution: Solution = field(repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return not self.blockers
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "axes": {k: {str(a): s for a, s in v.items()} for k, v in self.axes.items()},
+            "symbols": dict(self.symbols),
+            "changes": [c.to_dict() for c in self.changes],
+            "blockers": [b.to_dict() for b in self.blockers],
+            "outputs": self.outputs,
+            "notes": list(self.notes),
+        }
+
+    def __rich__(self):
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        syms = ", ".join(f"{s} (traced {v})" for s, v in self.symbols.items())
+        parts: list[Any] = [Text(f"symbolize: {syms}", style="bold")]
+        if self.changes:
+            table = Table(title="would change", title_justify="left")
+            for col in ("node", "op", "input", "old", "new"):
+                table.add_column(col)
+            for c in self.changes:
+                table.add_row(c.node, c.op, f"{c.input_index}: {c.input}", c.old, c.new)
+            parts.append(table)
+        else:
+            parts.append(Text("no constant carries a traced size"))
+        if self.blockers:
+            table = Table(title="blockers", title_justify="left", style="red")
+            for col in ("node", "op", "input", "traced", "why", "what to do"):
+                table.add_column(col)
+            for b in self.blockers:
+                table.add_row(b.node, b.op, b.input or "", b.traced, b.why, b.fix)
+            parts.append(table)
+        outs = "; ".join(
+            f"{name} [{', '.join('?' if d is None else str(d) for d in dims)}]" if dims is not None else f"{name} [?]"
+            for name, dims in self.outputs.items()
+        )
+        parts.append(Text(f"outputs: {outs}"))
+        for note in self.notes:
+            parts.append(Text(f"note: {note}", style="dim"))
+        return Group(*parts)
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def _fmt(values: list[Dim | int]) -> str:
+    return "[" + ", ".join(str(v) for v in values) + "]"
+
+
+def _dtype_name(arr: np.ndarray) -> str:
+    return str(arr.dtype)
+
+
+def _axis_pattern(arr: np.ndarray, axis: int) -> str | None:
+    """``expand`` if ``arr`` is constant along ``axis``, ``range`` if it counts up along it only."""
+    n = arr.shape[axis]
+    first = np.take(arr, [0], axis=axis)
+    if n <= 1 or np.array_equal(arr, np.broadcast_to(first, arr.shape)):
+        return "expand"
+    if arr.dtype.kind not in "iuf":
+        return None
+    idx_shape = [1] * arr.ndim
+    idx_shape[axis] = n
+    idx = np.arange(n).reshape(idx_shape)
+    flat_first = first.reshape(-1)
+    if flat_first.size == 0 or not np.all(flat_first == flat_first[0]):
+        return None
+    step = np.take(arr, [1], axis=axis).reshape(-1)[0] - flat_first[0]
+    if step == 0:
+        return None
+    expected = flat_first[0] + step * idx
+    if np.array_equal(arr, np.broadcast_to(expected, arr.shape).astype(arr.dtype)):
+        return "range"
+    return None
+
+
+def _symbol_hint(plan_syms: dict[str, list[tuple[str, int]]], atoms: set[str]) -> str:
+    names = sorted(a for a in atoms if a in plan_syms)
+    return ", ".join(names)
+
+
+def _fix_text(analysis: ShapeAnalysis, syms: str) -> str:
+    if not syms:
+        return "this size is data-dependent or fixed by the model; no renaming of constants generalizes it"
+    axes = ", ".join(f"{i}:{a}" for s in syms.split(", ") for i, a in analysis.symbols.get(s, []))
+    return (
+        f"re-export with dynamic axes for {syms} (torch.onnx.export dynamic_axes=..., or "
+        f"dynamic_shapes=... with dynamo=True) so the exporter keeps this size symbolic, "
+        f"or leave {axes} out of the symbolized axes"
+    )
+
+
+def _conflict_blockers(plan_a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
+    blockers = []
+    traced = plan_a.traced_values()
+    for conflict in sol.conflicts:
+        c = conflict.constraint
+        lhs = sol.resolve(c.lhs) if c.lhs is not None else conflict.residual
+        rhs = sol.resolve(c.rhs) if c.rhs is not None else Dim.const(0)
+        atoms = lhs.atoms() | rhs.atoms()
+        syms = _symbol_hint(plan_a.symbols, atoms)
+        try:
+            tv = f"{lhs} = {lhs.evaluate(traced)}, {rhs} = {rhs.evaluate(traced)}"
+        except KeyError:
+            tv = f"{lhs}, {rhs}"
+        why = f"{c.why}: needs {_pretty(lhs)} == {_pretty(rhs)}, which holds only at the traced size"
+        blockers.append(Blocker(c.node, c.op, None, tv, why, _fix_text(plan_a, syms)))
+    return blockers
+
+
+def _pretty(d: Dim) -> str:
+    text = str(d)
+    return text.replace("$", "?")
+
+
+def _unrolled_loops(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
+    """Loops Python ran at trace time: one slice per index of a symbolic axis, or a chain of
+    identical appends along a symbolic axis."""
+    graph = a.model.graph
+    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+    for node in graph.node:
+        for name in node.input:
+            if name:
+                consumers[name].append(node)
+    blockers: list[Blocker] = []
+    for tensor, nodes in consumers.items():
+        info = a.tensors.get(tensor)
+        if info is None or info.shape is None:
+            continue
+        shape = [sol.resolve(d) for d in info.shape]
+        picks: dict[int, set[int]] = defaultdict(set)
+        first: dict[int, onnx.NodeProto] = {}
+        for node in nodes:
+            hit = _single_index(a, node, tensor, len(shape))
+            if hit is not None:
+                picks[hit[0]].add(hit[1])
+                first.setdefault(hit[0], node)
+        for axis, idx in picks.items():
+            d = shape[axis]
+            syms = {x for x in d.atoms() if x in a.symbols}
+            n = a.traced(d)
+            if syms and n >= 2 and set(range(n)) <= {i % n for i in idx}:
+                node = first[axis]
+                blockers.append(
+                    Blocker(
+                        node.name,
+                        node.op_type,
+                        tensor,
+                        f"{d} = {n}",
+                        f"a loop unrolled at trace time: {n} nodes take one index each along "
+                        f"axis {axis} ({d}) of {tensor!r}; at another size torch runs a different "
+                        "number of iterations",
+                        _fix_text(a, ", ".join(sorted(syms))),
+                    )
+                )
+    blockers.extend(_append_chains(a, sol))
+    return blockers
+
+
+def _single_index(a: ShapeAnalysis, node: onnx.NodeProto, tensor: str, rank: int) -> tuple[int, int] | None:
+    if not node.input or node.input[0] != tensor:
+        return None
+    attrs = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+    if node.op_type == "Gather" and len(node.input) > 1:
+        idx = a.consts.get(node.input[1])
+        if idx is None or idx.size != 1:
+            return None
+        axis = attrs.get("axis", 0)
+        return (axis + rank if axis < 0 else axis, int(idx.reshape(-1)[0]))
+    if node.op_type == "Slice" and len(node.input) >= 3:
+        st, en = a.consts.get(node.input[1]), a.consts.get(node.input[2])
+        axes = a.consts.get(node.input[3]) if len(node.input) > 3 and node.input[3] else None
+        if st is None or en is None or st.size != 1 or en.size != 1:
+            return None
+        s, e = int(st.reshape(-1)[0]), int(en.reshape(-1)[0])
+        if e - s != 1 or s < 0:
+            return None
+        axis = int(axes.reshape(-1)[0]) if axes is not None and axes.size == 1 else 0
+        return (axis + rank if axis < 0 else axis, s)
+    return None
+
+
+def _append_chains(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
+    graph = a.model.graph
+    produced: dict[str, onnx.NodeProto] = {o: n for n in graph.node for o in n.output}
+    blockers = []
+    seen: set[str] = set()
+    for node in reversed(graph.node):
+        if node.op_type != "Concat" or len(node.input) != 2 or node.output[0] in seen:
+            continue
+        chain = [node]
+        cur = node
+        while True:
+            prev = produced.get(cur.input[0])
+            if prev is None or not _same_append(a, prev, cur):
+                break
+            chain.append(prev)
+            cur = prev
+        for n in chain:
+            seen.add(n.output[0])
+        if len(chain) < 2:
+            continue
+        info = a.tensors.get(node.output[0])
+        if info is None or info.shape is None:
+            continue
+        axis = onnx.helper.get_attribute_value(next(x for x in node.attribute if x.name == "axis"))
+        axis = axis + len(info.shape) if axis < 0 else axis
+        d = sol.resolve(info.shape[axis])
+        syms = {x for x in d.atoms() if x in a.symbols}
+        if not syms:
+            continue
+        first = chain[-1]
+        blockers.append(
+            Blocker(
+                first.name,
+                "Concat",
+                first.input[1],
+                f"{len(chain)} copies",
+                f"a loop unrolled at trace time: {len(chain)} identical Concat nodes append the same "
+                f"piece along axis {axis}, giving {d}; at another size torch runs a different number "
+                "of iterations",
+                _fix_text(a, ", ".join(sorted(syms))),
+            )
+        )
+    return blockers
+
+
+def _same_append(a: ShapeAnalysis, prev: onnx.NodeProto, cur: onnx.NodeProto) -> bool:
+    if prev.op_type != "Concat" or len(prev.input) != 2:
+        return False
+    if [x.SerializeToString() for x in prev.attribute] != [x.SerializeToString() for x in cur.attribute]:
+        return False
+    if prev.input[1] == cur.input[1]:
+        return True
+    x, y = a.consts.get(prev.input[1]), a.consts.get(cur.input[1])
+    return x is not None and y is not None and x.shape == y.shape and np.array_equal(x, y)
+
+
+def _changes(a: ShapeAnalysis, sol: Solution) -> tuple[list[Change], list[Blocker]]:
+    changes: list[Change] = []
+    blockers: list[Blocker] = []
+    for use in a.uses:
+        resolved = [sol.resolve(Dim.sym(x)) if x is not None else None for x in use.atoms]
+        if all(r is None or r.is_const() for r in resolved):
+            continue
+        if use.kind == "size":
+            flat = use.array.reshape(-1).tolist()
+            values = [r if r is not None else Dim.const(int(v)) for r, v in zip(resolved, flat, strict=True)]
+            old = _fmt([int(v) for v in flat]) if use.array.ndim else str(int(flat[0]))
+            new = _fmt(values) if use.array.ndim else str(values[0])
+            changes.append(Change(use.graph, use.node, use.op, use.input_index, use.tensor, "size", old, new, values, use=use))
+            continue
+        dims = [r if r is not None else Dim.const(n) for r, n in zip(resolved, use.array.shape, strict=True)]
+        rebuild: dict[int, str] = {}
+        bad: list[int] = []
+        for axis, d in enumerate(dims):
+            if d.is_const():
+                continue
+            pattern = _axis_pattern(use.array, axis)
+            if pattern is None:
+                bad.append(axis)
+            else:
+                rebuild[axis] = pattern
+        if sum(1 for p in rebuild.values() if p == "range") > 1:
+            bad.extend(k for k, p in rebuild.items() if p == "range")
+        old = f"{_dtype_name(use.array)}{_fmt(list(use.array.shape))}"
+        if bad:
+            syms = _symbol_hint(a.symbols, set().union(*(dims[k].atoms() for k in bad)))
+            axes_text = ", ".join(f"axis {k} ({dims[k]})" for k in bad)
+            blockers.append(
+                Blocker(
+                    use.node,
+                    use.op,
+                    use.tensor,
+                    old,
+                    f"constant {use.tensor!r} {old} has the traced size on {axes_text} and its values "
+                    "differ along it (a table or mask cut to the traced size), so it cannot be "
+                    "rebuilt at another size",
+                    _fix_text(a, syms),
+                )
+            )
+            continue
+        how = ", ".join(f"axis {k} by {'Range' if p == 'range' else 'Expand'}" for k, p in rebuild.items())
+        new = f"{_dtype_name(use.array)}{_fmt(dims)} ({how})"
+        changes.append(Change(use.graph, use.node, use.op, use.input_index, use.tensor, "data", old, new, dims, rebuild, use))
+    return changes, blockers
+
+
+def _output_dims(a: ShapeAnalysis, sol: Solution) -> dict[str, list[str | int | None] | None]:
+    outs: dict[str, list[str | int | None] | None] = {}
+    for o in a.model.graph.output:
+        info = a.tensors.get(o.name)
+        if info is None or info.shape is None:
+            outs[o.name] = None
+            continue
+        dims: list[str | int | None] = []
+        for d in info.shape:
+            r = sol.resolve(d)
+            if r.value is not None:
+                dims.append(int(r.value))
+            elif all(x in a.symbols for x in r.atoms()):
+                dims.append(str(r))
+            else:
+                dims.append(None)
+        outs[o.name] = dims
+    return outs
+
+
+def plan_symbolize(model: onnx.ModelProto, dynamic_axes: dict[str, Any]) -> SymbolizePlan:
+    """Preview symbolize on ``model`` for ``dynamic_axes`` ({input: {axis: name}} or {input: [axes]}).
+
+    Nothing is edited. Raises ValueError for an input or axis the model does not have, or one
+    name given to axes of different traced sizes.
+    """
+    axes = normalize_axes(dynamic_axes)
+    analysis = propagate(model, axes)
+    sol = solve(analysis)
+    changes, blockers = _changes(analysis, sol)
+    blockers = _conflict_blockers(analysis, sol) + blockers + _unrolled_loops(analysis, sol)
+    notes = []
+    seen: set[tuple[str, str]] = set()
+    for node, op, text in analysis.notes:
+        if (op, text) in seen:
+            continue
+        seen.add((op, text))
+        notes.append(f"{op} {node!r}: {text}")
+    symbols = {s: analysis.atoms[s].traced for s in analysis.symbols}
+    return SymbolizePlan(axes, symbols, changes, blockers, _output_dims(analysis, sol), notes, analysis, sol)
