@@ -215,8 +215,8 @@ class ConcatOutputs(Pass):
             target = types[0]
         lossy = False
         for n, t in zip(names, types, strict=True):
-            if t == onnx.TensorProto.STRING or (t != target and target == onnx.TensorProto.STRING):
-                self.fail(f"output {n!r} is {dtype_name(t)}: strings cannot be cast or padded here")
+            if t != target and onnx.TensorProto.STRING in (t, target):
+                self.fail(f"output {n!r} is {dtype_name(t)}: strings and numbers cannot be cast to one type")
             if is_lossless_cast(t, target):
                 continue
             if not self.lossy:
@@ -303,6 +303,8 @@ class ConcatOutputs(Pass):
     def _check_pad_value(self, target: int) -> None:
         value, dt = self.pad, np_dtype(target)
         assert value is not None
+        if target == onnx.TensorProto.STRING:
+            self.fail(f"pad={value!r}: string outputs cannot be padded")
         if dt.kind in "iub":
             ok = float(value).is_integer() and (
                 value in (0, 1) if dt.kind == "b" else np.iinfo(dt).min <= value <= np.iinfo(dt).max
