@@ -150,8 +150,12 @@ def create_session(
     provider: str | ProviderChoice = "auto",
     *,
     threads: int | None = None,
+    spin: bool = True,
 ) -> ort.InferenceSession:
     """An InferenceSession for ``model`` (a ModelProto or a path) on the chosen provider.
+
+    ``spin=False`` stops ORT's worker threads from busy-waiting after each run, so numpy work
+    between runs (validation's comparisons) gets the CPU.
 
     Raises whatever ONNX Runtime raises when the model is invalid; callers translate it with
     :func:`describe_ort_error` into their own error.
@@ -161,6 +165,8 @@ def create_session(
     options.log_severity_level = 3
     if threads:
         options.intra_op_num_threads = threads
+    if not spin:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     with quiet_stderr():
         if isinstance(model, onnx.ModelProto):
             from onnxsurgery.model_io import _is_large, save_model
