@@ -306,8 +306,23 @@ def _compare_text(
     )
 
 
+def _work_dtype(a: np.dtype, e: np.dtype) -> np.dtype:
+    """float32 for float16/float32 pairs, float64 for float64 and integers, complex128 for complex."""
+    if a.kind == "c" or e.kind == "c":
+        return np.dtype(np.complex128)
+    if a.kind == "f" and e.kind == "f":
+        return np.result_type(a, e, np.float32)
+    return np.dtype(np.float64)
+
+
 class _Stats:
-    """Chunked pass over two same-shaped numeric arrays, gathering every statistic at once."""
+    """Chunked pass over two same-shaped numeric arrays, gathering every statistic at once.
+
+    Work buffers of one chunk are allocated once and reused; differences are taken in the
+    inputs' own precision (float32 for float32: the same arithmetic ``numpy.allclose`` uses),
+    sums are accumulated in float64, and the worst element is re-measured in float64 so
+    ``min_atol`` is exact.
+    """
 
     def __init__(
         self, actual: np.ndarray, expected: np.ndarray, atol: float, rtol: float, exact_kind: bool
@@ -323,15 +338,21 @@ class _Stats:
         self._first_nonfinite = -1
         a_flat = actual.reshape(-1)  # a view for contiguous arrays (every ORT/torch output)
         e_flat = expected.reshape(-1)
-        complex_kind = actual.dtype.kind == "c" or expected.dtype.kind == "c"
-        work = np.complex128 if complex_kind else np.float64
+        work = self._work = _work_dtype(actual.dtype, expected.dtype)
         compare_native = (
             atol == 0 and rtol == 0 and actual.dtype.kind in "biu" and expected.dtype.kind in "biu"
         )
+        n = min(CHUNK, e_flat.size)
+        real = np.dtype(np.float64) if work.kind == "c" else work
+        self._diff = np.empty(n, real)
+        self._mag = np.empty(n, real)
+        self._tmp = np.empty(n, real)
+        self._mask = np.empty(n, bool)
         for start in range(0, e_flat.size, CHUNK):
             a = a_flat[start : start + CHUNK]
             e = e_flat[start : start + CHUNK]
             self._chunk(a, e, start, atol, rtol, work, compare_native)
+        del self._diff, self._mag, self._tmp, self._mask
         self.mean_abs = self._sum_abs / self._finite if self._finite else 0.0
         if self.nonfinite:
             self.min_atol = math.inf
@@ -340,8 +361,7 @@ class _Stats:
             self.min_atol = 0.0
             self._worst = -1  # identical: no element is worst
         else:
-            self.min_atol = max(0.0, self._excess)
-            self._settle_min_atol(a_flat, e_flat, rtol, work)
+            self._settle_min_atol(a_flat, e_flat, atol, rtol)
 
     def _chunk(
         self,
@@ -350,28 +370,30 @@ class _Stats:
         start: int,
         atol: float,
         rtol: float,
-        work: type,
+        work: np.dtype,
         compare_native: bool,
     ) -> None:
-        if e_in.size == 0:
+        k = e_in.size
+        if k == 0:
             return
-        a = a_in.astype(work)  # private float64 copies of this chunk only
-        e = e_in.astype(work)
+        diff, mag, tmp, mask = self._diff[:k], self._mag[:k], self._tmp[:k], self._mask[:k]
         with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: handled below
-            if work is np.complex128:
-                diff, abs_e = np.abs(a - e), np.abs(e)
+            if work.kind == "c":
+                np.abs(np.subtract(a_in, e_in, dtype=work), out=diff)
+                np.abs(e_in.astype(work), out=mag)
             else:
-                diff = np.abs(np.subtract(a, e, out=a), out=a)
-                abs_e = np.abs(e, out=e)
+                np.subtract(a_in, e_in, out=diff, dtype=work)
+                np.abs(diff, out=diff)
+                np.abs(e_in, out=mag, dtype=work)
+        chunk_max = float(diff.max())
         skip = None  # elements left out of the finite statistics
-        finite = np.isfinite(diff)
-        if not finite.all():
+        if not math.isfinite(chunk_max):
             # Only the few elements where a side is NaN/Inf (or the difference overflowed).
-            bad = np.flatnonzero(~finite)
+            bad = np.flatnonzero(~np.isfinite(diff))
             av, ev = a_in[bad], e_in[bad]
             alike = (np.isnan(av) & np.isnan(ev)) | (np.isinf(av) & (av == ev))
             diff[bad[alike]] = 0.0  # NaN where torch has NaN, same-signed Inf: a match
-            abs_e[bad[alike]] = 0.0
+            mag[bad[alike]] = 0.0
             skip = bad[~alike]
             both_finite = np.isfinite(av[~alike]) & np.isfinite(ev[~alike])
             placed = skip[~both_finite]
@@ -383,41 +405,77 @@ class _Stats:
                 self.max_abs = math.inf
             self.mismatches += int(skip.size)
             diff[skip] = 0.0
-            abs_e[skip] = 0.0
+            mag[skip] = 0.0
             self._finite -= int(skip.size)
-        self._finite += diff.size
-        self.max_abs = max(self.max_abs, float(diff.max()))
+            chunk_max = float(diff.max())
+        self._finite += k
+        self.max_abs = max(self.max_abs, chunk_max)
+        # float32 pairwise sum per chunk (relative error ~1e-7), chunks accumulated in float64
         self._sum_abs += float(diff.sum())
-        nonzero = abs_e > 0
-        if nonzero.any():
-            rel = np.divide(diff, abs_e, where=nonzero, out=np.zeros_like(diff))
-            self.max_rel = max(self.max_rel, float(rel.max()))
-        allowed = np.multiply(abs_e, rtol, out=abs_e)  # rtol * |e|
-        if compare_native:  # integers compared exactly, without a detour through float64
-            out = a_in != e_in
-        else:
-            out = diff > allowed + atol  # numpy.allclose: |a - e| <= atol + rtol * |e|
-        if skip is not None:
-            out[skip] = False
-        self.mismatches += int(np.count_nonzero(out))
-        excess = np.subtract(diff, allowed, out=diff)  # the atol this element needs
+        if chunk_max > 0:  # max |a - e| / |e| over nonzero references
+            with np.errstate(divide="ignore", invalid="ignore"):
+                np.divide(diff, mag, out=tmp)
+            rel = float(np.fmax.reduce(tmp))  # 0/0 (exact match on a zero) is NaN: ignored
+            if not math.isfinite(rel):  # an error on a zero reference: leave those out
+                np.greater(mag, 0, out=mask)
+                tmp.fill(0)
+                np.divide(diff, mag, out=tmp, where=mask)
+                rel = float(tmp.max())
+            self.max_rel = max(self.max_rel, rel)
+        # numpy.allclose: |a - e| <= atol + rtol * |e|; excess > 0 is a mismatch
+        np.multiply(mag, rtol, out=mag)
+        mag += atol
+        excess = np.subtract(diff, mag, out=diff)
         if skip is not None:
             excess[skip] = -math.inf
         i = int(np.argmax(excess))
-        if excess[i] > self._excess:
-            self._excess = float(excess[i])
+        worst = float(excess[i])
+        if compare_native:  # integers compared exactly, without a detour through float
+            out = a_in != e_in
+            if skip is not None:
+                out[skip] = False
+            self.mismatches += int(np.count_nonzero(out))
+        elif worst > 0:  # only then is there anything to count
+            self.mismatches += int(np.count_nonzero(np.greater(excess, 0, out=mask)))
+        if worst + atol > self._excess:
+            self._excess = worst + atol
             self._worst = start + i
 
     def _settle_min_atol(
-        self, a_flat: np.ndarray, e_flat: np.ndarray, rtol: float, work: type
+        self, a_flat: np.ndarray, e_flat: np.ndarray, atol: float, rtol: float
     ) -> None:
-        """Round ``min_atol`` up by an ulp where float rounding would make it fail its own check."""
-        a = a_flat[self._worst].astype(work)
-        e = e_flat[self._worst].astype(work)
-        d = float(abs(a - e))
-        allowed = float(abs(e)) * rtol
-        while d > self.min_atol + allowed:
-            self.min_atol = math.nextafter(self.min_atol, math.inf)
+        """``min_atol``: the smallest atol that passes the worst element, in the arithmetic used.
+
+        float64 (and integer, complex) outputs are checked as ``d <= atol + rtol * m`` in float64;
+        float32 outputs as numpy does it for float32 arrays, with ``atol`` and ``rtol`` rounded to
+        float32, so the figure is a float32 value that passes when given back as ``atol``.
+        """
+        a, e = a_flat[self._worst], e_flat[self._worst]
+        if np.iscomplexobj(a) or np.iscomplexobj(e):
+            d, m = float(abs(complex(a) - complex(e))), float(abs(complex(e)))
+        else:
+            d, m = abs(float(a) - float(e)), abs(float(e))
+        work = self._work
+        if work != np.float32:
+            allowed = m * rtol
+            t = max(0.0, d - allowed)
+            while d > t + allowed:
+                t = math.nextafter(t, math.inf)
+            self.min_atol = t
+            return
+        f32 = np.float32
+        d32 = abs(f32(a) - f32(e))
+        allowed32 = f32(abs(f32(e))) * f32(rtol)
+
+        def passes(t: np.float32) -> bool:
+            return bool(d32 <= allowed32 + t)
+
+        t = f32(max(0.0, d - m * rtol))
+        while not passes(t):
+            t = np.nextafter(t, f32(np.inf))
+        while t > 0 and passes(np.nextafter(t, f32(0))):
+            t = np.nextafter(t, f32(0))
+        self.min_atol = float(t)
 
     def worst_index(self, shape: tuple[int, ...]) -> tuple[int, ...] | None:
         if self._worst < 0:

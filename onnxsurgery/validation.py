@@ -175,7 +175,7 @@ class _ModelRunner:
         self.output_names = [o.name for o in proto.graph.output]
         try:
             self.session = create_session(
-                proto if isinstance(model, onnx.ModelProto) else model, choice
+                proto if isinstance(model, onnx.ModelProto) else model, choice, spin=False
             )
         except Exception as exc:  # ORT rejecting the model is the user's model, not our bug
             message, node = describe_ort_error(exc)

@@ -36,17 +36,27 @@ def test_known_difference_gives_hand_computed_statistics() -> None:
     assert r.size == 6
     assert r.worst_index == (0, 1)  # excess 0.5 - 0.02 beats 0.25 - 0
     assert r.worst_actual == 2.5 and r.worst_expected == 2.0
-    assert r.min_atol == pytest.approx(0.48, rel=0, abs=1e-15)
+    assert r.min_atol == pytest.approx(0.48, rel=1e-7)  # a float32 value (see below)
     assert r.nonfinite_mismatches == 0
     assert r.shape == (2, 3) and r.dtype == "float32"
 
 
 def test_min_atol_is_the_smallest_that_passes() -> None:
     r = compare_arrays(ACTUAL, EXPECTED, atol=0.1, rtol=0.01)
+    # float32 outputs follow numpy.allclose on float32 arrays (atol rounded to float32)
+    below = float(np.nextafter(np.float32(r.min_atol), np.float32(0)))
     assert compare_arrays(ACTUAL, EXPECTED, atol=r.min_atol, rtol=0.01)
-    assert np.allclose(ACTUAL.astype(np.float64), EXPECTED.astype(np.float64), atol=r.min_atol, rtol=0.01)
-    below = math.nextafter(r.min_atol, 0) - 1e-12
     assert not compare_arrays(ACTUAL, EXPECTED, atol=below, rtol=0.01)
+    assert np.allclose(ACTUAL, EXPECTED, atol=r.min_atol, rtol=0.01)
+    assert not np.allclose(ACTUAL, EXPECTED, atol=below, rtol=0.01)
+    # float64 outputs: the same in float64
+    a64, e64 = ACTUAL.astype(np.float64), EXPECTED.astype(np.float64)
+    r64 = compare_arrays(a64, e64, atol=0.1, rtol=0.01)
+    assert r64.min_atol == pytest.approx(0.48, rel=0, abs=1e-15)
+    assert compare_arrays(a64, e64, atol=r64.min_atol, rtol=0.01)
+    assert np.allclose(a64, e64, atol=r64.min_atol, rtol=0.01)
+    assert not np.allclose(a64, e64, atol=math.nextafter(r64.min_atol, 0), rtol=0.01)
+    assert not compare_arrays(a64, e64, atol=math.nextafter(r64.min_atol, 0), rtol=0.01)
 
 
 def test_within_default_tolerance_passes_and_states_defaults() -> None:
@@ -58,6 +68,13 @@ def test_within_default_tolerance_passes_and_states_defaults() -> None:
     # float32 rounding of x + 1e-6 is exact in float64: the max is what numpy says it is
     assert r.max_abs == np.max(np.abs(noisy.astype(np.float64) - EXPECTED.astype(np.float64)))
     assert "ok" in r.describe()
+
+
+def test_max_rel_ignores_zero_references_matched_exactly() -> None:
+    e = np.array([0.0, 0.0, 4.0, -2.0], dtype=np.float32)  # ReLU-like exact zeros
+    a = np.array([0.0, 0.0, 4.5, -2.0], dtype=np.float32)
+    r = compare_arrays(a, e)
+    assert r.max_rel == 0.125 and r.max_abs == 0.5 and r.mismatches == 1
 
 
 def test_identical_arrays_have_no_worst_element() -> None:
@@ -193,7 +210,9 @@ def test_chunked_walk_matches_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     finite = np.isfinite(a64) & np.isfinite(e64)
     diff = np.abs(a64[finite] - e64[finite])
     assert chunked.max_abs == diff.max()
-    assert chunked.mismatches == int(np.count_nonzero(~np.isclose(a64, e64, 1e-3, 1e-4, equal_nan=True)))
+    assert chunked.mismatches == int(
+        np.count_nonzero(~np.isclose(a64, e64, 1e-3, 1e-4, equal_nan=True))
+    )
     assert chunked.nonfinite_mismatches == 1 and chunked.worst_index == (30, 7)
 
 

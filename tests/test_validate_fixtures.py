@@ -30,9 +30,7 @@ def test_static_model_validates_at_traced_size(entry: FixtureEntry) -> None:
     assert {k: shapes[k] for k in entry.traced} == entry.traced
 
 
-@pytest.mark.parametrize(
-    "entry", [e for e in EXPORTED if e.static_fails_other_sizes], ids=str
-)
+@pytest.mark.parametrize("entry", [e for e in EXPORTED if e.static_fails_other_sizes], ids=str)
 def test_static_model_rejects_other_sizes_naming_the_input(entry: FixtureEntry) -> None:
     report = validate(entry.model_path, entry.references_dir, provider="cpu")
     assert not report
@@ -71,7 +69,9 @@ def _reaches(model: onnx.ModelProto, name: str) -> set[str]:
 def _run(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
     names = [o.name for o in session.get_outputs()]
     feeds = {i.name: inputs[i.name] for i in session.get_inputs()}
     return dict(zip(names, session.run(names, feeds), strict=True))
@@ -132,10 +132,15 @@ def test_changed_initializer_is_caught_on_the_outputs_it_reaches(entry: FixtureE
         diff = np.abs(a - e, where=finite, out=np.zeros_like(a))
         assert out.max_abs == pytest.approx(diff.max(), rel=1e-6)
         assert out.mean_abs == pytest.approx(diff[finite].mean(), rel=1e-6)
-        close = np.isclose(a, e, atol=atol, rtol=rtol, equal_nan=True)
+        # the element rule as numpy.allclose applies it to the outputs' own dtype
+        close = np.isclose(
+            actual[out.name], case.outputs[out.name], atol=atol, rtol=rtol, equal_nan=True
+        )
         assert out.mismatches == int(np.count_nonzero(~close))
         allowed = rtol * np.abs(e, where=finite, out=np.zeros_like(e))
         excess = np.where(finite, diff - allowed, -np.inf)
         assert out.min_atol == pytest.approx(max(excess.max(), 0.0), rel=1e-6)
-        assert out.worst_index == tuple(int(i) for i in np.unravel_index(np.argmax(excess), e.shape))
+        assert out.worst_index == tuple(
+            int(i) for i in np.unravel_index(np.argmax(excess), e.shape)
+        )
     assert f"output {report.failures[0][1].name}:" in report.summary
