@@ -103,9 +103,6 @@ class Validate(Pass):
         return PassResult(
             model,
             modified=False,
-            diagnostics=[
-                Diagnostic.info(report.summary),
-                Diagnostic.info(f"runtime: {report.provider}"),
-            ],
+            diagnostics=[Diagnostic.info(report.summary)],
             report=report,
         )
