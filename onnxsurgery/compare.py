@@ -160,10 +160,13 @@ class OutputComparison:
             where = ""
             if self.worst_index is not None and not self.nonfinite_mismatches:
                 where = f" at {list(self.worst_index)}"
-            parts.append(
-                f"{finite_out}/{self.size} elements out of tolerance ({self.tolerance_text()}), "
-                f"max abs {format_number(self.max_abs)}{where}"
-            )
+            if self.max_abs is None:  # strings: equal or not
+                parts.append(f"{finite_out}/{self.size} elements differ (first{where})")
+            else:
+                parts.append(
+                    f"{finite_out}/{self.size} elements out of tolerance ({self.tolerance_text()}), "
+                    f"max abs {format_number(self.max_abs)}{where}"
+                )
             if self.min_atol is not None and math.isfinite(self.min_atol):
                 parts.append(f"passes at atol >= {format_number(self.min_atol, up=True)}")
         if not parts:

@@ -185,6 +185,12 @@ def test_empty_and_scalar_outputs() -> None:
     assert not r and r.shape == () and r.worst_index == () and r.max_abs == 0.5
 
 
+def test_string_outputs_compare_exactly() -> None:
+    r = compare_arrays(np.array(["a", "b", "c"]), np.array(["a", "x", "y"]), name="labels")
+    assert not r and r.mismatches == 2 and r.worst_index == (1,)
+    assert r.describe() == "labels: 2/3 elements differ (first at [1])"
+
+
 def test_negative_tolerance_is_rejected() -> None:
     with pytest.raises(ValueError, match="tolerances must be >= 0"):
         compare_arrays(EXPECTED, EXPECTED, atol=-1)
