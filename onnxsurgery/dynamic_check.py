@@ -87,7 +87,9 @@ def _feeds(
         shapes[vi.name] = dims
         types[vi.name] = vi.type.tensor_type.elem_type
     # Lengths are at most the smallest symbolic non-batch size of the other inputs.
-    seq_like = [size[s] for name, spec in axes.items() for a, s in spec.items() if a != 0 and s in size]
+    seq_like = [
+        size[s] for name, spec in axes.items() for a, s in spec.items() if a != 0 and s in size
+    ]
     feeds: dict[str, np.ndarray] = {}
     for name, dims in shapes.items():
         dtype = _NP_TYPES.get(types[name], np.float32)
@@ -158,7 +160,9 @@ def check_dynamic(
             )
         if ref.dtype.kind in "fc":
             diff = np.abs(out.astype(np.float64) - ref.astype(np.float64))
-            bad = ~(diff <= atol + rtol * np.abs(ref.astype(np.float64))) & ~(np.isnan(out) & np.isnan(ref))
+            bad = ~(diff <= atol + rtol * np.abs(ref.astype(np.float64))) & ~(
+                np.isnan(out) & np.isnan(ref)
+            )
             if np.any(bad):
                 raise PassError(
                     f"check at the traced size {where}: output {name!r} differs from the original "
@@ -167,7 +171,9 @@ def check_dynamic(
             if diff.size:
                 result.max_abs_diff = max(result.max_abs_diff, float(np.nanmax(diff)))
         elif not np.array_equal(out, ref):
-            raise PassError(f"check at the traced size {where}: output {name!r} differs from the original")
+            raise PassError(
+                f"check at the traced size {where}: output {name!r} differs from the original"
+            )
     result.sizes.append(base)
     for k, size in enumerate(check_sizes(base)[1:], start=1):
         text = ", ".join(f"{s}={v}" for s, v in size.items())
@@ -185,7 +191,9 @@ def check_dynamic(
                     want.append(d.evaluate(size) if d is not None else None)
                 except KeyError:
                     want.append(None)
-            ok = len(shape) == len(want) and all(w is None or w == g for w, g in zip(want, shape, strict=False))
+            ok = len(shape) == len(want) and all(
+                w is None or w == g for w, g in zip(want, shape, strict=False)
+            )
             if not ok:
                 shown = ", ".join("?" if w is None else str(w) for w in want)
                 raise PassError(

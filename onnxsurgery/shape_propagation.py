@@ -193,7 +193,9 @@ class ShapeAnalysis:
     def const(self, name: str) -> np.ndarray | None:
         return self.consts.get(name) if name else None
 
-    def use(self, node_index: int, node: onnx.NodeProto, i: int, kind: str, graph: str = "") -> TensorInfo | None:
+    def use(
+        self, node_index: int, node: onnx.NodeProto, i: int, kind: str, graph: str = ""
+    ) -> TensorInfo | None:
         """The info of input ``i`` of ``node``, with per-use unknowns if it is a constant.
 
         ``kind="size"`` turns the integer elements of a small constant into ``var`` atoms
@@ -271,7 +273,9 @@ def _static_shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
         for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
             t = vi.type.tensor_type
             if t.HasField("shape"):
-                out[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+                out[vi.name] = [
+                    d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim
+                ]
         for node in graph.node:
             for attr in node.attribute:
                 if attr.HasField("g"):
@@ -376,7 +380,10 @@ def propagate(model: onnx.ModelProto, axes: dict[str, dict[int, str]]) -> ShapeA
             analysis.dynamic.add(sym)
 
     for name, vi in inputs.items():
-        spec = {(a + len(vi.type.tensor_type.shape.dim)) if a < 0 else a: s for a, s in axes.get(name, {}).items()}
+        spec = {
+            (a + len(vi.type.tensor_type.shape.dim)) if a < 0 else a: s
+            for a, s in axes.get(name, {}).items()
+        }
         shape: list[Dim] = []
         known = vi.type.tensor_type.HasField("shape")
         for k, d in enumerate(vi.type.tensor_type.shape.dim):

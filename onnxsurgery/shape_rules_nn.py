@@ -54,7 +54,9 @@ def _gemm(ctx: NodeCtx):
     return [out([m, n], ctx.dtype(0))]
 
 
-def _spatial(ctx: NodeCtx, shape: list[Dim], kernel: list[int], transpose: bool = False) -> list[Dim]:
+def _spatial(
+    ctx: NodeCtx, shape: list[Dim], kernel: list[int], transpose: bool = False
+) -> list[Dim]:
     nsp = len(kernel)
     strides = ctx.attr("strides") or [1] * nsp
     dil = ctx.attr("dilations") or [1] * nsp
@@ -72,7 +74,12 @@ def _spatial(ctx: NodeCtx, shape: list[Dim], kernel: list[int], transpose: bool 
                 result.append(d * strides[i])
             else:
                 result.append(
-                    (d - 1) * strides[i] + op + (kernel[i] - 1) * dil[i] + 1 - pads[i] - pads[i + nsp]
+                    (d - 1) * strides[i]
+                    + op
+                    + (kernel[i] - 1) * dil[i]
+                    + 1
+                    - pads[i]
+                    - pads[i + nsp]
                 )
             continue
         if auto in ("SAME_UPPER", "SAME_LOWER"):
@@ -139,7 +146,11 @@ def _layer_norm(ctx: NodeCtx):
         return _fallback(ctx)
     ax = ctx.axis(ctx.attr("axis", -1), len(x))
     stat = x[:ax] + [Dim.const(1)] * (len(x) - ax)
-    return [out(x, ctx.dtype(0)), out(stat, onnx.TensorProto.FLOAT), out(stat, onnx.TensorProto.FLOAT)]
+    return [
+        out(x, ctx.dtype(0)),
+        out(stat, onnx.TensorProto.FLOAT),
+        out(stat, onnx.TensorProto.FLOAT),
+    ]
 
 
 @rule("BatchNormalization", "GroupNormalization")
@@ -167,7 +178,9 @@ def _rnn(ctx: NodeCtx):
     if ctx.has(4):
         lens = ctx.shape(4, data=True)
         if lens is not None and lens:
-            ctx.equal(lens[0], batch, f"{ctx.node.op_type} sequence_lens has one length per batch row")
+            ctx.equal(
+                lens[0], batch, f"{ctx.node.op_type} sequence_lens has one length per batch row"
+            )
     n_states = 2 if ctx.node.op_type == "LSTM" else 1
     for i in range(5, 5 + n_states):
         if ctx.has(i):
@@ -175,7 +188,9 @@ def _rnn(ctx: NodeCtx):
             if h is None or len(h) != 3:
                 continue
             want = [batch, ndir, hidden] if layout else [ndir, batch, hidden]
-            names = ("batch", "directions", "hidden") if layout else ("directions", "batch", "hidden")
+            names = (
+                ("batch", "directions", "hidden") if layout else ("directions", "batch", "hidden")
+            )
             for got, exp, what in zip(h, want, names, strict=True):
                 ctx.equal(got, exp, f"{ctx.node.op_type} initial state's {what} dim")
     y = [batch, seq, ndir, hidden] if layout else [seq, ndir, batch, hidden]
@@ -216,7 +231,9 @@ def _resize(ctx: NodeCtx):
         elif d.is_const():
             shape[a] = Dim.const(int(ctx.traced(d) * sc))
         else:
-            shape[a] = ctx.opaque(int(ctx.traced(d) * sc), axis=a, note="Resize by a fractional scale")
+            shape[a] = ctx.opaque(
+                int(ctx.traced(d) * sc), axis=a, note="Resize by a fractional scale"
+            )
     return [out(shape, ctx.dtype(0))]
 
 
@@ -256,7 +273,10 @@ def _einsum(ctx: NodeCtx):
         for lab, d in zip(labels, shape, strict=True):  # type: ignore[arg-type]
             if lab is not None:
                 letters.setdefault(lab, []).append(d)
-    rep = {lab: broadcast(ctx, [[d] for d in ds], f"Einsum label {lab!r}")[0] for lab, ds in letters.items()}
+    rep = {
+        lab: broadcast(ctx, [[d] for d in ds], f"Einsum label {lab!r}")[0]
+        for lab, ds in letters.items()
+    }
     ell = broadcast(ctx, ellipses, "Einsum ellipsis") if ellipses else []
     result: list[Dim] = []
     for part in re.split(r"(\.\.\.)", rhs):
@@ -271,7 +291,9 @@ def _einsum(ctx: NodeCtx):
 # control flow: propagate through subgraphs (outer-scope names are visible inside)
 
 
-def _run_subgraph(ctx: NodeCtx, g: onnx.GraphProto, path: str, inputs: list[TensorInfo | None]) -> list[TensorInfo | None]:
+def _run_subgraph(
+    ctx: NodeCtx, g: onnx.GraphProto, path: str, inputs: list[TensorInfo | None]
+) -> list[TensorInfo | None]:
     consts = read_constants(g)
     for name, arr in consts.items():
         ctx.a.consts[name] = arr
@@ -342,25 +364,44 @@ def _loop(ctx: NodeCtx):
     outs: list[TensorInfo | None] = []
     for i in range(n_carried):
         init, final = carried[i], body_out[1 + i] if 1 + i < len(body_out) else None
-        if init is not None and final is not None and init.shape is not None and final.shape == init.shape:
+        if (
+            init is not None
+            and final is not None
+            and init.shape is not None
+            and final.shape == init.shape
+        ):
             outs.append(TensorInfo(init.shape, init.dtype))
         else:
             static = ctx.static_shape(i)
             if static is None or any(s is None for s in static):
                 outs.append(None)
             else:
-                outs.append(TensorInfo([ctx.derived(s, i, a, "Loop-carried dim changes") for a, s in enumerate(static)], init.dtype if init else 0))  # type: ignore[arg-type]
+                outs.append(
+                    TensorInfo(
+                        [
+                            ctx.derived(s, i, a, "Loop-carried dim changes")
+                            for a, s in enumerate(static)
+                        ],
+                        init.dtype if init else 0,
+                    )
+                )  # type: ignore[arg-type]
     for j, scan in enumerate(body_out[1 + n_carried :]):
         k = n_carried + j
         static = ctx.static_shape(k)
-        if trip is not None and trip[0] is not None and scan is not None and scan.shape is not None and not ctx.has(1):
+        if (
+            trip is not None
+            and trip[0] is not None
+            and scan is not None
+            and scan.shape is not None
+            and not ctx.has(1)
+        ):
             count = trip[0]
         else:
-            count = ctx.opaque(static[0] if static and static[0] is not None else 0, k, 0, "Loop iteration count")  # type: ignore[arg-type]
+            count = ctx.opaque(
+                static[0] if static and static[0] is not None else 0, k, 0, "Loop iteration count"
+            )  # type: ignore[arg-type]
         if scan is None or scan.shape is None:
             outs.append(None)
         else:
             outs.append(TensorInfo([count] + list(scan.shape), scan.dtype))
     return outs
-
-

@@ -37,14 +37,18 @@ def normalize_axes(dynamic_axes: dict[str, Any]) -> dict[str, dict[int, str]]:
     """
     out: dict[str, dict[int, str]] = {}
     if not isinstance(dynamic_axes, dict):
-        raise TypeError(f"dynamic_axes must be a mapping of input name to axes, got {dynamic_axes!r}")
+        raise TypeError(
+            f"dynamic_axes must be a mapping of input name to axes, got {dynamic_axes!r}"
+        )
     for name, spec in dynamic_axes.items():
         if not isinstance(name, str) or not name:
             raise TypeError(f"dynamic_axes keys must be input names, got {name!r}")
         if isinstance(spec, (list, tuple)):
             spec = {a: ("batch" if int(a) == 0 else f"{name}_dim{a}") for a in spec}
         if not isinstance(spec, dict):
-            raise TypeError(f"dynamic_axes[{name!r}] must be a list of axes or {{axis: name}}, got {spec!r}")
+            raise TypeError(
+                f"dynamic_axes[{name!r}] must be a list of axes or {{axis: name}}, got {spec!r}"
+            )
         axes: dict[int, str] = {}
         for axis, sym in spec.items():
             try:
@@ -170,7 +174,9 @@ class SymbolizePlan:
                 table.add_row(b.node, b.op, b.input or "", b.traced, b.why, b.fix)
             parts.append(table)
         outs = "; ".join(
-            f"{name} [{', '.join('?' if d is None else str(d) for d in dims)}]" if dims is not None else f"{name} [?]"
+            f"{name} [{', '.join('?' if d is None else str(d) for d in dims)}]"
+            if dims is not None
+            else f"{name} [?]"
             for name, dims in self.outputs.items()
         )
         parts.append(Text(f"outputs: {outs}"))
@@ -242,7 +248,9 @@ def _conflict_blockers(plan_a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
             tv = f"{lhs} = {lhs.evaluate(traced)}, {rhs} = {rhs.evaluate(traced)}"
         except KeyError:
             tv = f"{lhs}, {rhs}"
-        why = f"{c.why}: needs {_pretty(lhs)} == {_pretty(rhs)}, which holds only at the traced size"
+        why = (
+            f"{c.why}: needs {_pretty(lhs)} == {_pretty(rhs)}, which holds only at the traced size"
+        )
         blockers.append(Blocker(c.node, c.op, None, tv, why, _fix_text(plan_a, syms)))
     return blockers
 
@@ -296,7 +304,9 @@ def _unrolled_loops(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
     return blockers
 
 
-def _single_index(a: ShapeAnalysis, node: onnx.NodeProto, tensor: str, rank: int) -> tuple[int, int] | None:
+def _single_index(
+    a: ShapeAnalysis, node: onnx.NodeProto, tensor: str, rank: int
+) -> tuple[int, int] | None:
     if not node.input or node.input[0] != tensor:
         return None
     attrs = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
@@ -367,7 +377,9 @@ def _append_chains(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
 def _same_append(a: ShapeAnalysis, prev: onnx.NodeProto, cur: onnx.NodeProto) -> bool:
     if prev.op_type != "Concat" or len(prev.input) != 2:
         return False
-    if [x.SerializeToString() for x in prev.attribute] != [x.SerializeToString() for x in cur.attribute]:
+    if [x.SerializeToString() for x in prev.attribute] != [
+        x.SerializeToString() for x in cur.attribute
+    ]:
         return False
     if prev.input[1] == cur.input[1]:
         return True
@@ -384,12 +396,31 @@ def _changes(a: ShapeAnalysis, sol: Solution) -> tuple[list[Change], list[Blocke
             continue
         if use.kind == "size":
             flat = use.array.reshape(-1).tolist()
-            values = [r if r is not None else Dim.const(int(v)) for r, v in zip(resolved, flat, strict=True)]
+            values = [
+                r if r is not None else Dim.const(int(v))
+                for r, v in zip(resolved, flat, strict=True)
+            ]
             old = _fmt([int(v) for v in flat]) if use.array.ndim else str(int(flat[0]))
             new = _fmt(values) if use.array.ndim else str(values[0])
-            changes.append(Change(use.graph, use.node, use.op, use.input_index, use.tensor, "size", old, new, values, use=use))
+            changes.append(
+                Change(
+                    use.graph,
+                    use.node,
+                    use.op,
+                    use.input_index,
+                    use.tensor,
+                    "size",
+                    old,
+                    new,
+                    values,
+                    use=use,
+                )
+            )
             continue
-        dims = [r if r is not None else Dim.const(n) for r, n in zip(resolved, use.array.shape, strict=True)]
+        dims = [
+            r if r is not None else Dim.const(n)
+            for r, n in zip(resolved, use.array.shape, strict=True)
+        ]
         rebuild: dict[int, str] = {}
         bad: list[int] = []
         for axis, d in enumerate(dims):
@@ -419,9 +450,25 @@ def _changes(a: ShapeAnalysis, sol: Solution) -> tuple[list[Change], list[Blocke
                 )
             )
             continue
-        how = ", ".join(f"axis {k} by {'Range' if p == 'range' else 'Expand'}" for k, p in rebuild.items())
+        how = ", ".join(
+            f"axis {k} by {'Range' if p == 'range' else 'Expand'}" for k, p in rebuild.items()
+        )
         new = f"{_dtype_name(use.array)}{_fmt(dims)} ({how})"
-        changes.append(Change(use.graph, use.node, use.op, use.input_index, use.tensor, "data", old, new, dims, rebuild, use))
+        changes.append(
+            Change(
+                use.graph,
+                use.node,
+                use.op,
+                use.input_index,
+                use.tensor,
+                "data",
+                old,
+                new,
+                dims,
+                rebuild,
+                use,
+            )
+        )
     return changes, blockers
 
 
@@ -464,4 +511,6 @@ def plan_symbolize(model: onnx.ModelProto, dynamic_axes: dict[str, Any]) -> Symb
         seen.add((op, text))
         notes.append(f"{op} {node!r}: {text}")
     symbols = {s: analysis.atoms[s].traced for s in analysis.symbols}
-    return SymbolizePlan(axes, symbols, changes, blockers, _output_dims(analysis, sol), notes, analysis, sol)
+    return SymbolizePlan(
+        axes, symbols, changes, blockers, _output_dims(analysis, sol), notes, analysis, sol
+    )

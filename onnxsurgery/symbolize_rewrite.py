@@ -28,8 +28,27 @@ from onnxsurgery.symbolize_plan import Change, SymbolizePlan
 __all__ = ["apply_plan", "toposort_graph"]
 
 _BROADCASTING = {
-    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Where", "Expand", "And", "Or",
-    "Xor", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "PRelu", "Sum", "Mean",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Mod",
+    "Max",
+    "Min",
+    "Where",
+    "Expand",
+    "And",
+    "Or",
+    "Xor",
+    "Equal",
+    "Less",
+    "Greater",
+    "LessOrEqual",
+    "GreaterOrEqual",
+    "PRelu",
+    "Sum",
+    "Mean",
 }
 
 
@@ -59,7 +78,11 @@ class _Rewriter:
 
     def const(self, values: list[int], scalar: bool = False, dtype=np.int64) -> str:
         text = ",".join(str(v) for v in values)
-        name = f"symbolize/const[{text}]" + ("s" if scalar else "") + ("" if dtype == np.int64 else str(np.dtype(dtype)))
+        name = (
+            f"symbolize/const[{text}]"
+            + ("s" if scalar else "")
+            + ("" if dtype == np.int64 else str(np.dtype(dtype)))
+        )
         if name not in self.inits:
             arr = np.array(values[0] if scalar else values, dtype=dtype)
             self.inits[name] = numpy_helper.from_array(arr, name)
@@ -77,12 +100,36 @@ class _Rewriter:
             tensor, axis = self.a.symbols[atom][0]
             return self.shape_dim(tensor, axis, f"symbolize/{atom}")
         origin = info.origin
-        if info.kind == "opaque" and isinstance(origin, tuple) and origin and origin[0] == "dim" and origin[1]:
+        if (
+            info.kind == "opaque"
+            and isinstance(origin, tuple)
+            and origin
+            and origin[0] == "dim"
+            and origin[1]
+        ):
             return self.shape_dim(origin[1], origin[2], f"symbolize/{origin[1]}/dim{origin[2]}")
-        if info.kind == "opaque" and isinstance(origin, tuple) and origin and origin[0] == "value" and origin[1]:
-            flat = self.node("Reshape", [origin[1], self.const([-1])], f"symbolize/{origin[1]}/flat")
-            got = self.node("Gather", [flat, self.const([origin[2]])], f"symbolize/{origin[1]}/value{origin[2]}", axis=0)
-            return self.node("Cast", [got], f"symbolize/{origin[1]}/value{origin[2]}/i64", to=onnx.TensorProto.INT64)
+        if (
+            info.kind == "opaque"
+            and isinstance(origin, tuple)
+            and origin
+            and origin[0] == "value"
+            and origin[1]
+        ):
+            flat = self.node(
+                "Reshape", [origin[1], self.const([-1])], f"symbolize/{origin[1]}/flat"
+            )
+            got = self.node(
+                "Gather",
+                [flat, self.const([origin[2]])],
+                f"symbolize/{origin[1]}/value{origin[2]}",
+                axis=0,
+            )
+            return self.node(
+                "Cast",
+                [got],
+                f"symbolize/{origin[1]}/value{origin[2]}/i64",
+                to=onnx.TensorProto.INT64,
+            )
         raise ValueError(f"cannot compute {atom} ({info.kind}, {info.note}) at run time")
 
     def expr(self, d: Dim) -> str:
@@ -102,7 +149,9 @@ class _Rewriter:
                 sub = Dim({mono[: k + 1]: 1})
                 prod = self.node("Mul", [prod, self.atom(mono[k])], f"symbolize/{_safe(str(sub))}")
             if coef != 1:
-                prod = self.node("Mul", [prod, self.const([coef])], f"symbolize/{_safe(str(Dim({mono: coef})))}")
+                prod = self.node(
+                    "Mul", [prod, self.const([coef])], f"symbolize/{_safe(str(Dim({mono: coef})))}"
+                )
             terms.append(prod)
         acc = terms[0]
         for k, t in enumerate(terms[1:], start=1):
@@ -150,7 +199,9 @@ class _Rewriter:
             if src is not None:
                 off = len(values) - len(src)
                 values = [
-                    Dim.const(1) if 0 <= k - off < len(src) and not v.is_const() and src[k - off] == v else v
+                    Dim.const(1)
+                    if 0 <= k - off < len(src) and not v.is_const() and src[k - off] == v
+                    else v
                     for k, v in enumerate(values)
                 ]
         vec = self.vector(values)
@@ -158,10 +209,14 @@ class _Rewriter:
         if use.array.ndim == 0:
             vec = self.node("Reshape", [vec, self.const([])], f"{tag}/scalar")
         if use.array.dtype != np.int64:
-            vec = self.node("Cast", [vec], f"{tag}/cast", to=helper.np_dtype_to_tensor_dtype(use.array.dtype))
+            vec = self.node(
+                "Cast", [vec], f"{tag}/cast", to=helper.np_dtype_to_tensor_dtype(use.array.dtype)
+            )
         return vec
 
-    def simplify_reshape(self, node: onnx.NodeProto, values: list[Dim], original: np.ndarray) -> list[Dim]:
+    def simplify_reshape(
+        self, node: onnx.NodeProto, values: list[Dim], original: np.ndarray
+    ) -> list[Dim]:
         src = self.resolved_shape(node.input[0])
         allowzero = next((a.i for a in node.attribute if a.name == "allowzero"), 0)
         literal_zero = allowzero and any(int(v) == 0 for v in original.reshape(-1))
@@ -194,19 +249,35 @@ class _Rewriter:
             flat = np.moveaxis(small, k, -1).reshape(-1, small.shape[k])[0]
             start, step = flat[0], flat[1] - flat[0]
             n = change.values[k]
-            limit = self.expr(Dim.const(int(start)) + n * int(step)) if arr.dtype.kind in "iu" else None
+            limit = (
+                self.expr(Dim.const(int(start)) + n * int(step)) if arr.dtype.kind in "iu" else None
+            )
             dtype = arr.dtype
             if arr.dtype.kind in "iu":
                 lim = limit
                 if dtype != np.int64:
-                    lim = self.node("Cast", [lim], f"{tag}/limit/cast", to=helper.np_dtype_to_tensor_dtype(dtype))
+                    lim = self.node(
+                        "Cast",
+                        [lim],
+                        f"{tag}/limit/cast",
+                        to=helper.np_dtype_to_tensor_dtype(dtype),
+                    )
                 lim = self.node("Reshape", [lim, self.const([])], f"{tag}/limit")
                 start_t = self.const([int(start)], scalar=True, dtype=dtype)
                 step_t = self.const([int(step)], scalar=True, dtype=dtype)
             else:
-                count = self.node("Cast", [self.expr(n)], f"{tag}/count", to=helper.np_dtype_to_tensor_dtype(dtype))
-                span = self.node("Mul", [count, self.const([float(step)], dtype=dtype)], f"{tag}/span")
-                lim = self.node("Add", [span, self.const([float(start)], dtype=dtype)], f"{tag}/limit1")
+                count = self.node(
+                    "Cast",
+                    [self.expr(n)],
+                    f"{tag}/count",
+                    to=helper.np_dtype_to_tensor_dtype(dtype),
+                )
+                span = self.node(
+                    "Mul", [count, self.const([float(step)], dtype=dtype)], f"{tag}/span"
+                )
+                lim = self.node(
+                    "Add", [span, self.const([float(start)], dtype=dtype)], f"{tag}/limit1"
+                )
                 lim = self.node("Reshape", [lim, self.const([])], f"{tag}/limit")
                 start_t = self.const([float(start)], scalar=True, dtype=dtype)
                 step_t = self.const([float(step)], scalar=True, dtype=dtype)
@@ -221,7 +292,9 @@ class _Rewriter:
         if self.broadcast_covers(change, node) and not range_axes:
             return base
         target = self.vector(list(change.values))
-        return self.node("Expand", [base, target], f"{tag}/{_safe(node.name or node.output[0])}/expand")
+        return self.node(
+            "Expand", [base, target], f"{tag}/{_safe(node.name or node.output[0])}/expand"
+        )
 
     def broadcast_covers(self, change: Change, node: onnx.NodeProto) -> bool:
         """True when the consumer broadcasts a 1 to the symbolic dims anyway."""
@@ -247,7 +320,11 @@ class _Rewriter:
                 if node.op_type == "Expand" and i == 1:
                     vals = self.a.tensors[name].value
                     if vals is not None:
-                        v = self.plan.solution.resolve(vals[len(vals) - rank + axis]) if len(vals) - rank + axis >= 0 else None
+                        v = (
+                            self.plan.solution.resolve(vals[len(vals) - rank + axis])
+                            if len(vals) - rank + axis >= 0
+                            else None
+                        )
                         found = found or v == d
                     continue
                 if 0 <= j < len(shape) and shape[j] == d:
@@ -273,7 +350,9 @@ class _Rewriter:
             g.initializer.append(init)
         nodes = self.nodes + list(g.node)
         del g.node[:]
-        g.node.extend(toposort_graph(nodes, {i.name for i in g.input} | {i.name for i in g.initializer}))
+        g.node.extend(
+            toposort_graph(nodes, {i.name for i in g.input} | {i.name for i in g.initializer})
+        )
         _remove_orphans(self.m, replaced)
         self.set_io()
 
@@ -350,7 +429,11 @@ def toposort_graph(nodes: list[onnx.NodeProto], available: set[str]) -> list[onn
     deps: list[set[int]] = []
     users: dict[int, list[int]] = {i: [] for i in range(len(nodes))}
     for i, n in enumerate(nodes):
-        d = {producer[x] for x in _outer_names(n) if x in producer and x not in available and producer[x] != i}
+        d = {
+            producer[x]
+            for x in _outer_names(n)
+            if x in producer and x not in available and producer[x] != i
+        }
         deps.append(d)
         for p in d:
             users[p].append(i)

@@ -78,7 +78,11 @@ class Symbolize(Pass):
             if not isinstance(sym, str) or not sym.isidentifier():
                 raise ValueError(f"{key}={sym!r}: the symbol must be a name like batch or seq")
             axis = int(m.group("axis"))
-            target = self.wildcard if m.group("input") == "*" else self.explicit.setdefault(m.group("input"), {})
+            target = (
+                self.wildcard
+                if m.group("input") == "*"
+                else self.explicit.setdefault(m.group("input"), {})
+            )
             if axis in target and target[axis] != sym:
                 raise ValueError(f"{key} is named twice ({target[axis]!r} and {sym!r})")
             target[axis] = sym
@@ -88,7 +92,11 @@ class Symbolize(Pass):
     def resolve_axes(self, model: onnx.ModelProto) -> dict[str, dict[int, str]]:
         """The {input: {axis: name}} this pass applies to ``model`` (wildcards expanded)."""
         inits = {i.name for i in model.graph.initializer}
-        inputs = {i.name: len(i.type.tensor_type.shape.dim) for i in model.graph.input if i.name not in inits}
+        inputs = {
+            i.name: len(i.type.tensor_type.shape.dim)
+            for i in model.graph.input
+            if i.name not in inits
+        }
         for name in self.explicit:
             if name not in inputs:
                 self.fail(
@@ -105,7 +113,9 @@ class Symbolize(Pass):
     def run(self, model: onnx.ModelProto, ctx: PassContext) -> PassResult:
         axes = self.resolve_axes(model)
         if not axes:
-            return PassResult(model, modified=False, diagnostics=[Diagnostic.info("no input axis to symbolize")])
+            return PassResult(
+                model, modified=False, diagnostics=[Diagnostic.info("no input axis to symbolize")]
+            )
         try:
             plan = plan_symbolize(model, axes)
         except ValueError as exc:
@@ -127,17 +137,26 @@ class Symbolize(Pass):
             diagnostics.append(Diagnostic.info("the model is already dynamic on these axes"))
             return PassResult(model, modified=False, diagnostics=diagnostics, report=plan)
         diagnostics += [
-            Diagnostic.info(f"input {c.input_index} ({c.input}): {c.old} -> {c.new}", node=c.node, op=c.op)
+            Diagnostic.info(
+                f"input {c.input_index} ({c.input}): {c.old} -> {c.new}", node=c.node, op=c.op
+            )
             for c in plan.changes
         ]
         if self.check:
             result = check_dynamic(
-                model, new, plan.axes, plan.symbols, _output_dims(plan), ctx.provider,
+                model,
+                new,
+                plan.axes,
+                plan.symbols,
+                _output_dims(plan),
+                ctx.provider,
                 dynamic=plan.analysis.dynamic,
             )
             diagnostics.append(Diagnostic.info(f"check: {result}"))
         syms = ", ".join(f"{s} (traced {v})" for s, v in plan.symbols.items())
-        diagnostics.insert(0, Diagnostic.info(f"symbols {syms}; {len(plan.changes)} constant(s) rewritten"))
+        diagnostics.insert(
+            0, Diagnostic.info(f"symbols {syms}; {len(plan.changes)} constant(s) rewritten")
+        )
         return PassResult(new, modified=True, diagnostics=diagnostics, report=plan)
 
 
