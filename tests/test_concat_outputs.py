@@ -701,7 +701,10 @@ def test_symbolic_merge_survives_fold_constants(tmp_path, dyn):
 def test_after_symbolize_at_every_stored_size(entry):
     options = FIXTURE_OPTIONS.get(entry.name, {"flatten": 0})
     try:  # symbolize has its own tests; here it only has to hand over a dynamic model
-        symbolized = onnxsurgery.run(entry.model_path, passes="symbolize", provider="cpu").model
+        symbolize = importlib.import_module("onnxsurgery.passes.symbolize").Symbolize
+        symbolized = onnxsurgery.run(
+            entry.model_path, passes=[symbolize(dynamic_axes=entry.dynamic_axes)], provider="cpu"
+        ).model
     except Exception as exc:  # noqa: BLE001
         pytest.skip(f"symbolize itself fails on {entry.id}: {type(exc).__name__}: {exc}")
     report = onnxsurgery.run(
