@@ -24,7 +24,7 @@ from onnxsurgery.errors import OnnxSurgeryError, UsageError, ValidationMismatch
 from onnxsurgery.pipeline import Pipeline, default_output_path
 from onnxsurgery.registry import discover
 from onnxsurgery.report import write_json
-from onnxsurgery.runtime import PROVIDERS, resolve_provider
+from onnxsurgery.runtime import PROVIDERS
 from onnxsurgery.spec import load_recipe, parse_passes
 
 __all__ = ["app", "main"]
@@ -179,8 +179,6 @@ def run(
         specs = load_recipe(recipe) if recipe else parse_passes(passes or "")
         target = output if output is not None else default_output_path(model)
         pipeline = Pipeline(specs, check=check, references=ref, provider=provider, atol=atol, rtol=rtol)
-        if ref is not None and not quiet:
-            out.print(f"[dim]runtime: {resolve_provider(provider).note}[/dim]")
         try:
             result = pipeline.run(model, target)
         except ValidationMismatch as exc:

@@ -46,9 +46,10 @@ def default_output_path(source: str | os.PathLike) -> Path:
 
 
 def _describe(p: Pass) -> str:
-    if not p.options:
+    given = {k: v for k, v in p.options.items() if v is not None}
+    if not given:
         return p.name
-    inner = ", ".join(f"{k}={format_value(v)}" for k, v in p.options.items())
+    inner = ", ".join(f"{k}={format_value(v)}" for k, v in given.items())
     return f"{p.name}({inner})"
 
 

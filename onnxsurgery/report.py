@@ -149,8 +149,8 @@ class PipelineReport:
             colour = "red" if diag.level == "blocker" else "yellow"
             parts.append(Text.from_markup(f"[{colour}]{name} {diag.level}:[/{colour}] ") + Text(str(diag)))
         if self.validation is not None and hasattr(self.validation, "__rich__"):
-            parts.append(self.validation)
-        if self.provider:
+            parts.append(self.validation)  # it says which runtime it ran on
+        elif self.provider:
             parts.append(Text(f"runtime: {self.provider}", style="dim"))
         if self.output and self.ok:
             parts.append(Text(f"wrote {self.output}", style="green"))
