@@ -346,6 +346,66 @@ def validate_command(
             out.print(result)
 
 
+reference_app = typer.Typer(
+    help="Reference cases: torch outputs stored in the ONNX test-data layout.",
+    rich_markup_mode="rich",
+    no_args_is_help=True,
+)
+app.add_typer(reference_app, name="reference")
+
+
+@reference_app.command("record")
+def reference_record(
+    module: Annotated[
+        str,
+        typer.Argument(help="The torch module: package.module:attr or path/to/file.py:attr (instance, class or factory)."),
+    ],
+    model: Annotated[
+        Path, typer.Option("--model", "-m", help="The exported .onnx model: gives input names, dtypes and output names.")
+    ],
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for test_data_set_N (created if missing).")],
+    case: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--case",
+            help='One case per option: input sizes, e.g. "x:2x3x32x32" or "ids:2x8; mask:2x8". '
+            "[default: one case at the model's declared sizes]",
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs.")] = 0,
+) -> None:
+    """Run a torch module in eager mode on random inputs and store its outputs as reference cases."""
+    from onnxsurgery.references import load_module, record_model_cases
+    from onnxsurgery.validation import parse_shape_spec
+
+    with _boundary():
+        sizes = [dict(parse_shape_spec(part) for part in text.split(";") if part.strip()) for text in case or [""]]
+        net = load_module(module)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        cases = record_model_cases(net, model, out_dir, sizes=sizes, seed=seed)
+        for c in cases:
+            dims = ", ".join(f"{k} {'x'.join(map(str, v.shape))}" for k, v in c.inputs.items())
+            out.print(f"wrote {out_dir / c.name}  ({dims})")
+
+
+@reference_app.command("show")
+def reference_show(
+    path: Annotated[Path, typer.Argument(help="A folder of test_data_set_N, one such folder, or .npz.")],
+) -> None:
+    """List the cases under PATH with their inputs and outputs."""
+    from onnxsurgery.references import load_cases
+
+    with _boundary():
+        table = Table(title=f"reference cases: {path}", title_justify="left")
+        table.add_column("case", style="bold")
+        table.add_column("inputs")
+        table.add_column("outputs")
+        for c in load_cases(path):
+            fmt = lambda d: ", ".join(f"{k} {v.dtype}[{'x'.join(map(str, v.shape))}]" for k, v in d.items())  # noqa: E731
+            table.add_row(c.name, fmt(c.inputs), fmt(c.outputs))
+        out.print(table)
+
+
 def main() -> None:
     """Console-script entry point."""
     app(prog_name="onnxsurgery")

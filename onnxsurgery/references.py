@@ -48,6 +48,8 @@ __all__ = [
     "save_case",
     "save_npz",
     "record",
+    "record_model_cases",
+    "load_module",
     "NPZ_INPUT_PREFIX",
     "NPZ_OUTPUT_PREFIX",
 ]
@@ -322,3 +324,97 @@ def _flatten_outputs(value: Any) -> list[Any]:
 
 def _to_numpy(tensor: Any) -> np.ndarray:
     return np.ascontiguousarray(tensor.detach().cpu().numpy())
+
+
+def load_module(spec: str) -> Any:
+    """Import a torch module from ``"package.module:attr"`` or ``"path/to/file.py:attr"``.
+
+    ``attr`` may be an ``nn.Module`` instance, an ``nn.Module`` subclass or a factory function;
+    classes and factories are called with no arguments. The module is put in eval mode.
+    """
+    import importlib
+    import importlib.util
+    import sys
+
+    import torch
+
+    source, sep, attr = spec.rpartition(":")
+    if not sep or not source or not attr:
+        raise ReferenceDataError(f"{spec!r}: expected MODULE:ATTR, like my_pkg.nets:make_model or nets.py:Net")
+    try:
+        if source.endswith(".py"):
+            path = Path(source)
+            if not path.is_file():
+                raise ReferenceDataError(f"{spec!r}: no such file {path}")
+            name = f"_onnxsurgery_user_{path.stem}"
+            loader_spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(loader_spec)
+            sys.modules[name] = module
+            loader_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(source)
+    except ReferenceDataError:
+        raise
+    except Exception as exc:
+        raise ReferenceDataError(f"{spec!r}: importing {source} failed: {type(exc).__name__}: {exc}") from None
+    if not hasattr(module, attr):
+        raise ReferenceDataError(f"{spec!r}: {source} has no attribute {attr!r}")
+    obj = getattr(module, attr)
+    try:
+        if isinstance(obj, torch.nn.Module):
+            net = obj
+        elif callable(obj):
+            net = obj()
+        else:
+            raise TypeError(f"{attr} is a {type(obj).__name__}")
+    except Exception as exc:
+        raise ReferenceDataError(f"{spec!r}: cannot build the module: {type(exc).__name__}: {exc}") from None
+    if not isinstance(net, torch.nn.Module):
+        raise ReferenceDataError(f"{spec!r}: {attr} gave a {type(net).__name__}, not a torch.nn.Module")
+    return net.eval()
+
+
+def record_model_cases(
+    module: Any,
+    model: onnx.ModelProto | str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    sizes: Sequence[Mapping[str, Sequence[int]]],
+    seed: int = 0,
+) -> list[Case]:
+    """Record one torch eager case per entry of ``sizes`` for the exported ``model``.
+
+    Input names and dtypes, and output names, come from the ONNX model; each entry of
+    ``sizes`` gives the dims of some inputs (``{"x": [2, 3, 224, 224]}``), the others keep the
+    model's declared fixed dims. Inputs are random (``numpy.random.default_rng(seed + k)``):
+    floats standard normal, integers in a small non-negative range, bools.
+    """
+    from onnxsurgery.model_io import as_model
+    from onnxsurgery.validation import model_inputs, random_array
+
+    proto = as_model(model)
+    specs = [s for s in model_inputs(proto) if not s.optional]
+    output_names = [o.name for o in proto.graph.output]
+    cases = []
+    for k, given in enumerate(sizes):
+        unknown = sorted(set(given) - {s.name for s in specs})
+        if unknown:
+            raise ReferenceDataError(
+                f"size given for {unknown}, which the model has no input named; inputs: {[s.name for s in specs]}"
+            )
+        rng = np.random.default_rng(seed + k)
+        feeds: dict[str, np.ndarray] = {}
+        for spec in specs:
+            if spec.name in given:
+                dims = [int(d) for d in given[spec.name]]
+            elif spec.dims is not None and all(isinstance(d, int) for d in spec.dims):
+                dims = list(spec.dims)
+            else:
+                raise ReferenceDataError(
+                    f"input {spec.name!r} has dims {spec.dims}; give its size with --shape {spec.name}:DIMS"
+                )
+            if spec.dtype is None:
+                raise ReferenceDataError(f"input {spec.name!r} is not a tensor of a known dtype")
+            feeds[spec.name] = random_array(spec.dtype, dims, rng)
+        cases.append(record(module, feeds, out_dir, output_names=output_names))
+    return cases

@@ -719,11 +719,12 @@ def _random_inputs(
                     f"input {spec.name!r} axis {axis} is {label}; give its size with "
                     f"--shape {spec.name}:{'x'.join('N' if not isinstance(x, int) else str(x) for x in spec.dims)}"
                 )
-        feeds[spec.name] = _random_array(spec.dtype, dims, rng)
+        feeds[spec.name] = random_array(spec.dtype, dims, rng)
     return feeds
 
 
-def _random_array(dtype: np.dtype, dims: Sequence[int], rng: np.random.Generator) -> np.ndarray:
+def random_array(dtype: np.dtype, dims: Sequence[int], rng: np.random.Generator) -> np.ndarray:
+    """Random values of ``dtype``: floats standard normal, integers in RANDOM_INT_RANGE, bools."""
     if dtype.kind == "b":
         return rng.random(dims) < 0.5
     if dtype.kind in "iu":
