@@ -59,6 +59,7 @@ __all__ = [
     "run_onnxsim",
     "fold_with_graphsurgeon",
     "same_graph",
+    "constants_to_initializers",
     "pinned_dims",
     "op_delta",
     "format_bytes",
@@ -466,6 +467,33 @@ def fold_with_graphsurgeon(
     # callers would re-infer anyway, so no intermediate shape goes stale.
     del out.graph.value_info[:]
     return out
+
+
+def constants_to_initializers(model: onnx.ModelProto) -> int:
+    """Turn the main graph's ``Constant`` nodes into initializers, in place; return how many.
+
+    onnxsim writes folded values as Constant nodes. As initializers they go to the external data
+    file when the model is saved with one (Constant attributes stay inline in the ``.onnx``
+    file, which a multi-GB folded weight would push past 2 GB). A Constant whose output is a
+    graph output stays a node.
+    """
+    outputs = {vi.name for vi in model.graph.output}
+    existing = {t.name for t in model.graph.initializer}
+    keep, moved = [], 0
+    for node in model.graph.node:
+        tensor = _constant_node_tensor(node)
+        name = node.output[0] if len(node.output) == 1 else ""
+        if tensor is None or not name or name in outputs or name in existing:
+            keep.append(node)
+            continue
+        init = model.graph.initializer.add()
+        init.CopyFrom(tensor)
+        init.name = name
+        moved += 1
+    if moved:
+        del model.graph.node[:]
+        model.graph.node.extend(keep)
+    return moved
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import onnx
 from onnxsurgery.folding import (
     FolderFailed,
     OnnxsimSettings,
+    constants_to_initializers,
     fold_with_graphsurgeon,
     fork_available,
     format_bytes,
@@ -46,6 +47,8 @@ class FoldConstants(Pass):
     - when onnxsim fails (raises, crashes, pins a dim, fails its own ``check=N``), onnx-graphsurgeon
       ``fold_constants`` + ``cleanup`` folds instead (never folding random ops) and a warning
       carries onnxsim's error; ``fallback=false`` makes that failure an error;
+    - folded values are stored as initializers (onnxsim writes Constant nodes), so a model saved
+      with external data keeps them in the data file;
     - ``modified`` is false when the result computes the same graph: renamed tensors or nodes,
       reordered nodes, new ``value_info`` or a Constant node stored as an initializer are no change.
 
@@ -175,6 +178,7 @@ class FoldConstants(Pass):
                 )
             )
             return PassResult(model, modified=False, diagnostics=diagnostics)
+        constants_to_initializers(folded)
         # The folder's graph, opsets and functions; the model's own identity and metadata.
         for name in _MODEL_FIELDS:
             setattr(folded, name, getattr(model, name))
