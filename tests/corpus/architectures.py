@@ -96,21 +96,50 @@ class Architecture:
         return seen
 
     @property
-    def dynamic_axes(self) -> dict[str, dict[int, str]]:
+    def axis_sets(self) -> tuple[str, ...]:
+        """``all`` (every symbolic axis) and, where there is more than batch, ``batch`` alone."""
+        return ("all",) if self.symbols == ["batch"] else ("all", "batch")
+
+    def _chosen(self, d: Dim, axes: str) -> bool:
+        if axes not in ("all", "batch"):
+            raise ValueError(f"axes must be 'all' or 'batch', got {axes!r}")
+        return isinstance(d, str) and (axes == "all" or d == "batch")
+
+    def dynamic_axes_for(self, axes: str = "all") -> dict[str, dict[int, str]]:
         """``{input: {axis: symbol}}``, the mapping ``torch.onnx.export(dynamic_axes=)`` takes."""
-        return {
-            spec.name: {axis: d for axis, d in enumerate(spec.shape) if isinstance(d, str)}
-            for spec in self.inputs
-            if any(isinstance(d, str) for d in spec.shape)
-        }
+        out = {}
+        for spec in self.inputs:
+            chosen = {i: d for i, d in enumerate(spec.shape) if self._chosen(d, axes)}
+            if chosen:
+                out[spec.name] = chosen
+        return out
+
+    def output_dynamic_axes_for(self, axes: str = "all") -> dict[str, dict[int, str]]:
+        """The outputs' axes that follow the chosen symbols (derived ones like ``frames`` too)."""
+        out = {}
+        for spec in self.outputs:
+            chosen = {i: d for i, d in enumerate(spec.shape) if self._chosen(d, axes)}
+            if chosen:
+                out[spec.name] = chosen
+        return out
 
     @property
-    def output_dynamic_axes(self) -> dict[str, dict[int, str]]:
-        return {
-            spec.name: {axis: d for axis, d in enumerate(spec.shape) if isinstance(d, str)}
-            for spec in self.outputs
-            if any(isinstance(d, str) for d in spec.shape)
-        }
+    def dynamic_axes(self) -> dict[str, dict[int, str]]:
+        return self.dynamic_axes_for("all")
+
+    def sizes_for(self, traced: Sizes, axes: str = "all") -> list[dict[str, int]]:
+        """The traced size, then the check sizes; with ``batch``, other symbols stay as traced."""
+        if axes == "all":
+            sizes = [dict(traced), *map(dict, self.checks)]
+        else:
+            sizes = [dict(traced)]
+            for check in self.checks:
+                sizes.append({k: (check[k] if k == "batch" else traced[k]) for k in traced})
+        unique: list[dict[str, int]] = []
+        for s in sizes:
+            if s not in unique:
+                unique.append(s)
+        return unique
 
     def build(self) -> Any:
         """The wrapped torch module in eval mode, weights drawn under a fixed seed."""
@@ -119,8 +148,13 @@ class Architecture:
         torch.manual_seed(SEED)
         module = self.builder()
         module.eval()
-        for p in module.parameters():
-            p.requires_grad_(False)
+        # transformers initialises biases to 0 and norm weights to 1; a trained model has neither,
+        # and identical zero tensors get merged by exporters. Perturb every parameter.
+        with torch.no_grad():
+            for p in module.parameters():
+                p.requires_grad_(False)
+                if p.is_floating_point():
+                    p.add_(torch.randn_like(p) * 0.05)
         return module
 
     def shape_of(self, spec: InputSpec, sizes: Sizes) -> tuple[int, ...]:
@@ -438,6 +472,225 @@ def _swin() -> Any:
     return _tensor_wrapper(SwinModel(cfg), "pixel_values", ("last_hidden_state", "pooler_output"))
 
 
+def _seq2seq_wrapper(model: Any, outputs: Sequence[str]) -> Any:
+    import torch
+
+    class Seq2SeqModel(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, decoder_input_ids):  # noqa: ANN001
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                decoder_input_ids=decoder_input_ids,
+            )
+            return tuple(getattr(out, name) for name in outputs)
+
+    return Seq2SeqModel()
+
+
+def _t5() -> Any:
+    from transformers import T5Config, T5Model
+
+    cfg = T5Config(
+        vocab_size=VOCAB,
+        d_model=HIDDEN,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=16,
+        decoder_start_token_id=0,
+        use_cache=False,
+        attn_implementation="eager",
+    )
+    return _seq2seq_wrapper(T5Model(cfg), ("last_hidden_state",))
+
+
+def _mistral() -> Any:
+    from transformers import MistralConfig, MistralModel
+
+    cfg = MistralConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        sliding_window=4,  # shorter than the sequences: the sliding-window mask is exercised
+        use_cache=False,
+        attn_implementation="eager",
+    )
+    return _text_wrapper(MistralModel(cfg), ("last_hidden_state",))
+
+
+def _opt() -> Any:
+    from transformers import OPTConfig, OPTForCausalLM
+
+    cfg = OPTConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=2,
+        ffn_dim=64,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+        word_embed_proj_dim=HIDDEN,
+        pad_token_id=1,
+        bos_token_id=2,
+        eos_token_id=2,
+        use_cache=False,
+        attn_implementation="eager",
+    )
+    return _text_wrapper(OPTForCausalLM(cfg), ("logits",))
+
+
+def _bloom() -> Any:
+    from transformers import BloomConfig, BloomModel
+
+    cfg = BloomConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        n_layer=2,
+        n_head=4,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=3,
+        use_cache=False,
+        attn_implementation="eager",
+    )
+    return _text_wrapper(BloomModel(cfg), ("last_hidden_state",))
+
+
+def _deberta_v2() -> Any:
+    from transformers import DebertaV2Config, DebertaV2Model
+
+    cfg = DebertaV2Config(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        relative_attention=True,
+        position_buckets=16,
+        max_relative_positions=-1,
+        pos_att_type=["p2c", "c2p"],
+        position_biased_input=False,
+        norm_rel_ebd="layer_norm",
+        share_att_key=True,
+        type_vocab_size=0,
+        attn_implementation="eager",
+    )
+    return _text_wrapper(DebertaV2Model(cfg), ("last_hidden_state",))
+
+
+def _albert() -> Any:
+    from transformers import AlbertConfig, AlbertModel
+
+    cfg = AlbertConfig(
+        vocab_size=VOCAB,
+        embedding_size=16,
+        hidden_size=HIDDEN,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        attn_implementation="eager",
+    )
+    return _text_wrapper(AlbertModel(cfg), ("last_hidden_state", "pooler_output"))
+
+
+def _wavlm() -> Any:
+    from transformers import WavLMConfig, WavLMModel
+
+    cfg = WavLMConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        conv_dim=(16, 16, 16),
+        conv_stride=(5, 2, 2),
+        conv_kernel=(10, 3, 3),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4,
+        num_buckets=32,
+        max_bucket_distance=64,
+        mask_time_prob=0.0,
+    )
+    return _tensor_wrapper(WavLMModel(cfg), "input_values", ("last_hidden_state",))
+
+
+def _mobilevit() -> Any:
+    from transformers import MobileViTConfig, MobileViTForImageClassification
+
+    cfg = MobileViTConfig(
+        num_channels=3,
+        image_size=IMAGE,
+        patch_size=2,
+        hidden_sizes=[16, 24, 32],
+        neck_hidden_sizes=[8, 8, 16, 16, 24, 24, 32],
+        num_attention_heads=2,
+        mlp_ratio=2.0,
+        num_labels=5,
+        attn_implementation="eager",
+    )
+    return _tensor_wrapper(MobileViTForImageClassification(cfg), "pixel_values", ("logits",))
+
+
+def _segformer() -> Any:
+    from transformers import SegformerConfig, SegformerForSemanticSegmentation
+
+    cfg = SegformerConfig(
+        num_channels=3,
+        num_encoder_blocks=2,
+        depths=[1, 1],
+        sr_ratios=[2, 1],
+        hidden_sizes=[16, 32],
+        patch_sizes=[7, 3],
+        strides=[4, 2],
+        num_attention_heads=[1, 2],
+        mlp_ratios=[2, 2],
+        decoder_hidden_size=32,
+        num_labels=3,
+    )
+    return _tensor_wrapper(SegformerForSemanticSegmentation(cfg), "pixel_values", ("logits",))
+
+
+def _mobilenet_v2() -> Any:
+    from transformers import MobileNetV2Config, MobileNetV2ForImageClassification
+
+    cfg = MobileNetV2Config(
+        num_channels=3,
+        image_size=IMAGE,
+        depth_multiplier=0.25,
+        tf_padding=True,
+        num_labels=5,
+    )
+    return _tensor_wrapper(MobileNetV2ForImageClassification(cfg), "pixel_values", ("logits",))
+
+
+def _dinov2() -> Any:
+    from transformers import Dinov2Config, Dinov2Model
+
+    cfg = Dinov2Config(
+        hidden_size=HIDDEN,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        mlp_ratio=2,
+        image_size=IMAGE,
+        patch_size=8,
+        num_channels=3,
+        attn_implementation="eager",
+    )
+    return _tensor_wrapper(Dinov2Model(cfg), "pixel_values", ("last_hidden_state", "pooler_output"))
+
+
 def _text(
     name: str, family: str, builder: Callable[[], Any], outputs: tuple[OutputSpec, ...]
 ) -> Architecture:
@@ -518,6 +771,45 @@ _ALL: tuple[Architecture, ...] = (
     _text("qwen2", "Qwen2 decoder (RoPE, GQA, qkv bias)", _qwen2, (_HIDDEN_SEQ,)),
     _text("t5_encoder", "T5 encoder (relative position buckets)", _t5_encoder, (_HIDDEN_SEQ,)),
     Architecture(
+        name="t5",
+        family="T5 encoder-decoder (two sequence axes traced at the same length)",
+        builder=_t5,
+        inputs=(_IDS, _MASK, InputSpec("decoder_input_ids", ("batch", "tgt"), "ids", high=VOCAB)),
+        outputs=(OutputSpec("last_hidden_state", ("batch", "tgt", HIDDEN)),),
+        traced=tuple({**t, "tgt": 8} for t in TEXT_TRACED),
+        checks=(
+            {"batch": 3, "seq": 5, "tgt": 7},
+            {"batch": 2, "seq": 13, "tgt": 4},
+            {"batch": 1, "seq": 16, "tgt": 16},
+        ),
+        note="seq and tgt are both 8 when traced: only the structure tells them apart",
+    ),
+    _text(
+        "mistral",
+        "Mistral decoder (sliding-window causal mask, window 4 < seq)",
+        _mistral,
+        (_HIDDEN_SEQ,),
+    ),
+    _text(
+        "opt",
+        "OPT LM (positions from the mask's cumsum, offset 2)",
+        _opt,
+        (OutputSpec("logits", ("batch", "seq", VOCAB)),),
+    ),
+    _text("bloom", "BLOOM decoder (ALiBi biases from the mask)", _bloom, (_HIDDEN_SEQ,)),
+    _text(
+        "deberta_v2",
+        "DeBERTa-v2 encoder (disentangled relative attention, log buckets)",
+        _deberta_v2,
+        (_HIDDEN_SEQ,),
+    ),
+    _text(
+        "albert",
+        "ALBERT encoder (factorised embeddings, shared layers)",
+        _albert,
+        (_HIDDEN_SEQ, OutputSpec("pooler_output", ("batch", HIDDEN))),
+    ),
+    Architecture(
         name="whisper_encoder",
         family="Whisper encoder (conv stem on log-mel frames, sinusoidal positions)",
         builder=_whisper_encoder,
@@ -541,6 +833,20 @@ _ALL: tuple[Architecture, ...] = (
         ),
         note="raw-audio length is symbolic; output frames follow the conv strides",
     ),
+    Architecture(
+        name="wavlm",
+        family="WavLM (conv feature extractor, gated relative position bias)",
+        builder=_wavlm,
+        inputs=(InputSpec("input_values", ("batch", "samples")),),
+        outputs=(OutputSpec("last_hidden_state", ("batch", "frames", HIDDEN)),),
+        traced=({"batch": 1, "samples": 400}, {"batch": 2, "samples": 400}),
+        checks=(
+            {"batch": 3, "samples": 320},
+            {"batch": 2, "samples": 640},
+            {"batch": 1, "samples": 1000},
+        ),
+        note="raw-audio length is symbolic; relative positions follow the frame count",
+    ),
     _image(
         "vit",
         "ViT classifier (patch embedding, CLS token)",
@@ -559,6 +865,36 @@ _ALL: tuple[Architecture, ...] = (
         "ConvNeXt classifier (depthwise convs, channels-last LayerNorm)",
         _convnext,
         (OutputSpec("logits", ("batch", 5)),),
+        resolution=True,
+    ),
+    _image(
+        "mobilevit",
+        "MobileViT classifier (convs + transformer on unfolded patches)",
+        _mobilevit,
+        (OutputSpec("logits", ("batch", 5)),),
+    ),
+    _image(
+        "segformer",
+        "SegFormer segmentation (overlapping patches, reduced attention, upsampling head)",
+        _segformer,
+        (OutputSpec("logits", ("batch", 3, "out_height", "out_width")),),
+        resolution=True,
+    ),
+    _image(
+        "mobilenet_v2",
+        "MobileNetV2 classifier (TensorFlow 'same' padding computed from the input size)",
+        _mobilenet_v2,
+        (OutputSpec("logits", ("batch", 5)),),
+        resolution=True,
+    ),
+    _image(
+        "dinov2",
+        "DINOv2 encoder (position embeddings interpolated to the input resolution)",
+        _dinov2,
+        (
+            OutputSpec("last_hidden_state", ("batch", "tokens", HIDDEN)),
+            OutputSpec("pooler_output", ("batch", HIDDEN)),
+        ),
         resolution=True,
     ),
     _image(

@@ -71,7 +71,7 @@ METHODS = ("symbolize", "update_model_dims", "re-export")
 ATOL, RTOL = 1e-4, 1e-3
 TORCHSCRIPT_OPSET = 17
 #: Bump when the export or reference procedure changes in a way the fingerprint cannot see.
-FORMAT = 1
+FORMAT = 2
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -176,13 +176,15 @@ def _error_text(exc: BaseException) -> tuple[str, str]:
     return summary, "\n".join([summary, *lines[:40], "", traceback.format_exc()[-4000:]])
 
 
-def _dynamic_shapes(arch: Architecture) -> tuple[dict[int, str] | None, ...]:
+def _dynamic_shapes(arch: Architecture, axes: str) -> tuple[dict[int, str] | None, ...]:
     """Positional ``dynamic_shapes`` for the dynamo exporter, named like the dynamic axes."""
-    axes = arch.dynamic_axes
-    return tuple(axes.get(name) or None for name in arch.input_names)
+    chosen = arch.dynamic_axes_for(axes)
+    return tuple(chosen.get(name) or None for name in arch.input_names)
 
 
-def _export(arch: Architecture, exporter: str, traced: Sizes, path: Path, dynamic: bool) -> None:
+def _export(
+    arch: Architecture, exporter: str, traced: Sizes, path: Path, dynamic: str | None
+) -> None:
     import torch
 
     module = arch.build()
@@ -192,7 +194,10 @@ def _export(arch: Architecture, exporter: str, traced: Sizes, path: Path, dynami
         if exporter == "torchscript":
             dynamic_axes = None
             if dynamic:
-                dynamic_axes = {**arch.dynamic_axes, **arch.output_dynamic_axes}
+                dynamic_axes = {
+                    **arch.dynamic_axes_for(dynamic),
+                    **arch.output_dynamic_axes_for(dynamic),
+                }
             torch.onnx.export(
                 module,
                 args,
@@ -211,7 +216,7 @@ def _export(arch: Architecture, exporter: str, traced: Sizes, path: Path, dynami
                 verbose=False,
                 input_names=arch.input_names,
                 output_names=arch.output_names,
-                dynamic_shapes=_dynamic_shapes(arch) if dynamic else None,
+                dynamic_shapes=_dynamic_shapes(arch, dynamic) if dynamic else None,
             )
             program.save(str(path), external_data=False)
         else:
@@ -227,12 +232,13 @@ def export_model(
     exporter: str,
     traced: Sizes,
     *,
-    dynamic: bool = False,
+    dynamic: str | None = None,
     rebuild: bool = False,
 ) -> Export:
-    """The static (or, with ``dynamic``, the re-exported dynamic) model, from cache when fresh."""
+    """The static model, or with ``dynamic="all"``/``"batch"`` the re-export with those axes
+    dynamic; from the cache when its fingerprint is current."""
     folder = export_dir(arch, exporter, traced)
-    stem = "dynamic" if dynamic else "model"
+    stem = {None: "model", "all": "dynamic", "batch": "dynamic-batch"}[dynamic]
     path = folder / f"{stem}.onnx"
     error_path = folder / f"{stem}.export_error.txt"
     stamp_path = folder / f"{stem}.stamp.json"
@@ -330,7 +336,7 @@ def symbolize_model(
     return pass_(model).model
 
 
-def _update_model_dims(arch: Architecture, model: onnx.ModelProto) -> onnx.ModelProto:
+def _update_model_dims(arch: Architecture, model: onnx.ModelProto, axes: str) -> onnx.ModelProto:
     from onnx.tools import update_model_dims
 
     def dims(value_info: onnx.ValueInfoProto, template: Sequence[int | str]) -> list[int | str]:
@@ -346,12 +352,16 @@ def _update_model_dims(arch: Architecture, model: onnx.ModelProto) -> onnx.Model
                 out.append(d.dim_param or -1)
         return out
 
-    templates_in = {s.name: s.shape for s in arch.inputs}
-    input_dims = {vi.name: dims(vi, templates_in.get(vi.name, ())) for vi in model.graph.input}
-    output_dims = {
-        vi.name: dims(vi, arch.outputs[i].shape if i < len(arch.outputs) else ())
-        for i, vi in enumerate(model.graph.output)
-    }
+    def template(chosen: dict[int, str]) -> list[int | str]:
+        return [chosen.get(i, 0) for i in range(max(chosen, default=-1) + 1)]
+
+    ins = arch.dynamic_axes_for(axes)
+    outs = arch.output_dynamic_axes_for(axes)
+    input_dims = {vi.name: dims(vi, template(ins.get(vi.name, {}))) for vi in model.graph.input}
+    output_dims = {}
+    for i, vi in enumerate(model.graph.output):
+        name = arch.outputs[i].name if i < len(arch.outputs) else vi.name
+        output_dims[vi.name] = dims(vi, template(outs.get(name, {})))
     return update_model_dims.update_inputs_outputs_dims(model, input_dims, output_dims)
 
 
@@ -392,12 +402,13 @@ def apply_method(
     exporter: str,
     traced: Sizes,
     *,
+    axes: str = "all",
     rebuild: bool = False,
     timeout: float | None = 300,
 ) -> tuple[onnx.ModelProto | None, str | None, str]:
     """(dynamic model or None, why not, long detail) for one method on one static export."""
     if method == "re-export":
-        exp = export_model(arch, exporter, traced, dynamic=True, rebuild=rebuild)
+        exp = export_model(arch, exporter, traced, dynamic=axes, rebuild=rebuild)
         if not exp.ok:
             return None, f"export failed: {exp.error}", exp.error or ""
         return onnx.load(str(exp.path)), None, ""
@@ -407,7 +418,7 @@ def apply_method(
     model = onnx.load(str(static.path))
     if method == "update_model_dims":
         try:
-            return _update_model_dims(arch, model), None, ""
+            return _update_model_dims(arch, model, axes), None, ""
         except Exception as exc:
             return None, f"update_model_dims raised {_short(exc)}", traceback.format_exc()
     if method == "symbolize":
@@ -418,13 +429,14 @@ def apply_method(
 
         try:
             with _time_limit(timeout):
-                return symbolize_model(model, arch.dynamic_axes), None, ""
+                return symbolize_model(model, arch.dynamic_axes_for(axes)), None, ""
         except PassError as exc:
             return None, f"blocked: {str(exc).splitlines()[0]}"[:300], _pass_error_text(exc)
         except _Timeout as exc:
             return None, f"symbolize {exc}", ""
         except Exception as exc:
-            return None, f"crashed: {_short(exc)}", traceback.format_exc()
+            tb = traceback.format_exc().splitlines()
+            return None, f"crashed: {_short(exc)}", "\n".join(tb[-12:])
     raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
 
 
@@ -459,6 +471,7 @@ class CaseResult:
     arch: str
     exporter: str
     batch: int
+    axes: str
     method: str
     status: str
     reason: str
@@ -472,7 +485,7 @@ class CaseResult:
 
     @property
     def key(self) -> str:
-        return f"{self.arch}/{self.exporter}/b{self.batch}/{self.method}"
+        return f"{self.arch}/{self.exporter}/b{self.batch}/{self.axes}/{self.method}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -562,32 +575,35 @@ def evaluate(
     batch: int,
     method: str,
     *,
+    axes: str = "all",
     rebuild: bool = False,
     keep_dir: Path | None = None,
     timeout: float | None = 300,
 ) -> CaseResult:
     """Apply ``method`` to the static export at traced ``batch`` and check it at every size.
 
-    The sizes are the traced size (a method must not break what already worked) and the
-    architecture's check sizes. With ``keep_dir`` the method's model is saved there.
+    ``axes``: ``all`` makes every symbolic axis dynamic (batch and sequence, ...); ``batch`` only
+    the batch axis, the others staying at their traced size. The sizes checked are the traced
+    size (a method must not break what already worked) and the architecture's check sizes. With
+    ``keep_dir`` the method's model is saved there.
     """
     arch = ARCHITECTURES[arch] if isinstance(arch, str) else arch
     traced = next(t for t in arch.traced if t["batch"] == batch)
     start = time.perf_counter()
     model, why, detail = apply_method(
-        method, arch, exporter, traced, rebuild=rebuild, timeout=timeout
+        method, arch, exporter, traced, axes=axes, rebuild=rebuild, timeout=timeout
     )
     if model is None:
         status = "n/a" if why and why.startswith("n/a") else "fail"
         return CaseResult(
-            arch.name, exporter, batch, method, status, why or "", detail,
+            arch.name, exporter, batch, axes, method, status, why or "", detail,
             seconds=time.perf_counter() - start,
         )  # fmt: skip
     if keep_dir is not None:
         keep_dir.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(Exception):
-            onnx.save(model, str(keep_dir / f"{method}.onnx"))
-    sizes = check_sizes(model, arch, [traced, *arch.checks], rebuild=rebuild)
+            onnx.save(model, str(keep_dir / f"{method}-{axes}.onnx"))
+    sizes = check_sizes(model, arch, arch.sizes_for(traced, axes), rebuild=rebuild)
     failed = [s for s in sizes if not s.ok]
     if failed:
         first = failed[0]
@@ -599,6 +615,6 @@ def evaluate(
         reason = f"{len(sizes)} sizes ok"
         status = "pass"
     return CaseResult(
-        arch.name, exporter, batch, method, status, reason, detail, sizes,
+        arch.name, exporter, batch, axes, method, status, reason, detail, sizes,
         time.perf_counter() - start,
     )  # fmt: skip
