@@ -1,0 +1,377 @@
+"""fold-constants: node counts vs plain onnxsim, onnxslim and Polygraphy; wall time vs onnxsim.
+
+On every exported fixture and a few larger models built here (a TorchScript- and a
+dynamo-exported transformer encoder, a Conv+BatchNorm stack, a 100 MB MLP with scaled weights
+and shape arithmetic), the main-graph node count after:
+
+- ``fold-constants`` (this project: onnxsim in a forked child, symbolic-dim checks, fallback),
+- plain ``onnxsim.simplify(model)`` with its defaults,
+- ``onnxslim.slim(model)``, and
+- Polygraphy's ``fold_constants`` (what ``polygraphy surgeon sanitize --fold-constants`` runs),
+
+where those are installed; and the wall time of ``fold-constants`` (forked, and ``isolate=false``
+in-process) vs plain onnxsim on the same model (best of ``--repeat`` runs, after one warm-up).
+The ratio column is ours / onnxsim: what the wrapper adds on top of onnxsim itself::
+
+    python bench/bench_fold_constants.py [--repeat 3] [--no-generated] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+from onnxsurgery.passes.fold_constants import FoldConstants
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+
+@dataclass
+class Row:
+    model: str
+    nodes: int
+    ours: int | None
+    onnxsim: int | None
+    onnxslim: int | None
+    polygraphy: int | None
+    ours_ms: float | None
+    inproc_ms: float | None
+    onnxsim_ms: float | None
+    note: str = ""
+    group: str = "fixtures"
+
+    @property
+    def ratio(self) -> float | None:
+        if self.ours_ms is None or not self.onnxsim_ms:
+            return None
+        return self.ours_ms / self.onnxsim_ms
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Keep every tool's console output (Python and native) off the table."""
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            with (
+                contextlib.redirect_stdout(io.StringIO()),
+                contextlib.redirect_stderr(io.StringIO()),
+            ):
+                yield
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+def best_of(fn: Callable[[], onnx.ModelProto], repeat: int) -> tuple[onnx.ModelProto, float]:
+    """Run ``fn`` once to warm up, then ``repeat`` times; the result and the best time in ms."""
+    result = fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return result, min(times) * 1000
+
+
+def count_or_none(fn: Callable[[], onnx.ModelProto]) -> tuple[int | None, str]:
+    try:
+        with quiet():
+            return len(fn().graph.node), ""
+    except Exception as exc:  # a tool failing on a model is a result, not a bench failure
+        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:60] if str(exc) else ''}"
+
+
+def measure(name: str, model: onnx.ModelProto, repeat: int, tools: dict[str, Callable]) -> Row:
+    import onnxsim
+
+    ours_pass, inproc_pass = FoldConstants(), FoldConstants(isolate=False)
+    notes = []
+    try:
+        result, ours_ms = best_of(lambda: ours_pass(model), repeat)
+        ours = len(result.model.graph.node)
+        warnings = [d.message for d in result.diagnostics if d.level == "warning"]
+        if warnings:
+            notes.append("; ".join(warnings)[:80])
+        _, inproc_ms = best_of(lambda: inproc_pass(model), repeat)
+    except Exception as exc:
+        ours, ours_ms, inproc_ms = None, None, None
+        notes.append(f"ours: {exc}"[:80])
+    try:
+        with quiet():
+            (simplified, _), onnxsim_ms = best_of(lambda: onnxsim.simplify(model), repeat)
+        plain = len(simplified.graph.node)
+    except Exception as exc:
+        plain, onnxsim_ms = None, None
+        notes.append(f"onnxsim: {type(exc).__name__}")
+    counts = {}
+    for tool, fn in tools.items():
+        counts[tool], err = count_or_none(lambda fn=fn: fn(model))
+        if err:
+            notes.append(f"{tool}: {err}")
+    return Row(
+        name,
+        len(model.graph.node),
+        ours,
+        plain,
+        counts.get("onnxslim"),
+        counts.get("polygraphy"),
+        ours_ms,
+        inproc_ms,
+        onnxsim_ms,
+        " | ".join(notes),
+    )
+
+
+def other_tools() -> tuple[dict[str, Callable], list[str]]:
+    tools: dict[str, Callable] = {}
+    missing = []
+    try:
+        import onnxslim
+
+        tools["onnxslim"] = lambda m: onnxslim.slim(m)
+    except ImportError as exc:
+        missing.append(f"onnxslim not installed ({exc})")
+    try:
+        from polygraphy.backend.onnx import fold_constants
+
+        tools["polygraphy"] = lambda m: fold_constants(m, copy=True)
+    except ImportError as exc:
+        missing.append(f"polygraphy not installed ({exc})")
+    return tools, missing
+
+
+# ---------------------------------------------------------------------------------------------
+# models
+
+
+def fixture_models() -> Iterator[tuple[str, onnx.ModelProto]]:
+    from fixture_manifest import load_manifest
+
+    for entry in load_manifest():
+        if entry.exported:
+            yield entry.id, onnx.load(str(entry.model_path))
+
+
+def _torch_export(module, args, exporter: str, path: Path) -> onnx.ModelProto:
+    import torch
+
+    with quiet(), torch.no_grad():
+        if exporter == "torchscript":
+            torch.onnx.export(module, args, str(path), dynamo=False, opset_version=17)
+        else:
+            torch.onnx.export(module, args, dynamo=True, verbose=False).save(
+                str(path), external_data=False
+            )
+    return onnx.load(str(path))
+
+
+def mlp_with_shape_arithmetic(layers: int = 6, width: int = 2048) -> onnx.ModelProto:
+    """x[8, width] through ``layers`` of MatMul(W * scale) + bias, reshaped through shape math."""
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+    current = "x"
+    for i in range(layers):
+        w = rng.standard_normal((width, width)).astype(np.float32) / np.sqrt(width)
+        inits += [
+            numpy_helper.from_array(w, f"W{i}"),
+            numpy_helper.from_array(np.float32(0.5), f"scale{i}"),
+            numpy_helper.from_array(rng.standard_normal(width).astype(np.float32), f"b{i}"),
+        ]
+        nodes += [
+            helper.make_node("Mul", [f"W{i}", f"scale{i}"], [f"Ws{i}"]),
+            helper.make_node("MatMul", [current, f"Ws{i}"], [f"m{i}"]),
+            helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
+            helper.make_node("Relu", [f"a{i}"], [f"r{i}"]),
+            # TorchScript-style view(x.size(0), -1): Shape -> Gather -> Unsqueeze -> Concat
+            helper.make_node("Shape", [f"r{i}"], [f"s{i}"]),
+            helper.make_node("Gather", [f"s{i}", "zero"], [f"g{i}"], axis=0),
+            helper.make_node("Unsqueeze", [f"g{i}", "axes0"], [f"u{i}"]),
+            helper.make_node("Concat", [f"u{i}", "minus1"], [f"shape{i}"], axis=0),
+            helper.make_node("Reshape", [f"r{i}", f"shape{i}"], [f"h{i}"]),
+        ]
+        current = f"h{i}"
+    inits += [
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array([0], np.int64), "axes0"),
+        numpy_helper.from_array(np.array([-1], np.int64), "minus1"),
+    ]
+    nodes.append(helper.make_node("Identity", [current], ["y"]))
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, width])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def generated_models(tmp: Path) -> Iterator[tuple[str, onnx.ModelProto]]:
+    yield "mlp-6x2048 (100 MB, helper)", mlp_with_shape_arithmetic()
+    try:
+        import torch
+        from torch import nn
+    except ImportError:
+        return
+    torch.manual_seed(0)
+    encoder = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(256, 8, 1024, dropout=0.0, batch_first=True), 4
+    ).eval()
+    convbn = nn.Sequential(
+        *[
+            layer
+            for i in range(8)
+            for layer in (
+                nn.Conv2d(3 if i == 0 else 64, 64, 3, padding=1),
+                nn.BatchNorm2d(64),
+                nn.ReLU(),
+            )
+        ]
+    ).eval()
+    for bn in convbn:
+        if isinstance(bn, nn.BatchNorm2d):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+    cases = [
+        ("transformer-4x256", encoder, (torch.randn(2, 64, 256),)),
+        ("convbn-8x64", convbn, (torch.randn(2, 3, 32, 32),)),
+    ]
+    for name, module, args in cases:
+        for exporter in ("torchscript", "dynamo"):
+            try:
+                yield (
+                    f"{name} ({exporter})",
+                    _torch_export(module, args, exporter, tmp / f"{name}-{exporter}.onnx"),
+                )
+            except Exception as exc:  # an export failing is reported, the bench goes on
+                print(
+                    f"[skipped {name} ({exporter}): export failed: {str(exc).splitlines()[0][:100]}]"
+                )
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+
+def _cell(value, fmt: str = "{}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def print_table(rows: list[Row]) -> None:
+    headers = [
+        "model",
+        "nodes",
+        "ours",
+        "onnxsim",
+        "onnxslim",
+        "polygr.",
+        "ours ms",
+        "in-proc ms",
+        "onnxsim ms",
+        "ratio",
+    ]
+    table = [
+        [
+            r.model,
+            str(r.nodes),
+            _cell(r.ours),
+            _cell(r.onnxsim),
+            _cell(r.onnxslim),
+            _cell(r.polygraphy),
+            _cell(r.ours_ms, "{:.1f}"),
+            _cell(r.inproc_ms, "{:.1f}"),
+            _cell(r.onnxsim_ms, "{:.1f}"),
+            _cell(r.ratio, "{:.2f}"),
+        ]
+        for r in rows
+    ]
+    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
+    line = "  ".join(
+        h.ljust(w) if i == 0 else h.rjust(w)
+        for i, (h, w) in enumerate(zip(headers, widths, strict=True))
+    )
+    print(line)
+    print("-" * len(line))
+    for row in table:
+        print(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+    for r in rows:
+        if r.note:
+            print(f"  note {r.model}: {r.note}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per model (best is kept)")
+    parser.add_argument("--no-generated", action="store_true", help="fixtures only")
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    args = parser.parse_args(argv)
+
+    import onnxsim
+
+    from onnxsurgery.folding import onnxsim_version
+
+    tools, missing = other_tools()
+    print(
+        f"onnxsim {onnxsim_version()}; fold-constants defaults; best of {args.repeat} after a warm-up"
+    )
+    for line in missing:
+        print(f"[{line}]")
+    with quiet():
+        onnxsim.simplify(mlp_with_shape_arithmetic(1, 8))  # first-call costs out of the table
+    rows: list[Row] = []
+    start = time.perf_counter()
+    for name, model in fixture_models():
+        rows.append(measure(name, model, args.repeat, tools))
+    if not args.no_generated:
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, model in generated_models(Path(tmp)):
+                rows.append(measure(name, model, args.repeat, tools))
+                rows[-1].group = "generated"
+    print_table(rows)
+    fixtures = [r for r in rows if r.group == "fixtures" and r.ratio is not None]
+    generated = [r for r in rows if r.group == "generated" and r.ratio is not None]
+    for label, group in (("fixtures", fixtures), ("generated", generated)):
+        if group:
+            added = [r.ours_ms - r.onnxsim_ms for r in group]
+            inproc = [r.inproc_ms - r.onnxsim_ms for r in group if r.inproc_ms is not None]
+            print(
+                f"{label}: median ratio ours/onnxsim {np.median([r.ratio for r in group]):.2f}; "
+                f"added by the wrapper: median {np.median(added):.1f} ms forked, "
+                f"{np.median(inproc):.1f} ms in-process"
+            )
+    same = sum(r.ours == r.onnxsim for r in rows if r.ours is not None)
+    print(
+        f"node count equal to plain onnxsim on {same}/{len(rows)} models; {time.perf_counter() - start:.0f} s"
+    )
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) | {"ratio": r.ratio} for r in rows], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
