@@ -129,12 +129,21 @@ class NodeCtx:
     ) -> Dim:
         """``num // den`` (or ceil) as a Dim: exact where possible, else an opaque runtime dim."""
         den = as_dim(den)
-        if ceil:
-            num = num + den - 1
         q = num.exact_div(den)
         if q is not None:
             return q
         tn, td = self.traced(num), self.traced(den)
+        if td and tn % td == 0 and (self.a.unknowns(num) or self.a.unknowns(den)):
+            # Exact at the traced size and built from unknowns: let the solver decide.
+            q = self.derived(tn // td, k, axis, f"{self.node.op_type}: {num} / {den}")
+            self.equal(q * den, num, f"{self.node.op_type} divides {num} by {den} exactly")
+            return q
+        if ceil:
+            num = num + den - 1
+            q = num.exact_div(den)
+            if q is not None:
+                return q
+            tn = self.traced(num)
         if num.is_const() and den.is_const():
             return Dim.const(tn // td)
         return self.opaque(
@@ -262,7 +271,7 @@ def _pass_values(ctx: NodeCtx):
 
 @rule("ScatterElements", "Scatter", "ScatterND")
 def _scatter(ctx: NodeCtx):
-    data, idx, upd = ctx.shape(0, data=True), ctx.shape(1), ctx.shape(2, data=True)
+    data, idx, upd = ctx.shape(0, data=True), ctx.shape(1, data=True), ctx.shape(2, data=True)
     if data is None:
         return _fallback(ctx)
     if idx is not None and upd is not None and ctx.node.op_type != "ScatterND":
@@ -340,6 +349,12 @@ def _binary_values(ctx: NodeCtx, op: str, vals: list[list[Dim]]) -> list[Dim] | 
             if q is not None:
                 return q
             tx, ty = ctx.traced(x), ctx.traced(y)
+            if ty and tx % ty == 0 and tx // ty >= 0 and (ctx.a.unknowns(x) or ctx.a.unknowns(y)):
+                q = ctx.a.new_atom(
+                    "derived", tx // ty, ("value", ctx.node.output[0], k[0] - 1), "Div"
+                )
+                ctx.equal(q * y, x, f"Div {x} / {y} is exact")
+                return q
             if x.is_const() and y.is_const():
                 return Dim.const(int(np.trunc(tx / ty)) if ty else 0)
             return ctx.opaque(tx // ty if ty else 0, value_index=k[0] - 1, note=f"Div {x} / {y}")
@@ -371,7 +386,8 @@ def _where(ctx: NodeCtx):
         (i := ctx.info(k)) is not None and i.value is not None and (i.rank or 0) <= 1
         for k in range(3)
     )
-    infos = [ctx.info(0)] + [ctx.info(k, "size" if shape_arith else "data") for k in (1, 2)]
+    infos = [ctx.info(0, None if shape_arith else "data")]
+    infos += [ctx.info(k, "size" if shape_arith else "data") for k in (1, 2)]
     if any(i is None or i.shape is None for i in infos):
         return _fallback(ctx)
     shape = broadcast(ctx, [i.shape for i in infos], "Where operands")  # type: ignore[union-attr,misc]

@@ -56,8 +56,10 @@ def _constant_of_shape(ctx: NodeCtx):
     if vals is None:
         return _fallback(ctx)
     value = None
-    if t is not None and dtype in _INT_TYPES and all(v.is_const() for v in vals):
-        n = int(np.prod([v.value for v in vals])) if vals else 1
+    if t is not None and dtype in _INT_TYPES and len(vals) <= 1:
+        # A small int fill is usually a shape vector (its length a rank, not a size); its values
+        # are tracked at the traced length.
+        n = int(np.prod([ctx.traced(v) for v in vals])) if vals else 1
         if n <= MAX_VALUE_ELEMENTS:
             fill = int(onnx.numpy_helper.to_array(t).reshape(-1)[0])
             value = [Dim.const(fill)] * n
@@ -338,7 +340,9 @@ def _gather(ctx: NodeCtx):
     info = ctx.info(0, "size") if vector else base
     shape = info.shape  # type: ignore[union-attr]
     ax = ctx.axis(ctx.attr("axis", 0), len(shape))  # type: ignore[arg-type]
-    out_shape = shape[:ax] + idx.shape + shape[ax + 1 :]  # type: ignore[index,operator]
+    # Constant indices into a tensor (positions 0..S-1) may carry a traced length in their dims.
+    idx_shape = idx.shape if vector or not idx.shape else ctx.shape(1, data=True)
+    out_shape = shape[:ax] + idx_shape + shape[ax + 1 :]  # type: ignore[index,operator]
     value = None
     if vector and info.value is not None and idx.value is not None:  # type: ignore[union-attr]
         n = len(info.value)  # type: ignore[union-attr]
@@ -355,7 +359,7 @@ def _gather(ctx: NodeCtx):
 
 @rule("GatherElements")
 def _gather_elements(ctx: NodeCtx):
-    idx = ctx.shape(1)
+    idx = ctx.shape(1, data=True)
     data = ctx.shape(0)
     if idx is None or data is None:
         return _fallback(ctx)
@@ -368,11 +372,11 @@ def _gather_elements(ctx: NodeCtx):
 
 @rule("GatherND")
 def _gather_nd(ctx: NodeCtx):
-    data, idx = ctx.shape(0), ctx.shape(1)
-    if data is None or idx is None or idx[-1].value is None:
+    data, idx, plain = ctx.shape(0), ctx.shape(1, data=True), ctx.shape(1)
+    if data is None or idx is None or plain is None or plain[-1].value is None:
         return _fallback(ctx)
     b = ctx.attr("batch_dims", 0)
-    last = int(idx[-1].value)
+    last = int(plain[-1].value)  # the index tuple's length is fixed
     return [out(idx[:-1] + data[b + last :], ctx.dtype(0))]
 
 

@@ -142,9 +142,77 @@ class _Solver:
                 expr = self.resolve(c.expr)
                 found = self.solve_for(expr)
                 if found is None or self.breaks_hard(*found):
+                    if found is None and c.lhs is not None and c.rhs is not None:
+                        self.factor(c)
                     continue
                 self.assign(found[0], found[1], "hint")
                 self.drain()
+
+    def _order(self, atom: str) -> tuple[int, int, str]:
+        """Symbols in the order of the input axes they name; then everything else."""
+        origin = self.a.atoms[atom].origin
+        if self.a.atoms[atom].kind == "sym" and origin:
+            return (0, min(axis for _, axis in origin), atom)
+        return (1, 0, atom)
+
+    def factor(self, c: Constraint) -> None:
+        """Split a known product over a product of unknowns, outer symbols first.
+
+        ``$v1*$v2 == batch*seq`` (a Reshape unflattening ``batch*seq`` into two dims) gives
+        ``$v1 = batch, $v2 = seq`` when the traced sizes agree, taking the symbols in the order
+        of the input axes they name (flattening keeps that order).
+        """
+        sides = [self.resolve(c.lhs), self.resolve(c.rhs)]  # type: ignore[arg-type]
+        for unknown_side, known_side in (sides, sides[::-1]):
+            if not unknown_side.is_monomial() or not known_side.is_monomial():
+                continue
+            ((umono, ucoef),) = unknown_side.terms.items() or [((), 0)]
+            ((kmono, kcoef),) = known_side.terms.items() or [((), 0)]
+            if ucoef == 0 or kcoef % ucoef or self.unknowns(known_side):
+                continue
+            if len(umono) < 2 or any(
+                self.a.atoms[x].kind not in ("var", "data", "derived") for x in umono
+            ):
+                continue
+            if len(set(umono)) != len(umono):
+                continue
+            order = sorted(umono, key=lambda x: int(x[2:]) if x[2:].isdigit() else 0)
+            atoms = sorted(kmono, key=self._order)
+            coef = kcoef // ucoef
+            plan: dict[str, Dim] = {}
+            for i, var in enumerate(order):
+                want = self.traced[var]
+                if i == len(order) - 1:
+                    value = Dim.const(coef)
+                    for x in atoms:
+                        value = value * Dim.sym(x)
+                else:
+                    prod, took = 1, 0
+                    while took < len(atoms) and want % (prod * self.traced[atoms[took]]) == 0:
+                        prod *= self.traced[atoms[took]]
+                        took += 1
+                    if want % prod or coef % (want // prod):
+                        return
+                    factor = want // prod
+                    value = Dim.const(factor)
+                    for x in atoms[:took]:
+                        value = value * Dim.sym(x)
+                    atoms = atoms[took:]
+                    coef //= factor
+                try:
+                    if value.evaluate(self.traced) != want:
+                        return
+                except KeyError:
+                    return
+                plan[var] = value
+            for var, value in plan.items():
+                if self.breaks_hard(var, value):
+                    return
+            for var, value in plan.items():
+                if var not in self.sol.values:
+                    self.assign(var, value, "hint")
+            self.drain()
+            return
 
     def run(self) -> Solution:
         self.drain()

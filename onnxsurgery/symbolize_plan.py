@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from onnxsurgery.constant_patterns import Generator, match_generator
 from onnxsurgery.dim_algebra import Dim
 from onnxsurgery.shape_propagation import ConstUse, ShapeAnalysis, propagate
 from onnxsurgery.shape_solver import Solution, solve
@@ -77,7 +78,7 @@ class Change:
     old: str
     new: str
     values: list[Dim]
-    rebuild: dict[int, str] = field(default_factory=dict)  # data: axis -> "expand" | "range"
+    rebuild: Generator | None = None  # data: how the constant is regenerated at run time
     use: ConstUse | None = field(default=None, repr=False)
 
     def __str__(self) -> str:
@@ -194,29 +195,6 @@ def _fmt(values: list[Dim | int]) -> str:
 
 def _dtype_name(arr: np.ndarray) -> str:
     return str(arr.dtype)
-
-
-def _axis_pattern(arr: np.ndarray, axis: int) -> str | None:
-    """``expand`` if ``arr`` is constant along ``axis``, ``range`` if it counts up along it only."""
-    n = arr.shape[axis]
-    first = np.take(arr, [0], axis=axis)
-    if n <= 1 or np.array_equal(arr, np.broadcast_to(first, arr.shape)):
-        return "expand"
-    if arr.dtype.kind not in "iuf":
-        return None
-    idx_shape = [1] * arr.ndim
-    idx_shape[axis] = n
-    idx = np.arange(n).reshape(idx_shape)
-    flat_first = first.reshape(-1)
-    if flat_first.size == 0 or not np.all(flat_first == flat_first[0]):
-        return None
-    step = np.take(arr, [1], axis=axis).reshape(-1)[0] - flat_first[0]
-    if step == 0:
-        return None
-    expected = flat_first[0] + step * idx
-    if np.array_equal(arr, np.broadcast_to(expected, arr.shape).astype(arr.dtype)):
-        return "range"
-    return None
 
 
 def _symbol_hint(plan_syms: dict[str, list[tuple[str, int]]], atoms: set[str]) -> str:
@@ -421,39 +399,26 @@ def _changes(a: ShapeAnalysis, sol: Solution) -> tuple[list[Change], list[Blocke
             r if r is not None else Dim.const(n)
             for r, n in zip(resolved, use.array.shape, strict=True)
         ]
-        rebuild: dict[int, str] = {}
-        bad: list[int] = []
-        for axis, d in enumerate(dims):
-            if d.is_const():
-                continue
-            pattern = _axis_pattern(use.array, axis)
-            if pattern is None:
-                bad.append(axis)
-            else:
-                rebuild[axis] = pattern
-        if sum(1 for p in rebuild.values() if p == "range") > 1:
-            bad.extend(k for k, p in rebuild.items() if p == "range")
+        sym_axes = [k for k, d in enumerate(dims) if not d.is_const()]
         old = f"{_dtype_name(use.array)}{_fmt(list(use.array.shape))}"
-        if bad:
-            syms = _symbol_hint(a.symbols, set().union(*(dims[k].atoms() for k in bad)))
-            axes_text = ", ".join(f"axis {k} ({dims[k]})" for k in bad)
+        gen = match_generator(use.array, sym_axes)
+        if gen is None:
+            syms = _symbol_hint(a.symbols, set().union(*(dims[k].atoms() for k in sym_axes)))
+            axes_text = ", ".join(f"axis {k} ({dims[k]})" for k in sym_axes)
             blockers.append(
                 Blocker(
                     use.node,
                     use.op,
                     use.tensor,
                     old,
-                    f"constant {use.tensor!r} {old} has the traced size on {axes_text} and its values "
-                    "differ along it (a table or mask cut to the traced size), so it cannot be "
-                    "rebuilt at another size",
+                    f"constant {use.tensor!r} {old} has the traced size on {axes_text} and its "
+                    "values follow no pattern symbolize can extend (a table or mask cut to the "
+                    "traced size), so it cannot be rebuilt at another size",
                     _fix_text(a, syms),
                 )
             )
             continue
-        how = ", ".join(
-            f"axis {k} by {'Range' if p == 'range' else 'Expand'}" for k, p in rebuild.items()
-        )
-        new = f"{_dtype_name(use.array)}{_fmt(dims)} ({how})"
+        new = f"{_dtype_name(use.array)}{_fmt(dims)} ({gen.describe()})"
         changes.append(
             Change(
                 use.graph,
@@ -465,7 +430,7 @@ def _changes(a: ShapeAnalysis, sol: Solution) -> tuple[list[Change], list[Blocke
                 old,
                 new,
                 dims,
-                rebuild,
+                gen,
                 use,
             )
         )

@@ -234,77 +234,115 @@ class _Rewriter:
             out[symbolic[0]] = Dim.const(-1)
         return out
 
+    def initializer(self, name: str, arr: np.ndarray) -> str:
+        if name not in self.inits:
+            self.inits[name] = numpy_helper.from_array(np.ascontiguousarray(arr), name)
+        return name
+
+    def index(self, n: Dim, axis: int, rank: int, dtype: np.dtype) -> str:
+        """``arange(n)`` laid along ``axis`` of a rank-``rank`` tensor, in ``dtype``."""
+        key = f"symbolize/arange[{_safe(str(n))}]"
+        limit = self.node("Reshape", [self.expr(n), self.const([])], f"{key}/limit")
+        rng = self.node(
+            "Range", [self.const([0], scalar=True), limit, self.const([1], scalar=True)], key
+        )
+        shape = [-1 if i == axis else 1 for i in range(rank)]
+        out = self.node("Reshape", [rng, self.const(shape)], f"{key}/axis{axis}of{rank}")
+        if np.dtype(dtype) != np.int64:
+            to = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+            out = self.node("Cast", [out], f"{key}/axis{axis}of{rank}/{np.dtype(dtype)}", to=to)
+        return out
+
     def data_change(self, change: Change, node: onnx.NodeProto) -> str:
-        use = change.use
-        assert use is not None
+        use, gen = change.use, change.rebuild
+        assert use is not None and gen is not None
         arr = use.array
-        small = arr
-        for axis, how in change.rebuild.items():
-            if how == "expand":
-                small = np.take(small, [0], axis=axis)
-        tag = f"symbolize/{use.tensor}"
-        range_axes = [k for k, h in change.rebuild.items() if h == "range"]
-        if range_axes:
-            k = range_axes[0]
-            flat = np.moveaxis(small, k, -1).reshape(-1, small.shape[k])[0]
-            start, step = flat[0], flat[1] - flat[0]
-            n = change.values[k]
-            limit = (
-                self.expr(Dim.const(int(start)) + n * int(step)) if arr.dtype.kind in "iu" else None
-            )
-            dtype = arr.dtype
-            if arr.dtype.kind in "iu":
-                lim = limit
-                if dtype != np.int64:
-                    lim = self.node(
-                        "Cast",
-                        [lim],
-                        f"{tag}/limit/cast",
-                        to=helper.np_dtype_to_tensor_dtype(dtype),
+        rank = arr.ndim
+        dims = list(change.values)
+        tag = f"symbolize/{use.tensor}[{','.join(_safe(str(v)) for v in dims)}]"
+        full: set[int] = set()  # symbolic axes the generated tensor already spans
+        if gen.kind == "affine":
+            acc = self.initializer(f"{tag}/base", gen.base)  # type: ignore[arg-type]
+            for k in gen.axes:
+                step = gen.steps[k]
+                if not np.any(step != 0):
+                    continue
+                term = self.index(dims[k], k, rank, arr.dtype)
+                if not (step.size == 1 and step.reshape(-1)[0] == 1):
+                    term = self.node(
+                        "Mul", [term, self.initializer(f"{tag}/step{k}", step)], f"{tag}/term{k}"
                     )
-                lim = self.node("Reshape", [lim, self.const([])], f"{tag}/limit")
-                start_t = self.const([int(start)], scalar=True, dtype=dtype)
-                step_t = self.const([int(step)], scalar=True, dtype=dtype)
-            else:
-                count = self.node(
-                    "Cast",
-                    [self.expr(n)],
-                    f"{tag}/count",
-                    to=helper.np_dtype_to_tensor_dtype(dtype),
+                acc = self.node("Add", [acc, term], f"{tag}/sum{k}")
+                full.add(k)
+        elif gen.kind in ("cos", "sin"):
+            k = gen.axes[0]
+            angle = self.node(
+                "Mul",
+                [
+                    self.index(dims[k], k, rank, np.float32),
+                    self.initializer(f"{tag}/freq", gen.steps[k]),
+                ],
+                f"{tag}/angle",
+            )
+            acc = self.node(gen.kind.capitalize(), [angle], f"{tag}/{gen.kind}")
+            if gen.amp is not None and not np.all(gen.amp == 1):
+                acc = self.node(
+                    "Mul",
+                    [acc, self.initializer(f"{tag}/amp", gen.amp.astype(np.float32))],
+                    f"{tag}/scaled",
                 )
-                span = self.node(
-                    "Mul", [count, self.const([float(step)], dtype=dtype)], f"{tag}/span"
+            if arr.dtype != np.float32:
+                acc = self.node(
+                    "Cast", [acc], f"{tag}/cast", to=helper.np_dtype_to_tensor_dtype(arr.dtype)
                 )
-                lim = self.node(
-                    "Add", [span, self.const([float(start)], dtype=dtype)], f"{tag}/limit1"
-                )
-                lim = self.node("Reshape", [lim, self.const([])], f"{tag}/limit")
-                start_t = self.const([float(start)], scalar=True, dtype=dtype)
-                step_t = self.const([float(step)], scalar=True, dtype=dtype)
-            rng = self.node("Range", [start_t, lim, step_t], f"{tag}/range")
-            shape = [-1 if i == k else 1 for i in range(arr.ndim)]
-            base = self.node("Reshape", [rng, self.const(shape)], f"{tag}/range_nd")
+            full.add(k)
         else:
-            name = f"{tag}/base"
-            if name not in self.inits:
-                self.inits[name] = numpy_helper.from_array(np.ascontiguousarray(small), name)
-            base = name
-        if self.broadcast_covers(change, node) and not range_axes:
-            return base
-        target = self.vector(list(change.values))
+            assert gen.band is not None
+            i_ax, j_ax, k, op, a, b = gen.band
+            diff = self.node(
+                "Sub",
+                [
+                    self.index(dims[j_ax], j_ax, rank, np.int64),
+                    self.index(dims[i_ax], i_ax, rank, np.int64),
+                ],
+                f"{tag}/diff",
+            )
+            compare = "LessOrEqual" if op == "le" else "GreaterOrEqual"
+            cond = self.node(compare, [diff, self.const([k], scalar=True)], f"{tag}/cond")
+            if arr.dtype == np.bool_ and bool(a) and not bool(b):
+                acc = cond
+            elif arr.dtype == np.bool_ and not bool(a) and bool(b):
+                acc = self.node("Not", [cond], f"{tag}/not")
+            else:
+                va = self.initializer(f"{tag}/a", np.array(a, dtype=arr.dtype))
+                vb = self.initializer(f"{tag}/b", np.array(b, dtype=arr.dtype))
+                acc = self.node("Where", [cond, va, vb], f"{tag}/where")
+            full.update((i_ax, j_ax))
+        # The base of an affine and the frequencies of cos/sin span every other axis already.
+        if gen.kind == "affine":
+            full.update(k for k in range(rank) if k not in gen.axes)
+        elif gen.kind in ("cos", "sin"):
+            full.update(range(rank))
+        missing = [
+            k for k in range(rank) if k not in full and k not in gen.axes and arr.shape[k] != 1
+        ]
+        uniform = [k for k in gen.axes if k not in full]
+        if not missing and (not uniform or self.broadcast_covers(change, node, uniform)):
+            return acc
+        target = self.vector(dims)
         return self.node(
-            "Expand", [base, target], f"{tag}/{_safe(node.name or node.output[0])}/expand"
+            "Expand", [acc, target], f"{tag}/{_safe(node.name or node.output[0])}/expand"
         )
 
-    def broadcast_covers(self, change: Change, node: onnx.NodeProto) -> bool:
-        """True when the consumer broadcasts a 1 to the symbolic dims anyway."""
+    def broadcast_covers(self, change: Change, node: onnx.NodeProto, axes: list[int]) -> bool:
+        """True when the consumer broadcasts a 1 on ``axes`` to the symbolic dims anyway."""
         if node.op_type not in _BROADCASTING:
             return False
         out = self.resolved_shape(node.output[0])
         if out is None:
             return False
         rank = len(change.values)
-        for axis in change.rebuild:
+        for axis in axes:
             d = change.values[axis]
             k = len(out) - rank + axis
             if k < 0 or out[k] != d:

@@ -1,0 +1,162 @@
+"""Recognize how a constant was generated along the axes that carry a traced size.
+
+A static export folds computations on ``arange(seq)`` into constants: position ids, a row-major
+index grid, a causal mask, the rotary ``cos``/``sin`` tables, T5's relative positions. When such a
+constant's dims must follow a symbol, symbolize rebuilds it at run time from the generator it
+matches here, verified element by element against the traced constant:
+
+- ``affine``: ``base + sum_k step_k * i_k`` (``i_k`` the index along symbolic axis ``k``; a step
+  of 0 is a plain broadcast, a step of 1 a ``Range``; steps may vary along the other axes, as in
+  an index grid ``[..., (b, s)]`` or ``pos * inv_freq``);
+- ``cos`` / ``sin``: ``amp * cos(i_k * freq)`` / ``sin(i_k * freq)`` along one axis;
+- ``band``: two values split by ``j - i <= k`` (or ``>= k``) over two axes: a causal or banded
+  mask, boolean or additive.
+
+A constant that matches none of these is a table cut to the traced size: a blocker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["Generator", "match_generator"]
+
+
+@dataclass
+class Generator:
+    """How to rebuild a constant from the sizes of its symbolic axes (see module docstring)."""
+
+    kind: str  # "affine" | "cos" | "sin" | "band"
+    axes: list[int]
+    base: np.ndarray | None = None  # affine: value at index 0 (size 1 on the symbolic axes)
+    steps: dict[int, np.ndarray] = field(default_factory=dict)  # affine/trig: per-axis step
+    amp: np.ndarray | None = None  # cos: amplitude
+    band: tuple[int, int, int, str, object, object] | None = None  # (i_axis, j_axis, k, op, a, b)
+
+    def describe(self) -> str:
+        if self.kind == "affine":
+            moving = [k for k, s in self.steps.items() if np.any(s != 0)]
+            if not moving:
+                return "Expand"
+            return "Range on axis " + ", ".join(str(k) for k in moving)
+        if self.kind in ("cos", "sin"):
+            return f"{self.kind.capitalize()}(Range * freq) on axis {self.axes[0]}"
+        assert self.band is not None
+        i, j, k, op, _, _ = self.band
+        return f"band mask (j - i {'<=' if op == 'le' else '>='} {k}) on axes {i}, {j}"
+
+
+def _take0(arr: np.ndarray, axes: list[int]) -> np.ndarray:
+    out = arr
+    for k in axes:
+        out = np.take(out, [0], axis=k)
+    return out
+
+
+def _index(n: int, axis: int, rank: int) -> np.ndarray:
+    shape = [1] * rank
+    shape[axis] = n
+    return np.arange(n).reshape(shape)
+
+
+def _close(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.dtype.kind in "iub":
+        return bool(np.array_equal(a, b.astype(a.dtype)))
+    scale = max(1.0, float(np.max(np.abs(a))) if a.size else 1.0)
+    return bool(np.allclose(a, b, rtol=1e-5, atol=1e-6 * scale))
+
+
+def _affine(arr: np.ndarray, axes: list[int]) -> Generator | None:
+    if arr.dtype.kind not in "iuf":  # bool and others can only be a broadcast
+        base = _take0(arr, axes)
+        if np.array_equal(arr, np.broadcast_to(base, arr.shape)):
+            return Generator("affine", axes, base, {k: np.zeros_like(base) for k in axes})
+        return None
+    base = _take0(arr, axes)
+    steps: dict[int, np.ndarray] = {}
+    work = arr.astype(np.float64) if arr.dtype.kind == "f" else arr.astype(np.int64)
+    expected = np.broadcast_to(base.astype(work.dtype), arr.shape).copy()
+    for k in axes:
+        if arr.shape[k] <= 1:
+            steps[k] = np.zeros_like(base)
+            continue
+        others = [a for a in axes if a != k]
+        step = np.take(work, [1], axis=k) - np.take(work, [0], axis=k)
+        step = _take0(step, others)
+        steps[k] = step.astype(arr.dtype)
+        expected = expected + step * _index(arr.shape[k], k, arr.ndim)
+    if not _close(arr, expected.astype(work.dtype)):
+        return None
+    return Generator("affine", axes, base, steps)
+
+
+def _trig(arr: np.ndarray, axes: list[int]) -> Generator | None:
+    if arr.dtype.kind != "f" or len(axes) != 1:
+        return None
+    k = axes[0]
+    n = arr.shape[k]
+    if n < 2:
+        return None
+    first = np.take(arr, [0], axis=k).astype(np.float64)
+    second = np.take(arr, [1], axis=k).astype(np.float64)
+    idx = _index(n, k, arr.ndim)
+    if np.all(np.abs(first) > 1e-6):  # cos(0) = 1: amplitude, then the angle per step
+        ratio = np.clip(second / first, -1.0, 1.0)
+        freq = np.arccos(ratio)
+        if n > 2:  # a longer lever arm where the angle stays below pi
+            last = np.take(arr, [n - 1], axis=k).astype(np.float64)
+            wide = np.arccos(np.clip(last / first, -1.0, 1.0)) / (n - 1)
+            freq = np.where(freq * (n - 1) < np.pi - 1e-2, wide, freq)
+        if _close(arr, first * np.cos(idx * freq)):
+            return Generator(
+                "cos", axes, steps={k: freq.astype(np.float32)}, amp=first.astype(arr.dtype)
+            )
+    if np.all(np.abs(first) <= 1e-6):  # sin(0) = 0
+        freq = np.arcsin(np.clip(second, -1.0, 1.0))
+        if _close(arr, np.sin(idx * freq)):
+            return Generator("sin", axes, steps={k: freq.astype(np.float32)})
+        freq = np.pi - freq
+        if _close(arr, np.sin(idx * freq)):
+            return Generator("sin", axes, steps={k: freq.astype(np.float32)})
+    return None
+
+
+def _band(arr: np.ndarray, axes: list[int]) -> Generator | None:
+    if len(axes) != 2:
+        return None
+    i_ax, j_ax = sorted(axes)
+    ni, nj = arr.shape[i_ax], arr.shape[j_ax]
+    # Every other axis must be uniform: reduce to the (i, j) plane.
+    plane = arr
+    for k in range(arr.ndim):
+        if k not in (i_ax, j_ax):
+            first = np.take(plane, [0], axis=k)
+            if not np.array_equal(plane, np.broadcast_to(first, plane.shape)):
+                return None
+            plane = first
+    plane = plane.reshape(ni, nj)
+    values = np.unique(plane)
+    if len(values) != 2:
+        return None
+    diff = np.arange(nj)[None, :] - np.arange(ni)[:, None]
+    for op in ("le", "ge"):
+        for k in range(-ni, nj + 1):
+            cond = diff <= k if op == "le" else diff >= k
+            if not cond.any() or cond.all():
+                continue
+            a, b = plane[cond][0], plane[~cond][0]
+            if np.array_equal(plane, np.where(cond, a, b)):
+                return Generator("band", axes, band=(i_ax, j_ax, k, op, a.item(), b.item()))
+    return None
+
+
+def match_generator(arr: np.ndarray, axes: list[int]) -> Generator | None:
+    """The generator that reproduces ``arr`` along its symbolic ``axes``, or None."""
+    axes = sorted(axes)
+    for finder in (_affine, _trig, _band):
+        gen = finder(arr, axes)
+        if gen is not None:
+            return gen
+    return None
