@@ -12,7 +12,7 @@ into the node that broke (:func:`~onnxsurgery.runtime.describe_ort_error`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,10 +49,12 @@ class CheckResult:
         return f"ran at {text}; traced-size outputs within {self.max_abs_diff:.2g} of the original"
 
 
-def check_sizes(traced: Mapping[str, int]) -> list[dict[str, int]]:
-    """The traced size, then two other values for each symbol (the others kept at traced)."""
+def check_sizes(traced: Mapping[str, int], fixed: Set[str] = frozenset()) -> list[dict[str, int]]:
+    """The traced size, then two other values for each symbol not in ``fixed`` (others traced)."""
     sizes = [dict(traced)]
     for sym, v in traced.items():
+        if sym in fixed:
+            continue
         others = [v + 1, v - 1 if v > 2 else v + 2]
         for o in others:
             s = dict(traced)
@@ -125,14 +127,16 @@ def check_dynamic(
     output_dims: Mapping[str, list[Dim] | None],
     provider: str = "auto",
     *,
-    dynamic: set[str] | frozenset[str] = frozenset(),
+    dynamic: Set[str] = frozenset(),
+    fixed: Set[str] = frozenset(),
     atol: float = 1e-5,
     rtol: float = 1e-5,
 ) -> CheckResult:
     """Check ``model`` (symbolized ``original``) at the traced size and two others per symbol.
 
     ``traced`` maps each symbol to its traced size; symbols in ``dynamic`` had no traced size (their
-    axes were dynamic already) and are checked at 2. ``output_dims`` gives each output's symbolic
+    axes were dynamic already) and are checked at 2; symbols in ``fixed`` (kept from being
+    generalized by a blocker, with ``strict=False``) stay at their traced size. ``output_dims`` gives each output's symbolic
     dims (None where unknown).
     """
     base = {s: (2 if s in dynamic else v) for s, v in traced.items()}
@@ -175,7 +179,7 @@ def check_dynamic(
                 f"check at the traced size {where}: output {name!r} differs from the original"
             )
     result.sizes.append(base)
-    for k, size in enumerate(check_sizes(base)[1:], start=1):
+    for k, size in enumerate(check_sizes(base, fixed)[1:], start=1):
         text = ", ".join(f"{s}={v}" for s, v in size.items())
         try:
             outs = run_model(session, _feeds(model, axes, size, k))

@@ -102,6 +102,8 @@ class Constraint:
     soft: bool = False
     lhs: Dim | None = None
     rhs: Dim | None = None
+    src: list[Dim] | None = None  # a Reshape alignment hint: input dims ...
+    dst: list[Dim] | None = None  # ... and output dims, aligned by the solver
 
 
 @dataclass
@@ -172,6 +174,12 @@ class ShapeAnalysis:
     def suggest(self, a: Dim | int, b: Dim | int, node: onnx.NodeProto, why: str) -> None:
         """Record a soft equality (applied only where hard constraints leave freedom)."""
         self._constrain(a, b, node, why, soft=True)
+
+    def align(self, src: list[Dim], dst: list[Dim], node: onnx.NodeProto) -> None:
+        """Record that a Reshape's output dims probably keep its input's leading/trailing dims."""
+        self.constraints.append(
+            Constraint(Dim(), node.name, node.op_type, "Reshape keeps dims", True, src=src, dst=dst)
+        )
 
     def _constrain(self, a, b, node: onnx.NodeProto, why: str, *, soft: bool) -> None:
         expr = as_dim(a) - as_dim(b)

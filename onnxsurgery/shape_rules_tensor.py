@@ -97,31 +97,11 @@ def _reshape(ctx: NodeCtx):
         ctx.equal(known, total, "Reshape keeps the element count")
     result: list[Dim] = [d for d in dims if d is not None]
     if any(ctx.a.unknowns(d) for d in result):
-        _align(ctx, src, result)
+        ctx.a.align(list(src), result, ctx.node)
     value = None
     if info.value is not None and all(d.is_const() for d in result):
         value = info.value
     return [out(result, info.dtype, value)]
-
-
-def _align(ctx: NodeCtx, src: list[Dim], dst: list[Dim]) -> None:
-    """Soft hints for Reshape: leading and trailing dims that keep their size stay the same dim."""
-    lead = 0
-    while lead < min(len(src), len(dst)) and ctx.traced(src[lead]) == ctx.traced(dst[lead]):
-        ctx.suggest(dst[lead], src[lead], f"Reshape keeps leading dim {lead}")
-        lead += 1
-    trail = 0
-    while (
-        len(src) - trail - 1 >= lead
-        and len(dst) - trail - 1 >= lead
-        and ctx.traced(src[-1 - trail]) == ctx.traced(dst[-1 - trail])
-    ):
-        ctx.suggest(dst[-1 - trail], src[-1 - trail], f"Reshape keeps trailing dim {-1 - trail}")
-        trail += 1
-    mid_src = src[lead : len(src) - trail]
-    mid_dst = dst[lead : len(dst) - trail]
-    if mid_src or mid_dst:
-        ctx.suggest(dim_product(mid_dst), dim_product(mid_src), "Reshape merges/splits middle dims")
 
 
 @rule("Flatten")
@@ -360,13 +340,14 @@ def _gather(ctx: NodeCtx):
 @rule("GatherElements")
 def _gather_elements(ctx: NodeCtx):
     idx = ctx.shape(1, data=True)
-    data = ctx.shape(0)
+    data = ctx.shape(0, data=True)
     if idx is None or data is None:
         return _fallback(ctx)
     ax = ctx.axis(ctx.attr("axis", 0), len(data))
     for k in range(len(data)):
-        if k != ax and ctx.traced(idx[k]) == ctx.traced(data[k]) and ctx.traced(data[k]) != 1:
-            ctx.suggest(idx[k], data[k], "GatherElements indices follow the data")
+        # No broadcasting here: indices cover the data on every other axis.
+        if k != ax and ctx.traced(idx[k]) == ctx.traced(data[k]):
+            ctx.suggest(idx[k], data[k], "GatherElements indices span the data's other axes")
     return [out(idx, ctx.dtype(0))]
 
 

@@ -124,21 +124,32 @@ class _Solver:
                 self.watch[x].add(cid)
 
     def default(self, kind: str) -> None:
-        for name, atom in self.a.atoms.items():
+        """Keep the traced value of each still-free unknown, in dataflow order, one at a time:
+        deciding an upstream constant first lets hard constraints carry it downstream."""
+        for name, atom in list(self.a.atoms.items()):
             if atom.kind == kind and name not in self.sol.values:
                 self.assign(name, Dim.const(atom.traced), "kept")
-        self.drain()
+                self.drain()
 
-    def breaks_hard(self, atom: str, value: Dim) -> bool:
+    def _breaks(self, atom: str, value: Dim) -> bool:
         for cid in self.watch.get(atom, ()):
             expr = self.resolve(self.exprs[cid]).subs({atom: value})
             if not self.unknowns(expr) and expr.value != 0:
                 return True
         return False
 
+    def breaks_hard(self, atom: str, value: Dim) -> bool:
+        """Whether a hint would turn a hard constraint into a conflict that keeping the traced
+        value would not (a hint no worse than the default is taken: its conflict names the
+        symbol that really cannot vary)."""
+        return self._breaks(atom, value) and not self._breaks(atom, Dim.const(self.traced[atom]))
+
     def apply_hints(self) -> None:
         for _ in range(2):
             for c in self.soft:
+                if c.src is not None:
+                    self.align(c)
+                    continue
                 expr = self.resolve(c.expr)
                 found = self.solve_for(expr)
                 if found is None or self.breaks_hard(*found):
@@ -147,6 +158,67 @@ class _Solver:
                     continue
                 self.assign(found[0], found[1], "hint")
                 self.drain()
+
+    def try_hint(self, lhs: Dim, rhs: Dim) -> None:
+        found = self.solve_for(self.resolve(lhs - rhs))
+        if found is not None and not self.breaks_hard(*found):
+            self.assign(found[0], found[1], "hint")
+            self.drain()
+
+    def align(self, c: Constraint) -> None:
+        """Reshape hints: leading and trailing dims that keep their size stay the same dim.
+
+        A merged dim such as ``batch*seq`` is matched with a single dim only when none of its
+        symbols is 1 at the traced size (at batch 1, ``batch*seq`` and ``seq`` look alike); the
+        middle is left to a product hint, which :meth:`factor` splits symbol by symbol.
+        """
+        src = [self.resolve(d) for d in c.src]  # type: ignore[union-attr]
+        dst = [self.resolve(d) for d in c.dst]  # type: ignore[union-attr]
+        if not any(self.unknowns(d) for d in dst + src):
+            return
+
+        def merged_one(d: Dim) -> bool:
+            return (
+                not d.is_atom()
+                and not d.is_const()
+                and any(self.traced.get(x) == 1 for x in d.atoms())
+            )
+
+        def same(a: Dim, b: Dim) -> bool:
+            try:
+                if a.evaluate(self.traced) != b.evaluate(self.traced):
+                    return False
+            except KeyError:
+                return False
+            return not (merged_one(a) or merged_one(b))
+
+        lead = 0
+        while lead < min(len(src), len(dst)) and same(src[lead], dst[lead]):
+            self.try_hint(dst[lead], src[lead])
+            lead += 1
+        trail = 0
+        while (
+            len(src) - trail - 1 >= lead
+            and len(dst) - trail - 1 >= lead
+            and same(src[-1 - trail], dst[-1 - trail])
+        ):
+            self.try_hint(dst[-1 - trail], src[-1 - trail])
+            trail += 1
+        mid_src = src[lead : len(src) - trail]
+        mid_dst = dst[lead : len(dst) - trail]
+        if mid_src or mid_dst:
+            lhs, rhs = Dim.const(1), Dim.const(1)
+            for d in mid_dst:
+                lhs = lhs * d
+            for d in mid_src:
+                rhs = rhs * d
+            found = self.solve_for(self.resolve(lhs - rhs))
+            if found is not None:
+                if not self.breaks_hard(*found):
+                    self.assign(found[0], found[1], "hint")
+                    self.drain()
+            else:
+                self.factor(Constraint(lhs - rhs, c.node, c.op, c.why, True, lhs, rhs))
 
     def _order(self, atom: str) -> tuple[int, int, str]:
         """Symbols in the order of the input axes they name; then everything else."""

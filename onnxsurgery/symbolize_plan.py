@@ -16,6 +16,7 @@ The plan has ``to_dict()`` for JSON reports and ``__rich__()`` for the terminal.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,6 +109,7 @@ class Blocker:
     traced: str
     why: str
     fix: str
+    symbols: tuple[str, ...] = ()  # the symbols it keeps from being generalized
 
     def __str__(self) -> str:
         where = f"{self.op} {self.node!r}" + (f" (input {self.input!r})" if self.input else "")
@@ -121,6 +123,7 @@ class Blocker:
             "traced": self.traced,
             "why": self.why,
             "fix": self.fix,
+            "symbols": list(self.symbols),
         }
 
 
@@ -156,6 +159,9 @@ class SymbolizePlan:
         from rich.table import Table
         from rich.text import Text
 
+        def row(*cells: object) -> list[Text]:  # plain text: shapes like [batch, -1] are no markup
+            return [Text(str(c)) for c in cells]
+
         syms = ", ".join(f"{s} (traced {v})" for s, v in self.symbols.items())
         parts: list[Any] = [Text(f"symbolize: {syms}", style="bold")]
         if self.changes:
@@ -163,7 +169,7 @@ class SymbolizePlan:
             for col in ("node", "op", "input", "old", "new"):
                 table.add_column(col)
             for c in self.changes:
-                table.add_row(c.node, c.op, f"{c.input_index}: {c.input}", c.old, c.new)
+                table.add_row(*row(c.node, c.op, f"{c.input_index}: {c.input}", c.old, c.new))
             parts.append(table)
         else:
             parts.append(Text("no constant carries a traced size"))
@@ -172,7 +178,7 @@ class SymbolizePlan:
             for col in ("node", "op", "input", "traced", "why", "what to do"):
                 table.add_column(col)
             for b in self.blockers:
-                table.add_row(b.node, b.op, b.input or "", b.traced, b.why, b.fix)
+                table.add_row(*row(b.node, b.op, b.input or "", b.traced, b.why, b.fix))
             parts.append(table)
         outs = "; ".join(
             f"{name} [{', '.join('?' if d is None else str(d) for d in dims)}]"
@@ -202,6 +208,10 @@ def _symbol_hint(plan_syms: dict[str, list[tuple[str, int]]], atoms: set[str]) -
     return ", ".join(names)
 
 
+def _sym_tuple(syms: str) -> tuple[str, ...]:
+    return tuple(x for x in syms.split(", ") if x)
+
+
 def _fix_text(analysis: ShapeAnalysis, syms: str) -> str:
     if not syms:
         return "this size is data-dependent or fixed by the model; no renaming of constants generalizes it"
@@ -220,6 +230,7 @@ def _conflict_blockers(plan_a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
         c = conflict.constraint
         lhs = sol.resolve(c.lhs) if c.lhs is not None else conflict.residual
         rhs = sol.resolve(c.rhs) if c.rhs is not None else Dim.const(0)
+        lhs, rhs = _cancel(lhs, rhs)
         atoms = lhs.atoms() | rhs.atoms()
         syms = _symbol_hint(plan_a.symbols, atoms)
         try:
@@ -229,8 +240,29 @@ def _conflict_blockers(plan_a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
         why = (
             f"{c.why}: needs {_pretty(lhs)} == {_pretty(rhs)}, which holds only at the traced size"
         )
-        blockers.append(Blocker(c.node, c.op, None, tv, why, _fix_text(plan_a, syms)))
+        blockers.append(
+            Blocker(c.node, c.op, None, tv, why, _fix_text(plan_a, syms), _sym_tuple(syms))
+        )
     return blockers
+
+
+def _cancel(lhs: Dim, rhs: Dim) -> tuple[Dim, Dim]:
+    """Divide both sides by their common monomial factor: ``batch*12 == batch*seq*3`` is
+    ``4 == seq``, which names the symbol that cannot vary."""
+    if not (lhs.is_monomial() and rhs.is_monomial()) or lhs.value == 0 or rhs.value == 0:
+        return lhs, rhs
+    ((lm, lc),) = lhs.terms.items()
+    ((rm, rc),) = rhs.terms.items()
+    common = list(lm)
+    shared = []
+    for atom in rm:
+        if atom in common:
+            common.remove(atom)
+            shared.append(atom)
+    g = math.gcd(lc, rc)
+    factor = Dim({tuple(shared): g})
+    a, b = lhs.exact_div(factor), rhs.exact_div(factor)
+    return (a, b) if a is not None and b is not None else (lhs, rhs)
 
 
 def _pretty(d: Dim) -> str:
@@ -276,6 +308,7 @@ def _unrolled_loops(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
                         f"axis {axis} ({d}) of {tensor!r}; at another size torch runs a different "
                         "number of iterations",
                         _fix_text(a, ", ".join(sorted(syms))),
+                        tuple(sorted(syms)),
                     )
                 )
     blockers.extend(_append_chains(a, sol))
@@ -347,6 +380,7 @@ def _append_chains(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
                 f"piece along axis {axis}, giving {d}; at another size torch runs a different number "
                 "of iterations",
                 _fix_text(a, ", ".join(sorted(syms))),
+                symbols=_sym_tuple(", ".join(sorted(syms))),
             )
         )
     return blockers
@@ -415,6 +449,7 @@ def _changes(a: ShapeAnalysis, sol: Solution) -> tuple[list[Change], list[Blocke
                     "values follow no pattern symbolize can extend (a table or mask cut to the "
                     "traced size), so it cannot be rebuilt at another size",
                     _fix_text(a, syms),
+                    _sym_tuple(syms),
                 )
             )
             continue

@@ -143,6 +143,7 @@ class Symbolize(Pass):
             for c in plan.changes
         ]
         if self.check:
+            blocked = {s for b in plan.blockers for s in b.symbols}
             result = check_dynamic(
                 model,
                 new,
@@ -151,6 +152,7 @@ class Symbolize(Pass):
                 _output_dims(plan),
                 ctx.provider,
                 dynamic=plan.analysis.dynamic,
+                fixed=blocked,
             )
             diagnostics.append(Diagnostic.info(f"check: {result}"))
         syms = ", ".join(f"{s} (traced {v})" for s, v in plan.symbols.items())

@@ -1,0 +1,334 @@
+"""The symbolize pass: options, rewriting, blockers, the ORT check, the preview for inspect."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnxsurgery.passes.symbolize import Symbolize
+
+import onnxsurgery
+from onnxsurgery.errors import PassError, PassOptionError
+from onnxsurgery.pass_infra import Pass
+from onnxsurgery.registry import get_pass
+from onnxsurgery.runtime import run_model
+from onnxsurgery.symbolize_plan import SymbolizePlan, plan_symbolize
+
+
+def parse(text: str, **inits: np.ndarray) -> onnx.ModelProto:
+    model = onnx.parser.parse_model(text)
+    for name, arr in inits.items():
+        model.graph.initializer.append(onnx.numpy_helper.from_array(arr, name))
+    onnx.checker.check_model(model)
+    return model
+
+
+RNG = np.random.default_rng(0)
+
+
+@pytest.fixture
+def view_model() -> onnx.ModelProto:
+    """Conv, then ``x.view(4, -1)`` with the traced batch baked in, then a Linear layer."""
+    return parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[4, 3, 8, 8] x) => (float[4, 5] y) <int64[2] shape = {4, -1}> {
+            c = Conv <kernel_shape = [3, 3], pads = [1, 1, 1, 1]> (x, w)
+            p = MaxPool <kernel_shape = [2, 2], strides = [2, 2]> (c)
+            r = Reshape (p, shape)
+            y = Gemm <transB = 1> (r, fc, bias)
+        }
+        """,
+        w=RNG.standard_normal((2, 3, 3, 3)).astype(np.float32),
+        fc=RNG.standard_normal((5, 32)).astype(np.float32),
+        bias=RNG.standard_normal(5).astype(np.float32),
+    )
+
+
+def dims(vi: onnx.ValueInfoProto) -> list[str | int]:
+    return [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
+
+
+def feeds(batch: int) -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(batch).standard_normal((batch, 3, 8, 8)).astype(np.float32)}
+
+
+# -- options -------------------------------------------------------------------------------------
+
+
+def test_registered_and_documented():
+    cls = get_pass("symbolize")
+    assert cls is Symbolize and issubclass(cls, Pass)
+    assert Symbolize.summary().startswith("Give input axes symbolic names")
+
+
+def test_option_forms():
+    assert Symbolize().wildcard == {0: "batch"}
+    p = Symbolize(**{"x:0": "batch", "x:1": "seq", "*:2": "width"})
+    assert p.explicit == {"x": {0: "batch", 1: "seq"}} and p.wildcard == {2: "width"}
+    assert Symbolize(dynamic_axes={"x": [0, 2]}).explicit == {"x": {0: "batch", 2: "x_dim2"}}
+    assert Symbolize(dynamic_axes={"mask": {"1": "seq"}}).explicit == {"mask": {1: "seq"}}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"x0": "batch"}, "not INPUT:AXIS"),
+        ({"x:a": "batch"}, "not INPUT:AXIS"),
+        ({"x:0": "not a name"}, "must be a name"),
+        ({"strict": "yes"}, "strict must be true or false"),
+        ({"dynamic_axes": {"x": {"zero": "batch"}}}, "is not an int"),
+        ({"dynamic_axes": ["x"]}, "must be a mapping"),
+    ],
+)
+def test_bad_options_are_option_errors(options, message):
+    with pytest.raises(PassOptionError, match=message):
+        Symbolize.from_options(options)
+
+
+def test_unknown_input_names_the_inputs(view_model):
+    with pytest.raises(PassError, match=r"no graph input 'nope'; the model's inputs are x"):
+        Symbolize(**{"nope:0": "batch"})(view_model)
+
+
+def test_one_name_for_axes_of_different_sizes_is_an_error():
+    model = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[2, 3] a, float[4, 3] b) => (float[2, 3] y) { y = Identity (a) }
+        """
+    )
+    with pytest.raises(PassError, match=r"a:0 \(traced size 2\) and to b:0 \(traced size 4\)"):
+        Symbolize()(model)
+
+
+# -- rewriting -----------------------------------------------------------------------------------
+
+
+def test_view_with_traced_batch_runs_at_other_batches(view_model):
+    # The baseline: naming the axis alone breaks at batch 2 inside Gemm.
+    relaxed = onnx.ModelProto()
+    relaxed.CopyFrom(view_model)
+    relaxed.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    relaxed.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    with pytest.raises(Exception, match="Gemm|GEMM|Reshape"):
+        run_model(relaxed, feeds(2), "cpu")
+
+    result = Symbolize()(view_model, onnxsurgery.PassContext(provider="cpu"))
+    assert result.modified
+    model = result.model
+    assert dims(model.graph.input[0]) == ["batch", 3, 8, 8]
+    assert dims(model.graph.output[0]) == ["batch", 5]
+    reshape = next(n for n in model.graph.node if n.op_type == "Reshape")
+    shape = next(i for i in model.graph.initializer if i.name == reshape.input[1])
+    assert onnx.numpy_helper.to_array(shape).tolist() == [0, -1]  # the simplest correct form
+    for batch in (1, 2, 7):
+        ref = run_model(view_model, feeds(4), "cpu")["y"] if batch == 4 else None
+        out = run_model(model, feeds(batch), "cpu")["y"]
+        assert out.shape == (batch, 5)
+        assert ref is None or np.allclose(out, ref)
+    # Batch rows are independent: row 0 of a batch-7 run equals a batch-1 run of that row.
+    x7 = feeds(7)["x"]
+    one = run_model(model, {"x": x7[:1]}, "cpu")["y"]
+    seven = run_model(model, {"x": x7}, "cpu")["y"]
+    assert np.allclose(one[0], seven[0], atol=1e-5)
+    assert any("check: ran at batch=4" in d.message for d in result.diagnostics)
+
+
+def test_output_is_byte_identical_run_to_run(view_model):
+    a = Symbolize(check=False)(view_model).model.SerializeToString()
+    b = Symbolize(check=False)(view_model).model.SerializeToString()
+    assert a == b
+
+
+def test_zero_initial_state_and_expand_become_batch_sized():
+    """A GRU whose zero state [1, B, 4] is a constant: rebuilt as [1, 1, 4] + Expand."""
+    hidden, feat = 4, 3
+    model = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[5, 3, 3] x) => (float[1, 3, 4] h) {
+            y, h = GRU <hidden_size = 4> (x, w, r, b, , h0)
+        }
+        """,
+        w=RNG.standard_normal((1, 3 * hidden, feat)).astype(np.float32),
+        r=RNG.standard_normal((1, 3 * hidden, hidden)).astype(np.float32),
+        b=RNG.standard_normal((1, 6 * hidden)).astype(np.float32),
+        h0=np.zeros((1, 3, hidden), np.float32),
+    )
+    result = Symbolize(**{"x:0": "seq", "x:1": "batch"})(
+        model, onnxsurgery.PassContext(provider="cpu")
+    )
+    out = result.model
+    assert dims(out.graph.output[0]) == [1, "batch", 4]
+    assert "Expand" in {n.op_type for n in out.graph.node}
+    x = np.random.default_rng(1).standard_normal((6, 2, 3)).astype(np.float32)
+    assert run_model(out, {"x": x}, "cpu")["h"].shape == (1, 2, 4)
+
+
+def test_traced_batch_one_mask_that_broadcasts_is_left_alone():
+    model = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[1, 4, 4] x) => (float[1, 4, 4] y) {
+            y = Add (x, mask)
+        }
+        """,
+        mask=np.triu(np.full((1, 4, 4), -1e9, np.float32), 1),
+    )
+    result = Symbolize()(model, onnxsurgery.PassContext(provider="cpu"))
+    assert result.modified  # the input axis is named
+    assert not result.report.changes  # but the [1, 4, 4] mask only broadcasts over the batch
+    assert dims(result.model.graph.output[0]) == ["batch", 4, 4]
+
+
+def test_already_dynamic_model_is_not_modified():
+    model = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[batch, 4] x) => (float[batch, 4] y) { y = Relu (x) }
+        """
+    )
+    result = Symbolize()(model)
+    assert not result.modified
+    assert result.model is model
+
+
+def test_runs_through_the_pipeline_from_chain_text(view_model, tmp_path):
+    src = tmp_path / "m.onnx"
+    onnx.save(view_model, src)
+    out = tmp_path / "m.dyn.onnx"
+    report = onnxsurgery.run(src, passes="symbolize(x:0=batch)", output=out, provider="cpu")
+    assert report.passes[0].modified
+    saved = onnx.load(out)
+    assert dims(saved.graph.input[0])[0] == "batch"
+    assert run_model(saved, feeds(3), "cpu")["y"].shape == (3, 5)
+
+
+# -- blockers ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def table_model() -> onnx.ModelProto:
+    """A learned positional table already cut to the traced length 4."""
+    return parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[2, 4, 3] x) => (float[2, 4, 3] y) {
+            y = Add (x, pos)
+        }
+        """,
+        pos=RNG.standard_normal((1, 4, 3)).astype(np.float32),
+    )
+
+
+def test_table_cut_to_the_traced_length_is_a_blocker(table_model):
+    with pytest.raises(PassError) as info:
+        Symbolize(**{"x:0": "batch", "x:1": "seq"})(table_model)
+    text = str(info.value)
+    assert "1 blocker(s)" in text and "'pos'" in text and "seq" in text
+    assert "re-export" in text and "x:1" in text
+    assert info.value.node == ""  # the Add has no name; the message names the input instead
+
+
+def test_strict_false_applies_the_rest_and_reports(table_model):
+    result = Symbolize(strict=False, **{"x:0": "batch", "x:1": "seq"})(
+        table_model, onnxsurgery.PassContext(provider="cpu")
+    )
+    assert result.modified
+    blockers = [d for d in result.diagnostics if d.level == "blocker"]
+    assert len(blockers) == 1 and "pos" in blockers[0].message
+    # Batch alone is fine for the same model.
+    assert Symbolize(**{"x:0": "batch"})(table_model).modified
+
+
+def test_unrolled_loop_is_a_blocker():
+    model = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[2, 5, 3] x) => (float[2, 8, 3] y) {
+            a = Concat <axis = 1> (x, pad)
+            b = Concat <axis = 1> (a, pad)
+            y = Concat <axis = 1> (b, pad)
+        }
+        """,
+        pad=np.zeros((2, 1, 3), np.float32),
+    )
+    with pytest.raises(PassError, match="loop unrolled at trace time: 3 identical Concat"):
+        Symbolize(**{"x:0": "batch", "x:1": "seq"})(model)
+    out = Symbolize(**{"x:0": "batch"})(model, onnxsurgery.PassContext(provider="cpu")).model
+    y = run_model(out, {"x": np.ones((3, 5, 3), np.float32)}, "cpu")["y"]
+    assert y.shape == (3, 8, 3) and y[:, 5:].sum() == 0
+
+
+def test_blocker_names_the_symbol_that_cannot_vary():
+    # seq reaches a weight through a flattening Reshape: only batch can vary.
+    model = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[2, 4, 3] x) => (float[2, 5] y) <int64[2] shape = {2, 12}> {
+            r = Reshape (x, shape)
+            y = Gemm <transB = 1> (r, w)
+        }
+        """,
+        w=RNG.standard_normal((5, 12)).astype(np.float32),
+    )
+    with pytest.raises(PassError, match="Reshape keeps the element count: needs 4 == seq") as info:
+        Symbolize(**{"x:0": "batch", "x:1": "seq"})(model)
+    assert "leave x:1 out of the symbolized axes" in str(info.value)
+    # strict=False: applied, reported, and checked over batch only (seq stays at its traced size)
+    result = Symbolize(strict=False, **{"x:0": "batch", "x:1": "seq"})(
+        model, onnxsurgery.PassContext(provider="cpu")
+    )
+    check = next(d.message for d in result.diagnostics if d.message.startswith("check:"))
+    assert "batch=3, seq=4" in check and "seq=5" not in check
+
+
+def test_a_failed_check_names_the_node(view_model, monkeypatch):
+    import onnxsurgery.passes.symbolize as module
+
+    real = module.apply_plan
+
+    def broken(model, plan):  # undo the Reshape fix: the check must catch it at another batch
+        out = real(model, plan)
+        node = next(n for n in out.graph.node if n.op_type == "Reshape")
+        node.input[1] = "stale_shape"
+        next(n for n in out.graph.node if n.op_type == "Gemm").name = "fc"
+        out.graph.initializer.append(
+            onnx.numpy_helper.from_array(np.array([4, -1], np.int64), "stale_shape")
+        )
+        return out
+
+    monkeypatch.setattr(module, "apply_plan", broken)
+    with pytest.raises(PassError, match="check at batch=5: ONNX Runtime failed") as info:
+        Symbolize()(view_model, onnxsurgery.PassContext(provider="cpu"))
+    assert info.value.node == "fc"  # [4, 40] reaches the Gemm: that is the node that breaks
+    assert "Gemm" in str(info.value)
+
+
+# -- the preview for inspect ---------------------------------------------------------------------
+
+
+def test_plan_preview_lists_changes_without_editing(view_model):
+    before = view_model.SerializeToString()
+    plan = plan_symbolize(view_model, {"x": {0: "batch"}})
+    assert isinstance(plan, SymbolizePlan) and plan.ok
+    assert view_model.SerializeToString() == before
+    (change,) = plan.changes
+    assert (change.op, change.old, change.new) == ("Reshape", "[4, -1]", "[batch, -1]")
+    data = plan.to_dict()
+    assert data["symbols"] == {"batch": 4} and data["outputs"] == {"y": ["batch", 5]}
+    assert data["changes"][0]["node"] == change.node
+
+    from rich.console import Console
+
+    console = Console(record=True, width=120)
+    console.print(plan)
+    text = console.export_text()
+    assert "would change" in text and "[batch, -1]" in text
+
+
+def test_plan_preview_lists_blockers(table_model):
+    plan = plan_symbolize(table_model, {"x": [0, 1]})
+    assert not plan.ok
+    assert plan.to_dict()["blockers"][0]["input"] == "pos"
