@@ -76,4 +76,3 @@ def test_blocked_fixture_symbolizes_on_batch_alone(entry):
         for name, ref in case.outputs.items():
             np.testing.assert_allclose(got[name], ref, atol=ATOL, rtol=RTOL, err_msg=case.name)
     assert checked >= 2  # the traced size and at least one other batch
-    assert checked >= 2  # the traced size and at least one other batch
