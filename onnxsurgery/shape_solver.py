@@ -13,7 +13,9 @@ decides each one by structure, in this order:
 3. data-constant dims nobody forced keep their traced size (masks that only broadcast);
 4. size elements nobody forced keep their traced value: a ``1`` that equals the traced batch but
    only ever broadcasts stays ``1``;
-5. derived dims still free become opaque runtime dims (read back with ``Shape`` at run time).
+5. derived dims still free become opaque runtime dims (read back with ``Shape`` at run time;
+   listed in ``Solution.opaque``; the analysis itself is never modified, so it can be solved
+   again with more constraints).
 
 A hard constraint that still does not hold once nothing is unknown is a *conflict*: the graph
 needs that equality at every size, and it holds only at the traced one.
@@ -45,6 +47,7 @@ class Solution:
     values: dict[str, Dim] = field(default_factory=dict)
     how: dict[str, str] = field(default_factory=dict)
     conflicts: list[Conflict] = field(default_factory=list)
+    opaque: set[str] = field(default_factory=set)  # derived dims left to be read at run time
 
     def resolve(self, d: Dim) -> Dim:
         return d.subs(self.values) if d.atoms() & self.values.keys() else d
@@ -64,7 +67,11 @@ class _Solver:
         self.queue: deque[int] = deque(range(len(self.hard)))
 
     def unknowns(self, d: Dim) -> set[str]:
-        return {x for x in d.atoms() if self.a.atoms[x].kind in ("var", "data", "derived")}
+        return {
+            x
+            for x in d.atoms()
+            if self.a.atoms[x].kind in ("var", "data", "derived") and x not in self.sol.opaque
+        }
 
     def resolve(self, d: Dim) -> Dim:
         return self.sol.resolve(d)
@@ -293,7 +300,7 @@ class _Solver:
         self.default("var")
         for name, atom in self.a.atoms.items():
             if atom.kind == "derived" and name not in self.sol.values:
-                atom.kind = "opaque"
+                self.sol.opaque.add(name)
         self.queue.extend(range(len(self.hard)))
         self.drain()
         for cid, c in enumerate(self.hard):

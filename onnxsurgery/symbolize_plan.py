@@ -24,9 +24,10 @@ from typing import Any
 import numpy as np
 import onnx
 
+from onnxsurgery.batch_indices import BatchIndex, find_batch_indices
 from onnxsurgery.constant_patterns import Generator, match_generator
 from onnxsurgery.dim_algebra import Dim
-from onnxsurgery.shape_propagation import ConstUse, ShapeAnalysis, propagate
+from onnxsurgery.shape_propagation import Constraint, ConstUse, ShapeAnalysis, propagate
 from onnxsurgery.shape_solver import Solution, solve
 
 __all__ = ["Change", "Blocker", "SymbolizePlan", "plan_symbolize", "normalize_axes"]
@@ -399,7 +400,9 @@ def _same_append(a: ShapeAnalysis, prev: onnx.NodeProto, cur: onnx.NodeProto) ->
     return x is not None and y is not None and x.shape == y.shape and np.array_equal(x, y)
 
 
-def _changes(a: ShapeAnalysis, sol: Solution) -> tuple[list[Change], list[Blocker]]:
+def _changes(
+    a: ShapeAnalysis, sol: Solution, forced: dict[int, BatchIndex]
+) -> tuple[list[Change], list[Blocker]]:
     changes: list[Change] = []
     blockers: list[Blocker] = []
     for use in a.uses:
@@ -435,7 +438,19 @@ def _changes(a: ShapeAnalysis, sol: Solution) -> tuple[list[Change], list[Blocke
         ]
         sym_axes = [k for k, d in enumerate(dims) if not d.is_const()]
         old = f"{_dtype_name(use.array)}{_fmt(list(use.array.shape))}"
-        gen = match_generator(use.array, sym_axes)
+        bi = forced.get(id(use))
+        if bi is None:
+            gen = match_generator(use.array, sym_axes)
+        else:  # a batch enumeration traced at 1: its step comes from the gather it indexes
+            rest = [k for k in sym_axes if k != bi.axis]
+            gen = (
+                match_generator(use.array, rest) if rest else Generator("affine", [], use.array, {})
+            )
+            if gen is not None and gen.kind == "affine":
+                gen.axes = sorted([*gen.axes, bi.axis])
+                gen.steps[bi.axis] = bi.step
+            else:
+                gen = None
         if gen is None:
             syms = _symbol_hint(a.symbols, set().union(*(dims[k].atoms() for k in sym_axes)))
             axes_text = ", ".join(f"axis {k} ({dims[k]})" for k in sym_axes)
@@ -501,7 +516,24 @@ def plan_symbolize(model: onnx.ModelProto, dynamic_axes: dict[str, Any]) -> Symb
     axes = normalize_axes(dynamic_axes)
     analysis = propagate(model, axes)
     sol = solve(analysis)
-    changes, blockers = _changes(analysis, sol)
+    batch_indices = find_batch_indices(analysis, sol)
+    if batch_indices:
+        for bi in batch_indices:
+            atom = bi.use.atoms[bi.axis]
+            analysis.constraints.append(
+                Constraint(
+                    Dim.sym(atom) - Dim.sym(bi.symbol),  # type: ignore[arg-type]
+                    bi.use.node,
+                    bi.use.op,
+                    f"constant {bi.use.tensor!r} indexes {bi.symbol} rows in {bi.gather!r}",
+                    False,
+                    Dim.sym(atom),  # type: ignore[arg-type]
+                    Dim.sym(bi.symbol),
+                )
+            )
+        sol = solve(analysis)
+    forced = {id(bi.use): bi for bi in batch_indices}
+    changes, blockers = _changes(analysis, sol, forced)
     blockers = _conflict_blockers(analysis, sol) + blockers + _unrolled_loops(analysis, sol)
     notes = []
     seen: set[tuple[str, str]] = set()

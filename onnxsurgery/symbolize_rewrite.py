@@ -100,21 +100,10 @@ class _Rewriter:
             tensor, axis = self.a.symbols[atom][0]
             return self.shape_dim(tensor, axis, f"symbolize/{atom}")
         origin = info.origin
-        if (
-            info.kind == "opaque"
-            and isinstance(origin, tuple)
-            and origin
-            and origin[0] == "dim"
-            and origin[1]
-        ):
+        runtime = info.kind == "opaque" or atom in self.plan.solution.opaque
+        if runtime and isinstance(origin, tuple) and origin and origin[0] == "dim" and origin[1]:
             return self.shape_dim(origin[1], origin[2], f"symbolize/{origin[1]}/dim{origin[2]}")
-        if (
-            info.kind == "opaque"
-            and isinstance(origin, tuple)
-            and origin
-            and origin[0] == "value"
-            and origin[1]
-        ):
+        if runtime and isinstance(origin, tuple) and origin and origin[0] == "value" and origin[1]:
             flat = self.node(
                 "Reshape", [origin[1], self.const([-1])], f"symbolize/{origin[1]}/flat"
             )
