@@ -14,10 +14,12 @@ What the ``fold-constants`` pass needs, kept here so other passes can reuse it:
   :func:`op_delta` / :func:`format_bytes` write the diagnostics.
 - :func:`parse_size` / :func:`parse_input_shapes` / :func:`known_optimizers` validate options.
 
-Measured cost of the isolation (bench/bench_fold_constants.py): forking costs about 20-30 ms
-per call on the fixtures; a spawned interpreter would cost ~5 s each (``import onnxsim`` alone
-takes ~4.5 s), so isolation uses ``fork`` and is skipped (in-process, said in a diagnostic)
-where ``fork`` is not available.
+Isolation uses ``fork``: a spawned interpreter costs ~5 s per call (``import onnxsim`` alone
+takes ~4.5 s). A fork still costs 25-100 ms on small and medium models, 2-4x onnxsim's own time
+there, so by default (``isolate="auto"``) only models with :data:`AUTO_ISOLATE_BYTES` of
+tensors or more fork; smaller ones run in-process, where a native crash ends the process (the
+pipeline's atomic save still leaves no output file behind). Where ``fork`` does not exist,
+onnxsim runs in-process.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ __all__ = [
     "known_optimizers",
     "onnxsim_version",
     "fork_available",
+    "wants_isolation",
+    "AUTO_ISOLATE_BYTES",
     "run_onnxsim",
     "fold_with_graphsurgeon",
     "same_graph",
@@ -81,6 +85,11 @@ RANDOM_OPS = frozenset(
 #: onnxsim refuses tensor size thresholds at or above this (``tensor_size_threshold should be
 #: less than 2GB``).
 MAX_SIZE_THRESHOLD = 2**31 - 9999
+#: ``isolate="auto"`` forks for models with at least this many bytes of tensors. Measured
+#: (bench/bench_fold_constants.py): a fork adds ~25 ms to a ~10 ms fold of a small fixture and
+#: ~100 ms to a 60 ms fold of a 12 MB transformer (first-touch copy-on-write faults in the child,
+#: result serialized back), but stays within the noise of a 100 MB model's multi-second fold.
+AUTO_ISOLATE_BYTES = 64 * 2**20
 #: Models with at least this many tensor bytes cannot go through protobuf in one message; they
 #: are handed to onnxsim by path with external data (the criterion model_io uses for saving).
 LARGE_MODEL_BYTES = PROTOBUF_LIMIT - 64 * 2**20
@@ -263,36 +272,56 @@ def _save_for_onnxsim(model: onnx.ModelProto, path: Path) -> None:
     )
 
 
-def _simplify_to_file(
+def _simplify(
     model: onnx.ModelProto, settings: OnnxsimSettings, workdir: Path, *, owned: bool
-) -> bool:
-    """Run onnxsim and leave its result in ``workdir/folded.onnx``; return its check verdict.
+) -> tuple[onnx.ModelProto | None, bool]:
+    """Run onnxsim; return ``(folded model, its check verdict)``.
 
-    ``owned``: ``model`` may be mutated (true in a forked child, whose copy nobody else sees).
+    The model is ``None`` when onnxsim wrote it to ``workdir/folded.onnx`` (models over 2 GB go
+    by path). ``owned``: ``model`` may be mutated (a forked child's copy, seen by no one else);
+    otherwise it is left as it was.
     """
     import onnxsim
 
-    out_path = workdir / "folded.onnx"
     kwargs = settings.kwargs()
-    if not owned:
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)
-        model = copy
     # onnxsim re-infers every shape; a stale static value_info (recorded before symbolize) would
     # otherwise win over an inferred symbolic dim and let a Shape op fold into a constant.
-    del model.graph.value_info[:]
     if is_large(model):
+        if not owned:
+            copy = onnx.ModelProto()
+            copy.CopyFrom(model)
+            model = copy
+        del model.graph.value_info[:]
         in_path = workdir / "input.onnx"
         _save_for_onnxsim(model, in_path)
         del model
+        out_path = workdir / "folded.onnx"
         _, check_ok = onnxsim.simplify(str(in_path), output_path=str(out_path), **kwargs)
-        return bool(check_ok)
-    folded, check_ok = onnxsim.simplify(model, **kwargs)
-    if is_large(folded):  # folding grew it past 2 GB (e.g. a folded Tile)
-        _save_for_onnxsim(folded, out_path)
-    else:
-        out_path.write_bytes(folded.SerializeToString())
-    return bool(check_ok)
+        return None, bool(check_ok)
+    if owned:
+        del model.graph.value_info[:]
+        folded, check_ok = onnxsim.simplify(model, **kwargs)
+        return folded, bool(check_ok)
+    saved = onnx.GraphProto()
+    saved.value_info.extend(model.graph.value_info)
+    del model.graph.value_info[:]
+    try:
+        folded, check_ok = onnxsim.simplify(model, **kwargs)
+    finally:
+        model.graph.value_info.extend(saved.value_info)
+    return folded, bool(check_ok)
+
+
+def _simplify_to_file(model: onnx.ModelProto, settings: OnnxsimSettings, workdir: Path) -> bool:
+    """In a forked child: run onnxsim, leave its result in ``workdir/folded.onnx``."""
+    folded, check_ok = _simplify(model, settings, workdir, owned=True)
+    if folded is not None:
+        out_path = workdir / "folded.onnx"
+        if is_large(folded):  # folding grew it past 2 GB (e.g. a folded Tile)
+            _save_for_onnxsim(folded, out_path)
+        else:
+            out_path.write_bytes(folded.SerializeToString())
+    return check_ok
 
 
 def _read_log(path: Path, limit: int = 20) -> list[str]:
@@ -380,44 +409,53 @@ def _run_forked(job: Callable[[], bool], workdir: Path) -> bool:
     return bool(report["check_ok"])
 
 
+def wants_isolation(model: onnx.ModelProto, isolate: bool | str) -> bool:
+    """``isolate`` resolved for ``model``: ``"auto"`` forks for models with at least
+    :data:`AUTO_ISOLATE_BYTES` of tensors, where the fork is a small part of onnxsim's time."""
+    if isolate == "auto":
+        return tensor_bytes(model) >= AUTO_ISOLATE_BYTES
+    return bool(isolate)
+
+
 def run_onnxsim(
-    model: onnx.ModelProto, settings: OnnxsimSettings, *, isolate: bool = True
+    model: onnx.ModelProto, settings: OnnxsimSettings, *, isolate: bool | str = "auto"
 ) -> FoldedModel:
     """Run ``onnxsim.simplify`` on ``model`` (never modified) and return its result.
 
-    ``isolate`` runs it in a forked child (where ``fork`` exists): a crash there raises
-    :class:`FolderFailed` with ``crashed=True`` instead of ending this process. Whatever onnxsim
-    or native code prints is kept in ``FoldedModel.log`` / ``FolderFailed.log``, never shown.
-    Raises :class:`FolderFailed` when onnxsim raises.
+    ``isolate=True`` runs it in a forked child (where ``fork`` exists): a crash there raises
+    :class:`FolderFailed` with ``crashed=True`` instead of ending this process; ``"auto"`` does
+    so for models of :data:`AUTO_ISOLATE_BYTES` or more. Whatever onnxsim or native code prints
+    is kept in ``FoldedModel.log`` / ``FolderFailed.log``, never shown. Raises
+    :class:`FolderFailed` when onnxsim raises.
     """
     import onnxsim  # noqa: F401  (imported here once, so a forked child starts with it loaded)
 
-    forked = isolate and fork_available()
+    forked = wants_isolation(model, isolate) and fork_available()
     where = "forked child process" if forked else "in-process"
     with tempfile.TemporaryDirectory(prefix="onnxsurgery-fold-") as tmp:
         workdir = Path(tmp)
+        folded = None
         if forked:
-            check_ok = _run_forked(
-                lambda: _simplify_to_file(model, settings, workdir, owned=True), workdir
-            )
+            check_ok = _run_forked(lambda: _simplify_to_file(model, settings, workdir), workdir)
         else:
             try:
                 with _captured_output(workdir / "native.log"):
-                    check_ok = _simplify_to_file(model, settings, workdir, owned=False)
+                    folded, check_ok = _simplify(model, settings, workdir, owned=False)
             except Exception as exc:
                 raise FolderFailed(
                     f"{type(exc).__name__}: {_first_line(str(exc)) or type(exc).__name__}",
                     log=_read_log(workdir / "native.log"),
                 ) from exc
-        out_path = workdir / "folded.onnx"
-        if not out_path.is_file():
-            raise FolderFailed("onnxsim returned without writing a model")
-        try:
-            folded = onnx.load(str(out_path), load_external_data=True)
-        except Exception as exc:
-            raise FolderFailed(
-                f"onnxsim's output cannot be read back: {_first_line(str(exc))}"
-            ) from exc
+        if folded is None:
+            out_path = workdir / "folded.onnx"
+            if not out_path.is_file():
+                raise FolderFailed("onnxsim returned without writing a model")
+            try:
+                folded = onnx.load(str(out_path), load_external_data=True)
+            except Exception as exc:
+                raise FolderFailed(
+                    f"onnxsim's output cannot be read back: {_first_line(str(exc))}"
+                ) from exc
         return FoldedModel(folded, check_ok, where, _read_log(workdir / "native.log"))
 
 
@@ -534,10 +572,12 @@ def _constant_node_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
 
 
 def _attr_key(attr: onnx.AttributeProto) -> bytes:
-    copy = onnx.AttributeProto()
-    copy.CopyFrom(attr)
-    copy.doc_string = ""
-    return copy.SerializeToString(deterministic=True)
+    if attr.doc_string:
+        copy = onnx.AttributeProto()
+        copy.CopyFrom(attr)
+        copy.doc_string = ""
+        attr = copy
+    return attr.SerializeToString(deterministic=True)
 
 
 def _node_key(node: onnx.NodeProto, ident: dict[str, str], content: bool) -> str:
@@ -579,18 +619,18 @@ def _graph_key(graph: onnx.GraphProto, content: bool) -> tuple:
         ident.setdefault(t.name, key)  # an initializer shadowed by a graph input stays an input
     node_keys: list[str] = []
     pending = list(graph.node)
-    while pending:
-        waiting = [n for n in pending if any(x and x not in ident for x in n.input)]
+    while pending:  # one round for a sorted graph
+        waiting = []
+        for node in pending:
+            if any(name and name not in ident for name in node.input):
+                waiting.append(node)
+            else:
+                node_keys.append(_node_key(node, ident, content))
         if len(waiting) == len(pending):  # a cycle or names from an outer scope
             for node in waiting:
                 for name in node.input:
                     if name:
                         ident.setdefault(name, "free:" + name)
-            waiting = []
-        ready = set(map(id, waiting))
-        for node in pending:
-            if id(node) not in ready:
-                node_keys.append(_node_key(node, ident, content))
         pending = waiting
     outputs = [
         (

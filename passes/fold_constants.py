@@ -21,6 +21,7 @@ from onnxsurgery.folding import (
     pinned_dims,
     run_onnxsim,
     same_graph,
+    wants_isolation,
 )
 from onnxsurgery.model_io import tensor_bytes
 from onnxsurgery.pass_infra import Diagnostic, Pass, PassContext, PassResult
@@ -42,8 +43,10 @@ class FoldConstants(Pass):
       Intermediate ``value_info`` is dropped before folding (onnxsim re-infers shapes), so a stale
       static shape cannot be folded into a constant. A result in which a symbolic dim of a graph
       input or output became a number counts as an onnxsim failure;
-    - onnxsim runs in a forked child process (``isolate=false``: in this process), so a crash in
-      native code is a failure of this pass, not of the program; its console output is kept;
+    - with ``isolate=true`` onnxsim runs in a forked child process, so a crash in native code is
+      a failure of this pass, not the end of the program; ``isolate=auto`` (default) does so for
+      models with 64 MB of weights or more (a fork costs 25-100 ms, 2-4x onnxsim's own time on
+      smaller models), ``isolate=false`` never. Native console output never reaches the terminal;
     - when onnxsim fails (raises, crashes, pins a dim, fails its own ``check=N``), onnx-graphsurgeon
       ``fold_constants`` + ``cleanup`` folds instead (never folding random ops) and a warning
       carries onnxsim's error; ``fallback=false`` makes that failure an error;
@@ -67,7 +70,7 @@ class FoldConstants(Pass):
         check: int = 0,
         input_shapes: str | Sequence[str] | Mapping[str, Sequence[int]] | None = None,
         fallback: bool = True,
-        isolate: bool = True,
+        isolate: bool | str = "auto",
     ) -> None:
         super().__init__(
             fuse_bn=fuse_bn,
@@ -78,9 +81,11 @@ class FoldConstants(Pass):
             fallback=fallback,
             isolate=isolate,
         )
-        for option, value in (("fuse_bn", fuse_bn), ("fallback", fallback), ("isolate", isolate)):
+        for option, value in (("fuse_bn", fuse_bn), ("fallback", fallback)):
             if not isinstance(value, bool):
                 raise ValueError(f"{option} must be true or false, got {value!r}")
+        if not isinstance(isolate, bool) and isolate != "auto":
+            raise ValueError(f"isolate must be true, false or auto, got {isolate!r}")
         if isinstance(check, bool) or not isinstance(check, int) or check < 0:
             raise ValueError(
                 f"check must be a number of random-input runs (0 or more), got {check!r}"
@@ -147,7 +152,7 @@ class FoldConstants(Pass):
         self, model: onnx.ModelProto, pinned_inputs: set[str], diagnostics: list[Diagnostic]
     ) -> tuple[onnx.ModelProto | None, str, list[str]]:
         """``(onnxsim's result, "", its log)``, or ``(None, why it failed, its log)``."""
-        if self.isolate and not fork_available():
+        if wants_isolation(model, self.isolate) and not fork_available():
             diagnostics.append(Diagnostic.info("onnxsim ran in-process: no fork on this platform"))
         try:
             result = run_onnxsim(model, self.settings, isolate=self.isolate)

@@ -82,6 +82,16 @@ def isolate(request) -> bool:
 # -- folding ------------------------------------------------------------------------------------
 
 
+def test_auto_isolation_forks_only_big_models(monkeypatch):
+    small = _model(CHAIN)
+    assert not folding.wants_isolation(small, "auto")
+    assert folding.wants_isolation(small, True) and not folding.wants_isolation(small, False)
+    assert "(in-process)" in str(FoldConstants()(small).diagnostics[0])
+    monkeypatch.setattr(folding, "AUTO_ISOLATE_BYTES", 16)  # CHAIN holds 20 bytes of constants
+    assert folding.wants_isolation(small, "auto")
+    assert "(forked child process)" in str(FoldConstants()(small).diagnostics[0])
+
+
 def test_registered_under_its_name():
     assert get_pass("fold-constants") is FoldConstants
     assert FoldConstants.summary().startswith("Fold constant subgraphs")
@@ -245,6 +255,7 @@ def test_check_runs_onnxsims_own_comparison():
         ({"check": True}, "check must be"),
         ({"fuse_bn": "yes"}, "fuse_bn must be true or false"),
         ({"fallback": 1}, "fallback must be true or false"),
+        ({"isolate": "maybe"}, "isolate must be true, false or auto"),
         ({"input_shapes": "x"}, "must read NAME:DIMS"),
         ({"input_shapes": "x:1xa"}, "whole numbers"),
         ({"input_shapes": "x:0x4"}, "positive dims"),
@@ -328,8 +339,8 @@ def test_fallback_false_makes_onnxsims_error_a_pass_error(monkeypatch, isolate):
 def test_native_crash_is_a_failure_not_the_end_of_the_process(monkeypatch):
     monkeypatch.setattr("onnxsim.simplify", _crashing_simplify)
     with pytest.raises(PassError, match=r"^fold-constants: onnxsim failed: .*crashed.*SIGSEGV"):
-        FoldConstants(fallback=False)(_model(CHAIN))
-    result = FoldConstants()(_model(CHAIN))  # with the fallback, the crash is a warning
+        FoldConstants(fallback=False, isolate=True)(_model(CHAIN))
+    result = FoldConstants(isolate=True)(_model(CHAIN))  # with the fallback, a warning
     assert _ops(result.model) == ["Add"]
     assert any("SIGSEGV" in str(d) and d.level == "warning" for d in result.diagnostics)
 
