@@ -43,10 +43,12 @@ class CheckResult:
 
     sizes: list[dict[str, int]] = field(default_factory=list)
     max_abs_diff: float = 0.0
+    rows_checked: bool = False
 
     def __str__(self) -> str:
         text = "; ".join(", ".join(f"{k}={v}" for k, v in s.items()) for s in self.sizes)
-        return f"ran at {text}; traced-size outputs within {self.max_abs_diff:.2g} of the original"
+        rows = "; batch rows independent" if self.rows_checked else ""
+        return f"ran at {text}; traced-size outputs within {self.max_abs_diff:.2g} of the original{rows}"
 
 
 def check_sizes(traced: Mapping[str, int], fixed: Set[str] = frozenset()) -> list[dict[str, int]]:
@@ -100,8 +102,11 @@ def _feeds(
             feeds[name] = rng.random(dims) < 0.5
         elif np.issubdtype(dtype, np.floating):
             feeds[name] = rng.standard_normal(dims).astype(dtype)
-        elif "mask" in lname:
-            feeds[name] = np.ones(dims, dtype=dtype)
+        elif "mask" in lname:  # 0/1 per position, every row attending to its first position
+            arr = rng.integers(0, 2, size=dims)
+            if arr.ndim:
+                arr[..., 0] = 1
+            feeds[name] = arr.astype(dtype)
         elif "len" in lname and len(dims) == 1:
             top = min(seq_like) if seq_like else max(1, min((d for d in dims if d > 1), default=1))
             arr = rng.integers(1, top + 1, size=dims)
@@ -129,6 +134,7 @@ def check_dynamic(
     *,
     dynamic: Set[str] = frozenset(),
     fixed: Set[str] = frozenset(),
+    batch_rows: Set[str] = frozenset(),
     atol: float = 1e-5,
     rtol: float = 1e-5,
 ) -> CheckResult:
@@ -136,7 +142,10 @@ def check_dynamic(
 
     ``traced`` maps each symbol to its traced size; symbols in ``dynamic`` had no traced size (their
     axes were dynamic already) and are checked at 2; symbols in ``fixed`` (kept from being
-    generalized by a blocker, with ``strict=False``) stay at their traced size. ``output_dims`` gives each output's symbolic
+    generalized by a blocker, with ``strict=False``) stay at their traced size. For symbols in
+    ``batch_rows`` (batches, whose rows are independent) each row's outputs must also equal a run
+    of that row alone: a constant that still carries the traced batch (a mask or an index read at
+    row 0) shows up there even when every shape is right. ``output_dims`` gives each output's symbolic
     dims (None where unknown).
     """
     base = {s: (2 if s in dynamic else v) for s, v in traced.items()}
@@ -181,10 +190,15 @@ def check_dynamic(
     result.sizes.append(base)
     for k, size in enumerate(check_sizes(base, fixed)[1:], start=1):
         text = ", ".join(f"{s}={v}" for s, v in size.items())
+        inputs = _feeds(model, axes, size, k)
         try:
-            outs = run_model(session, _feeds(model, axes, size, k))
+            outs = run_model(session, inputs)
         except Exception as exc:  # noqa: BLE001
             raise _fail(f"at {text}", exc) from None
+        for sym in batch_rows:
+            if size[sym] >= 2 and size[sym] != base[sym]:
+                _check_rows(session, axes, output_dims, sym, inputs, outs, text, atol, rtol)
+                result.rows_checked = True
         for name, dims in output_dims.items():
             if dims is None or name not in outs:
                 continue
@@ -206,3 +220,52 @@ def check_dynamic(
                 )
         result.sizes.append(size)
     return result
+
+
+def _check_rows(
+    session,
+    axes: Mapping[str, Mapping[int, str]],
+    output_dims: Mapping[str, list[Dim | None] | None],
+    sym: str,
+    inputs: Mapping[str, np.ndarray],
+    outs: Mapping[str, np.ndarray],
+    text: str,
+    atol: float,
+    rtol: float,
+) -> None:
+    """Each row of a batch run must equal running that row alone (rows are independent)."""
+    in_axis = {name: a for name, spec in axes.items() for a, s in spec.items() if s == sym}
+    out_axis = {}
+    for name, dims in output_dims.items():
+        if dims is not None and name in outs:
+            hits = [i for i, d in enumerate(dims) if d is not None and d == Dim.sym(sym)]
+            if len(hits) == 1:
+                out_axis[name] = hits[0]
+    if not out_axis or not in_axis:
+        return
+    n = next(inputs[name].shape[a] for name, a in in_axis.items() if name in inputs)
+    for row in (0, n - 1):
+        alone = {
+            name: (np.take(arr, [row], axis=in_axis[name]) if name in in_axis else arr)
+            for name, arr in inputs.items()
+        }
+        try:
+            single = run_model(session, alone)
+        except Exception as exc:  # noqa: BLE001
+            raise _fail(f"of {sym} row {row} alone ({text})", exc) from None
+        for name, axis in out_axis.items():
+            want = np.take(outs[name], [row], axis=axis)
+            got = single[name]
+            if got.shape != want.shape:
+                continue
+            close = (
+                np.allclose(got, want, atol=atol * 10, rtol=rtol * 10, equal_nan=True)
+                if want.dtype.kind in "fc"
+                else np.array_equal(got, want)
+            )
+            if not close:
+                raise PassError(
+                    f"check at {text}: {sym} rows are not independent: row {row} of output "
+                    f"{name!r} differs from running that row alone; a constant still carries the "
+                    f"traced {sym} (a mask or an index that reads one row)"
+                )

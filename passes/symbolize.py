@@ -153,6 +153,7 @@ class Symbolize(Pass):
                 ctx.provider,
                 dynamic=plan.analysis.dynamic,
                 fixed=blocked,
+                batch_rows={s for s in plan.symbols if "batch" in s.lower()},
             )
             diagnostics.append(Diagnostic.info(f"check: {result}"))
         syms = ", ".join(f"{s} (traced {v})" for s, v in plan.symbols.items())

@@ -332,3 +332,44 @@ def test_plan_preview_lists_blockers(table_model):
     plan = plan_symbolize(table_model, {"x": [0, 1]})
     assert not plan.ok
     assert plan.to_dict()["blockers"][0]["input"] == "pos"
+
+
+# -- batch traced at 1 ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def mask_index_model() -> onnx.ModelProto:
+    """HF-style ``mask[batch_idx, pos]`` gathered with an index grid folded at batch 1."""
+    grid = np.stack([np.zeros(4, np.int64), np.arange(4)], axis=-1)[None]  # [1, 4, 2]: (b=0, pos)
+    return parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[1, 4, 2] x, int64[1, 4] mask) => (float[1, 4, 2] y) <int64[1] last = {-1}> {
+            g = GatherND (mask, grid)
+            f = Cast <to = 1> (g)
+            u = Unsqueeze (f, last)
+            y = Mul (x, u)
+        }
+        """,
+        grid=grid,
+    )
+
+
+def test_index_grid_traced_at_batch_one_enumerates_the_batch(mask_index_model):
+    result = Symbolize()(mask_index_model, onnxsurgery.PassContext(provider="cpu"))
+    (change,) = result.report.changes
+    assert change.new == "int64[batch, 4, 2] (Range on axis 0)"
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4, 2)).astype(np.float32)
+    mask = rng.integers(0, 2, (3, 4)).astype(np.int64)
+    y = run_model(result.model, {"x": x, "mask": mask}, "cpu")["y"]
+    np.testing.assert_allclose(y, x * mask[..., None])  # row b reads mask row b
+    assert any("batch rows independent" in d.message for d in result.diagnostics)
+
+
+def test_check_catches_rows_that_read_one_batch_row(mask_index_model, monkeypatch):
+    import onnxsurgery.symbolize_plan as plan_module
+
+    monkeypatch.setattr(plan_module, "find_batch_indices", lambda analysis, sol: [])
+    with pytest.raises(PassError, match="batch rows are not independent: row 1 of output 'y'"):
+        Symbolize()(mask_index_model, onnxsurgery.PassContext(provider="cpu"))
