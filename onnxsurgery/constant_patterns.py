@@ -9,8 +9,8 @@ matches here, verified element by element against the traced constant:
   of 0 is a plain broadcast, a step of 1 a ``Range``; steps may vary along the other axes, as in
   an index grid ``[..., (b, s)]`` or ``pos * inv_freq``);
 - ``cos`` / ``sin``: ``amp * cos(i_k * freq)`` / ``sin(i_k * freq)`` along one axis;
-- ``band``: two values split by ``j - i <= k`` (or ``>= k``) over two axes: a causal or banded
-  mask, boolean or additive.
+- ``band``: two values split by ``lo <= j - i <= hi`` over two axes (a bound at the edge of the
+  traced range is unbounded): a causal or sliding-window mask, boolean or additive.
 
 A constant that matches none of these is a table cut to the traced size: a blocker.
 """
@@ -33,7 +33,8 @@ class Generator:
     base: np.ndarray | None = None  # affine: value at index 0 (size 1 on the symbolic axes)
     steps: dict[int, np.ndarray] = field(default_factory=dict)  # affine/trig: per-axis step
     amp: np.ndarray | None = None  # cos: amplitude
-    band: tuple[int, int, int, str, object, object] | None = None  # (i_axis, j_axis, k, op, a, b)
+    #: (i_axis, j_axis, lo, hi, a, b): ``a`` where ``lo <= j - i <= hi`` (None: unbounded), else ``b``
+    band: tuple[int, int, int | None, int | None, object, object] | None = None
 
     def describe(self) -> str:
         if self.kind == "affine":
@@ -44,8 +45,11 @@ class Generator:
         if self.kind in ("cos", "sin"):
             return f"{self.kind.capitalize()}(Range * freq) on axis {self.axes[0]}"
         assert self.band is not None
-        i, j, k, op, _, _ = self.band
-        return f"band mask (j - i {'<=' if op == 'le' else '>='} {k}) on axes {i}, {j}"
+        i, j, lo, hi, _, _ = self.band
+        parts = ([f"{lo} <= j - i"] if lo is not None else []) + (
+            [f"j - i <= {hi}"] if hi is not None else []
+        )
+        return f"band mask ({' and '.join(parts)}) on axes {i}, {j}"
 
 
 def _take0(arr: np.ndarray, axes: list[int]) -> np.ndarray:
@@ -141,14 +145,21 @@ def _band(arr: np.ndarray, axes: list[int]) -> Generator | None:
     if len(values) != 2:
         return None
     diff = np.arange(nj)[None, :] - np.arange(ni)[:, None]
-    for op in ("le", "ge"):
-        for k in range(-ni, nj + 1):
-            cond = diff <= k if op == "le" else diff >= k
-            if not cond.any() or cond.all():
-                continue
-            a, b = plane[cond][0], plane[~cond][0]
-            if np.array_equal(plane, np.where(cond, a, b)):
-                return Generator("band", axes, band=(i_ax, j_ax, k, op, a.item(), b.item()))
+    lo_all, hi_all = int(diff.min()), int(diff.max())
+    for a, b in ((values[1], values[0]), (values[0], values[1])):
+        inside = np.unique(diff[plane == a])
+        if inside.size == 0 or inside.size != inside[-1] - inside[0] + 1:
+            continue  # the a-values must sit on a contiguous run of diagonals
+        lo, hi = int(inside[0]), int(inside[-1])
+        if not np.array_equal(plane == a, (diff >= lo) & (diff <= hi)):
+            continue
+        # A bound at the edge of the traced range extends forever (causal: j - i <= 0); one
+        # inside it is a window kept at every size (sliding window: j - i > -w).
+        bound_lo = None if lo == lo_all else lo
+        bound_hi = None if hi == hi_all else hi
+        if bound_lo is None and bound_hi is None:
+            continue
+        return Generator("band", axes, band=(i_ax, j_ax, bound_lo, bound_hi, a.item(), b.item()))
     return None
 
 

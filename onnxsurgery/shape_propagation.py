@@ -142,6 +142,7 @@ class ShapeAnalysis:
     producers: dict[str, tuple[int, onnx.NodeProto]] = field(default_factory=dict)
     opset: int = 17
     dynamic: set[str] = field(default_factory=set)  # symbols on axes that were already dynamic
+    floors: dict[tuple[str, str, int], Dim] = field(default_factory=dict)  # shared opaque divisions
     _counter: int = 0
     _use_cache: dict[tuple[int, int, str], TensorInfo] = field(default_factory=dict)
 

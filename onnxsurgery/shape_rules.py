@@ -125,30 +125,48 @@ class NodeCtx:
         )
 
     def div(
-        self, num: Dim, den: Dim | int, k: int = 0, axis: int | None = None, ceil: bool = False
+        self,
+        num: Dim,
+        den: Dim | int,
+        k: int = 0,
+        axis: int | None = None,
+        ceil: bool = False,
+        plus: int = 0,
+        exact: bool = False,
     ) -> Dim:
-        """``num // den`` (or ceil) as a Dim: exact where possible, else an opaque runtime dim."""
+        """``num // den + plus`` (ceil with ``ceil``) as a Dim: polynomial where the division is
+        exact, else an opaque runtime dim read from ``axis`` of output ``k``.
+
+        With ``exact`` (equal Split chunks, depth-to-space) a division that is exact at the traced
+        size and involves unknowns is left to the solver as a derived dim instead. Opaque dims are
+        shared by expression, so two branches computing ``(H - 1) // 2 + 1`` get the same one.
+        """
         den = as_dim(den)
         q = num.exact_div(den)
         if q is not None:
-            return q
+            return q + plus
         tn, td = self.traced(num), self.traced(den)
-        if td and tn % td == 0 and (self.a.unknowns(num) or self.a.unknowns(den)):
-            # Exact at the traced size and built from unknowns: let the solver decide.
-            q = self.derived(tn // td, k, axis, f"{self.node.op_type}: {num} / {den}")
-            self.equal(q * den, num, f"{self.node.op_type} divides {num} by {den} exactly")
+        if exact and td and tn % td == 0 and (self.a.unknowns(num) or self.a.unknowns(den)):
+            q = self.derived(tn // td + plus, k, axis, f"{self.node.op_type}: {num} / {den}")
+            self.equal((q - plus) * den, num, f"{self.node.op_type} divides {num} by {den} exactly")
             return q
         if ceil:
             num = num + den - 1
             q = num.exact_div(den)
             if q is not None:
-                return q
+                return q + plus
             tn = self.traced(num)
         if num.is_const() and den.is_const():
-            return Dim.const(tn // td)
-        return self.opaque(
-            tn // td if td else 0, k, axis, note=f"{self.node.op_type}: {num} / {den} is not exact"
+            return Dim.const(tn // td + plus)
+        key = (str(num), str(den), plus)
+        cached = self.a.floors.get(key)
+        if cached is not None:
+            return cached
+        d = self.opaque(
+            tn // td + plus if td else 0, k, axis, note=f"{self.node.op_type}: {num} // {den} + {plus}"
         )
+        self.a.floors[key] = d
+        return d
 
     def axis(self, a: int, rank: int) -> int:
         return a + rank if a < 0 else a
@@ -205,13 +223,10 @@ def broadcast(ctx: NodeCtx, shapes: list[list[Dim]], why: str = "broadcast opera
             result.append(rep)
             continue
         # Every operand is 1 at the traced size: the output follows a symbolic one, if any.
+        # An unknown beats a literal 1: it may still turn out to be that symbol.
         free = [d for d in dims if not d.is_const() and not ctx.a.unknowns(d)]
-        if free:
-            result.append(free[0])
-        elif any(d.is_const() for d in dims):
-            result.append(Dim.const(1))
-        else:
-            result.append(dims[0])
+        open_ = [d for d in dims if ctx.a.unknowns(d)]
+        result.append(free[0] if free else open_[0] if open_ else Dim.const(1))
     return result
 
 

@@ -88,7 +88,7 @@ def _spatial(
             result.append(ctx.div(d - (kernel[i] - 1) * dil[i], strides[i], axis=axis, ceil=True))
         else:
             num = d + pads[i] + pads[i + nsp] - dil[i] * (kernel[i] - 1) - 1
-            result.append(ctx.div(num, strides[i], axis=axis, ceil=ceil) + 1)
+            result.append(ctx.div(num, strides[i], axis=axis, ceil=ceil, plus=1))
     return result
 
 
@@ -245,8 +245,9 @@ def _depth_space(ctx: NodeCtx):
     b = ctx.attr("blocksize")
     n, c, h, w = x
     if ctx.node.op_type == "DepthToSpace":
-        return [out([n, ctx.div(c, b * b, axis=1), h * b, w * b], ctx.dtype(0))]
-    return [out([n, c * (b * b), ctx.div(h, b, axis=2), ctx.div(w, b, axis=3)], ctx.dtype(0))]
+        return [out([n, ctx.div(c, b * b, axis=1, exact=True), h * b, w * b], ctx.dtype(0))]
+    h2, w2 = ctx.div(h, b, axis=2, exact=True), ctx.div(w, b, axis=3, exact=True)
+    return [out([n, c * (b * b), h2, w2], ctx.dtype(0))]
 
 
 @rule("Einsum")

@@ -213,7 +213,7 @@ def _split(ctx: NodeCtx):
         sizes = [Dim.const(s) for s in ctx.attr("split")]
     if sizes is None:
         d = shape[ax]
-        chunk = ctx.div(d, n, axis=ax, ceil=True)
+        chunk = ctx.div(d, n, axis=ax, ceil=True, exact=True)
         last = d - chunk * (n - 1)
         sizes = [chunk] * (n - 1) + [last]
     else:

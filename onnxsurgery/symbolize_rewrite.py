@@ -287,7 +287,7 @@ class _Rewriter:
             full.add(k)
         else:
             assert gen.band is not None
-            i_ax, j_ax, k, op, a, b = gen.band
+            i_ax, j_ax, lo, hi, a, b = gen.band
             diff = self.node(
                 "Sub",
                 [
@@ -296,8 +296,12 @@ class _Rewriter:
                 ],
                 f"{tag}/diff",
             )
-            compare = "LessOrEqual" if op == "le" else "GreaterOrEqual"
-            cond = self.node(compare, [diff, self.const([k], scalar=True)], f"{tag}/cond")
+            conds = []
+            if lo is not None:
+                conds.append(self.node("GreaterOrEqual", [diff, self.const([lo], scalar=True)], f"{tag}/lo"))
+            if hi is not None:
+                conds.append(self.node("LessOrEqual", [diff, self.const([hi], scalar=True)], f"{tag}/hi"))
+            cond = conds[0] if len(conds) == 1 else self.node("And", conds, f"{tag}/cond")
             if arr.dtype == np.bool_ and bool(a) and not bool(b):
                 acc = cond
             elif arr.dtype == np.bool_ and not bool(a) and bool(b):

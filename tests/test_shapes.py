@@ -265,7 +265,7 @@ def test_generator_rotary_tables_and_causal_mask():
     assert match_generator(emb, [2]).kind == "affine"
     causal = np.tril(np.ones((5, 5), dtype=bool))[None, None]
     gen = match_generator(causal, [2, 3])
-    assert gen is not None and gen.kind == "band" and gen.band[2:4] == (0, "le")
+    assert gen is not None and gen.kind == "band" and gen.band[2:4] == (None, 0)
     additive = np.where(causal, 0.0, -1e9).astype(np.float32)
     assert match_generator(additive, [2, 3]).kind == "band"
 
@@ -273,3 +273,10 @@ def test_generator_rotary_tables_and_causal_mask():
 def test_generator_rejects_a_learned_table():
     rng = np.random.default_rng(0)
     assert match_generator(rng.standard_normal((1, 8, 4)).astype(np.float32), [1]) is None
+
+
+def test_generator_sliding_window_mask_keeps_its_window():
+    i, j = np.arange(8)[:, None], np.arange(8)[None, :]
+    window = (j <= i) & (j > i - 3)
+    gen = match_generator(window[None, None], [2, 3])
+    assert gen is not None and gen.kind == "band" and gen.band[2:4] == (-2, 0)
