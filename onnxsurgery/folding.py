@@ -580,14 +580,15 @@ def _attr_key(attr: onnx.AttributeProto) -> bytes:
     return attr.SerializeToString(deterministic=True)
 
 
-def _node_key(node: onnx.NodeProto, ident: dict[str, str], content: bool) -> str:
+def _node_key(node: onnx.NodeProto, ident: dict[str, str], content: bool, storage: bool) -> str:
     """Key of one node; records the identities of its outputs in ``ident``."""
     const = _constant_node_tensor(node)
     if const is not None:
         key = _tensor_key(const, content)
         for name in node.output[:1]:
             ident[name] = key
-        return key  # the same key as an initializer holding that value
+        # the same key as an initializer holding that value, unless storage counts
+        return "Constant->" + key if storage else key
     h = hashlib.blake2b(digest_size=16)
     h.update(f"{node.domain}::{node.op_type}|".encode())
     for attr in sorted(node.attribute, key=lambda a: a.name):
@@ -601,7 +602,7 @@ def _node_key(node: onnx.NodeProto, ident: dict[str, str], content: bool) -> str
     return key
 
 
-def _graph_key(graph: onnx.GraphProto, content: bool) -> tuple:
+def _graph_key(graph: onnx.GraphProto, content: bool, storage: bool) -> tuple:
     """A key equal for two graphs that compute the same thing the same way.
 
     Tensors are identified by what produces them (graph input name, constant value, or op +
@@ -625,7 +626,7 @@ def _graph_key(graph: onnx.GraphProto, content: bool) -> tuple:
             if any(name and name not in ident for name in node.input):
                 waiting.append(node)
             else:
-                node_keys.append(_node_key(node, ident, content))
+                node_keys.append(_node_key(node, ident, content, storage))
         if len(waiting) == len(pending):  # a cycle or names from an outer scope
             for node in waiting:
                 for name in node.input:
@@ -644,23 +645,24 @@ def _graph_key(graph: onnx.GraphProto, content: bool) -> tuple:
     return (tuple(inputs), tuple(outputs), tuple(sorted(node_keys + inits)))
 
 
-def _model_key(model: onnx.ModelProto, content: bool) -> tuple:
+def _model_key(model: onnx.ModelProto, content: bool, storage: bool) -> tuple:
     opsets = tuple(sorted((o.domain, o.version) for o in model.opset_import))
-    return (opsets, _graph_key(model.graph, content))
+    return (opsets, _graph_key(model.graph, content, storage))
 
 
-def same_graph(a: onnx.ModelProto, b: onnx.ModelProto) -> bool:
+def same_graph(a: onnx.ModelProto, b: onnx.ModelProto, *, constant_storage: bool = False) -> bool:
     """Whether ``b`` computes what ``a`` computes, the same way, with the same constants.
 
-    Not a change: tensor and node names, node order, ``value_info``, and a constant stored as an
-    initializer instead of a Constant node. A change: any node added, removed or rewired
-    (dead ones included), a constant's value, an initializer added or removed, the graph's
-    inputs/outputs or their declared types, the opsets. Constant contents are hashed only when
-    everything else already matches.
+    Not a change: tensor and node names, node order, ``value_info``, and (unless
+    ``constant_storage``) a constant stored as an initializer instead of a Constant node. A
+    change: any node added, removed or rewired (dead ones included), a constant's value, an
+    initializer added or removed, the graph's inputs/outputs or their declared types, the
+    opsets. Constant contents are hashed only when everything else already matches.
     """
-    if _model_key(a, content=False) != _model_key(b, content=False):
+    storage = constant_storage
+    if _model_key(a, False, storage) != _model_key(b, False, storage):
         return False
-    return _model_key(a, content=True) == _model_key(b, content=True)
+    return _model_key(a, True, storage) == _model_key(b, True, storage)
 
 
 def _dims(vi: onnx.ValueInfoProto) -> list[onnx.TensorShapeProto.Dimension]:

@@ -50,10 +50,11 @@ class FoldConstants(Pass):
     - when onnxsim fails (raises, crashes, pins a dim, fails its own ``check=N``), onnx-graphsurgeon
       ``fold_constants`` + ``cleanup`` folds instead (never folding random ops) and a warning
       carries onnxsim's error; ``fallback=false`` makes that failure an error;
-    - folded values are stored as initializers (onnxsim writes Constant nodes), so a model saved
-      with external data keeps them in the data file;
-    - ``modified`` is false when the result computes the same graph: renamed tensors or nodes,
-      reordered nodes, new ``value_info`` or a Constant node stored as an initializer are no change.
+    - every Constant node of the main graph becomes an initializer (onnxsim writes folded values
+      as Constant nodes), so a model saved with external data keeps them in the data file;
+    - ``modified`` is false when the result computes the same graph the same way: renamed tensors
+      or nodes, reordered nodes or new ``value_info`` are no change; a Constant node turned into
+      an initializer is one.
 
         s = Shape(w) ─ Gather(0) ─ Unsqueeze ─ Concat(-1) ─┐
         x ──────────────────────────────────────────────── Reshape     =>   x ─ Reshape([16, -1])
@@ -175,7 +176,8 @@ class FoldConstants(Pass):
     def _result(
         self, model: onnx.ModelProto, folded: onnx.ModelProto, diagnostics: list[Diagnostic]
     ) -> PassResult:
-        if same_graph(model, folded):
+        constants_to_initializers(folded)
+        if same_graph(model, folded, constant_storage=True):
             diagnostics.append(
                 Diagnostic.info(
                     f"nothing to fold: the folded graph computes the same thing "
@@ -183,7 +185,6 @@ class FoldConstants(Pass):
                 )
             )
             return PassResult(model, modified=False, diagnostics=diagnostics)
-        constants_to_initializers(folded)
         # The folder's graph, opsets and functions; the model's own identity and metadata.
         for name in _MODEL_FIELDS:
             setattr(folded, name, getattr(model, name))

@@ -488,6 +488,21 @@ def test_same_graph_sees_constants_dead_nodes_and_signature():
         )
     )
     assert folding.same_graph(a, as_constant)
+    assert not folding.same_graph(a, as_constant, constant_storage=True)
+
+
+def test_constant_nodes_become_initializers_and_that_is_a_change():
+    model = _model(
+        FOLDED.replace(
+            "<float[4] w = {3, 6, 9, 12}> {",
+            "{\n  w = Constant <value = float[4] {3, 6, 9, 12}> ()",
+        )
+    )
+    result = FoldConstants()(model)
+    assert result.modified
+    assert _ops(result.model) == ["Add"]
+    assert "op counts: Constant -1" in [d.message for d in result.diagnostics]
+    assert not FoldConstants()(result.model).modified
 
 
 def test_constants_to_initializers_keeps_graph_outputs_as_nodes():
