@@ -422,6 +422,8 @@ def run_node(analysis: ShapeAnalysis, index: int, node: onnx.NodeProto, graph: s
     """Apply the rule for ``node`` (or the fallback) and store its outputs' infos."""
     from onnxsurgery import shape_rules_nn, shape_rules_tensor  # noqa: F401  (register their rules)
 
+    if _fold(analysis, node):
+        return
     ctx = NodeCtx(analysis, index, node, graph)
     fn = RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
     try:
@@ -432,6 +434,59 @@ def run_node(analysis: ShapeAnalysis, index: int, node: onnx.NodeProto, graph: s
     for k, name in enumerate(node.output):
         if name and k < len(outs) and outs[k] is not None:
             analysis.tensors[name] = outs[k]  # type: ignore[assignment]
+
+
+_NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+            "Bernoulli", "If", "Loop", "Scan", "Constant"}  # fmt: skip
+#: Ops that read sizes from an input: never folded, so a traced size there stays rewritable.
+_SIZE_READERS = {"Reshape", "Expand", "Resize", "Upsample", "Tile", "ConstantOfShape", "Range",
+                 "Slice", "Pad", "Split", "OneHot", "TopK", "CenterCropPad"}  # fmt: skip
+FOLD_LIMIT = 1 << 16  # elements of input
+
+
+def _fold(analysis: ShapeAnalysis, node: onnx.NodeProto) -> bool:
+    """Compute a small node whose inputs are all constants (scalar arithmetic such as
+    ``Cast(Pow(16.0, 0.5))``); its outputs become constants, whose uses get unknowns like any
+    other constant's. Ops that read sizes are left to their rules. Returns whether it folded."""
+    names = [i for i in node.input if i]
+    if (
+        not names
+        or node.domain not in ("", "ai.onnx")
+        or node.op_type in _NO_FOLD
+        or node.op_type in _SIZE_READERS
+        or any(a.HasField("g") or a.graphs for a in node.attribute)
+        or not all(n in analysis.consts for n in names)
+        or sum(analysis.consts[n].size for n in names) > FOLD_LIMIT
+    ):
+        return False
+    from onnx.reference import ReferenceEvaluator
+
+    inputs = [
+        onnx.helper.make_tensor_value_info(
+            n, onnx.helper.np_dtype_to_tensor_dtype(analysis.consts[n].dtype), analysis.consts[n].shape
+        )
+        for n in dict.fromkeys(names)
+    ]
+    outputs = [onnx.helper.make_value_info(o, onnx.TypeProto()) for o in node.output if o]
+    graph = onnx.helper.make_graph([node], "fold", inputs, outputs)
+    model = onnx.helper.make_model(graph, opset_imports=list(analysis.model.opset_import))
+    try:
+        values = ReferenceEvaluator(model).run(None, {n: analysis.consts[n] for n in dict.fromkeys(names)})
+    except Exception:  # noqa: BLE001 - not foldable here: let the rules see it
+        return False
+    from onnxsurgery.shape_propagation import constant_info
+
+    for name, value in zip([o for o in node.output if o], values, strict=False):
+        arr = np.asarray(value)
+        if arr.size > MAX_VALUE_ELEMENTS:
+            return False
+        analysis.consts[name] = arr
+        try:
+            dtype = onnx.helper.np_dtype_to_tensor_dtype(arr.dtype)
+        except (KeyError, TypeError, ValueError):
+            dtype = 0
+        analysis.tensors[name] = constant_info(arr, dtype)
+    return True
 
 
 def _type_for(info: TensorInfo | None, names: dict[str, Dim]) -> onnx.TypeProto | None:

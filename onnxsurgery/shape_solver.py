@@ -10,7 +10,9 @@ decides each one by structure, in this order:
 2. soft hints (Reshape keeps leading/trailing dims, a Slice bound equal to its axis, a Scatter
    buffer the size of its index set) fix what hard constraints left free, unless that
    contradicts a hard constraint;
-3. data-constant dims nobody forced keep their traced size (masks that only broadcast);
+3. data-constant dims nobody forced keep their traced size (masks that only broadcast); then
+   products of unknowns that must equal a product of symbols (a Resize to the patch grid) are
+   split symbol by symbol, in axis order;
 4. size elements nobody forced keep their traced value: a ``1`` that equals the traced batch but
    only ever broadcasts stays ``1``;
 5. derived dims still free become opaque runtime dims (read back with ``Shape`` at run time;
@@ -293,10 +295,21 @@ class _Solver:
             self.drain()
             return
 
+    def factor_pending(self) -> None:
+        """Hard products of unknowns still open (``$v1*$v2 == height*width``, a Resize to the
+        patch grid) are split symbol by symbol, like a Reshape's middle dims."""
+        for cid, c in enumerate(self.hard):
+            if cid in self.done or c.lhs is None or c.rhs is None:
+                continue
+            expr = self.resolve(self.exprs[cid])
+            if len(self.unknowns(expr)) >= 2:
+                self.factor(c)
+
     def run(self) -> Solution:
         self.drain()
         self.apply_hints()
         self.default("data")
+        self.factor_pending()
         self.default("var")
         for name, atom in self.a.atoms.items():
             if atom.kind == "derived" and name not in self.sol.values:
