@@ -10,7 +10,10 @@ plain tensors, so both torch exporters see the same signature::
     feeds = arch.make_inputs({"batch": 2, "seq": 8})
     arch.dynamic_axes                            # {"input_ids": {0: "batch", 1: "seq"}, ...}
 
-Shapes are written as templates: a string is a symbol (``"batch"``, ``"seq"``), an int is fixed.
+Sizes are tiny except where an exporter's behaviour depends on them: position tables keep a
+real model's length (512), because the dynamo exporter folds tables under 8192 elements into
+traced-size constants, which would make the corpus harder than real models in a way they never
+are. Shapes are written as templates: a string is a symbol (``"batch"``, ``"seq"``), an int is fixed.
 ``traced`` sizes are what the static exports are made at; ``checks`` are the other sizes the
 symbolized model must match torch eager at.
 """
@@ -230,6 +233,10 @@ def _tensor_wrapper(model: Any, arg: str, outputs: Sequence[str]) -> Any:
 
 VOCAB = 128
 HIDDEN = 32
+#: Position tables as long as real models' (512): a table under 8192 elements gets constant-folded
+#: by the dynamo exporter's optimizer into a [1, traced_seq, hidden] constant, which no real BERT
+#: or GPT-2 table (512 x 768) would be.
+POSITIONS = 512
 TEXT_TRACED = ({"batch": 1, "seq": 8}, {"batch": 2, "seq": 8})
 TEXT_CHECKS = ({"batch": 3, "seq": 5}, {"batch": 2, "seq": 13}, {"batch": 1, "seq": 16})
 BATCH_TRACED = ({"batch": 1}, {"batch": 2})
@@ -248,7 +255,7 @@ def _bert() -> Any:
         num_hidden_layers=2,
         num_attention_heads=4,
         intermediate_size=64,
-        max_position_embeddings=64,
+        max_position_embeddings=POSITIONS,
         type_vocab_size=2,
         attn_implementation="eager",
     )
@@ -264,7 +271,7 @@ def _roberta() -> Any:
         num_hidden_layers=2,
         num_attention_heads=4,
         intermediate_size=64,
-        max_position_embeddings=64,
+        max_position_embeddings=POSITIONS + 2,
         num_labels=3,
         pad_token_id=1,
         attn_implementation="eager",
@@ -281,7 +288,7 @@ def _distilbert() -> Any:
         n_layers=2,
         n_heads=4,
         hidden_dim=64,
-        max_position_embeddings=64,
+        max_position_embeddings=POSITIONS,
         attn_implementation="eager",
     )
     return _text_wrapper(DistilBertModel(cfg), ("last_hidden_state",))
@@ -295,7 +302,7 @@ def _gpt2() -> Any:
         n_embd=HIDDEN,
         n_layer=2,
         n_head=4,
-        n_positions=64,
+        n_positions=POSITIONS,
         bos_token_id=0,
         eos_token_id=0,
         use_cache=False,
@@ -538,7 +545,7 @@ def _opt() -> Any:
         num_hidden_layers=2,
         ffn_dim=64,
         num_attention_heads=4,
-        max_position_embeddings=64,
+        max_position_embeddings=POSITIONS,
         word_embed_proj_dim=HIDDEN,
         pad_token_id=1,
         bos_token_id=2,
@@ -575,9 +582,9 @@ def _deberta_v2() -> Any:
         num_hidden_layers=2,
         num_attention_heads=4,
         intermediate_size=64,
-        max_position_embeddings=64,
+        max_position_embeddings=POSITIONS,
         relative_attention=True,
-        position_buckets=16,
+        position_buckets=POSITIONS // 2,
         max_relative_positions=-1,
         pos_att_type=["p2c", "c2p"],
         position_biased_input=False,
@@ -599,7 +606,7 @@ def _albert() -> Any:
         num_hidden_layers=2,
         num_attention_heads=4,
         intermediate_size=64,
-        max_position_embeddings=64,
+        max_position_embeddings=2 * POSITIONS,
         attn_implementation="eager",
     )
     return _text_wrapper(AlbertModel(cfg), ("last_hidden_state", "pooler_output"))
