@@ -51,13 +51,24 @@ class CheckResult:
         return f"ran at {text}; traced-size outputs within {self.max_abs_diff:.2g} of the original{rows}"
 
 
-def check_sizes(traced: Mapping[str, int], fixed: Set[str] = frozenset()) -> list[dict[str, int]]:
-    """The traced size, then two other values for each symbol not in ``fixed`` (others traced)."""
+def check_sizes(
+    traced: Mapping[str, int],
+    fixed: Set[str] = frozenset(),
+    steps: Mapping[str, int] | None = None,
+) -> list[dict[str, int]]:
+    """The traced size, then two other values for each symbol not in ``fixed`` (others traced).
+
+    The other values are ``traced + step`` and ``traced - step`` (or ``+ 2*step`` when that is
+    too small); ``steps`` defaults to 1, and is larger for symbols that strided convolutions or
+    pools divide, so the sizes keep the traced size's remainder (a padding computed for an even
+    height is baked into the graph).
+    """
     sizes = [dict(traced)]
     for sym, v in traced.items():
         if sym in fixed:
             continue
-        others = [v + 1, v - 1 if v > 2 else v + 2]
+        step = (steps or {}).get(sym, 1)
+        others = [v + step, v - step if v - step >= 2 else v + 2 * step]
         for o in others:
             s = dict(traced)
             s[sym] = o
@@ -135,6 +146,7 @@ def check_dynamic(
     dynamic: Set[str] = frozenset(),
     fixed: Set[str] = frozenset(),
     batch_rows: Set[str] = frozenset(),
+    steps: Mapping[str, int] | None = None,
     atol: float = 1e-5,
     rtol: float = 1e-5,
 ) -> CheckResult:
@@ -188,7 +200,7 @@ def check_dynamic(
                 f"check at the traced size {where}: output {name!r} differs from the original"
             )
     result.sizes.append(base)
-    for k, size in enumerate(check_sizes(base, fixed)[1:], start=1):
+    for k, size in enumerate(check_sizes(base, fixed, steps)[1:], start=1):
         text = ", ".join(f"{s}={v}" for s, v in size.items())
         inputs = _feeds(model, axes, size, k)
         try:

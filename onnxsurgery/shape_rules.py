@@ -438,22 +438,19 @@ def run_node(analysis: ShapeAnalysis, index: int, node: onnx.NodeProto, graph: s
 
 _NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
             "Bernoulli", "If", "Loop", "Scan", "Constant"}  # fmt: skip
-#: Ops that read sizes from an input: never folded, so a traced size there stays rewritable.
-_SIZE_READERS = {"Reshape", "Expand", "Resize", "Upsample", "Tile", "ConstantOfShape", "Range",
-                 "Slice", "Pad", "Split", "OneHot", "TopK", "CenterCropPad"}  # fmt: skip
 FOLD_LIMIT = 1 << 16  # elements of input
 
 
 def _fold(analysis: ShapeAnalysis, node: onnx.NodeProto) -> bool:
-    """Compute a small node whose inputs are all constants (scalar arithmetic such as
-    ``Cast(Pow(16.0, 0.5))``); its outputs become constants, whose uses get unknowns like any
-    other constant's. Ops that read sizes are left to their rules. Returns whether it folded."""
+    """Compute a node whose inputs are all constants and whose outputs are small (scalar
+    arithmetic such as ``Cast(Pow(16.0, 0.5))``, a pads vector built by Concat/Reshape/Slice);
+    its outputs become constants, whose uses get unknowns like any other constant's, so a traced
+    size they hold is still found where it is used. Returns whether it folded."""
     names = [i for i in node.input if i]
     if (
         not names
         or node.domain not in ("", "ai.onnx")
         or node.op_type in _NO_FOLD
-        or node.op_type in _SIZE_READERS
         or any(a.HasField("g") or a.graphs for a in node.attribute)
         or not all(n in analysis.consts for n in names)
         or sum(analysis.consts[n].size for n in names) > FOLD_LIMIT

@@ -227,7 +227,7 @@ class _Solver:
                     self.assign(found[0], found[1], "hint")
                     self.drain()
             else:
-                self.factor(Constraint(lhs - rhs, c.node, c.op, c.why, True, lhs, rhs))
+                self.factor(Constraint(lhs - rhs, c.node, c.op, c.why, True, lhs, rhs), mid_dst)
 
     def _order(self, atom: str) -> tuple[int, int, str]:
         """Symbols in the order of the input axes they name; then everything else."""
@@ -236,7 +236,7 @@ class _Solver:
             return (0, min(axis for _, axis in origin), atom)
         return (1, 0, atom)
 
-    def factor(self, c: Constraint) -> None:
+    def factor(self, c: Constraint, positions: list[Dim] | None = None) -> None:
         """Split a known product over a product of unknowns, outer symbols first.
 
         ``$v1*$v2 == batch*seq`` (a Reshape unflattening ``batch*seq`` into two dims) gives
@@ -258,34 +258,14 @@ class _Solver:
             if len(set(umono)) != len(umono):
                 continue
             order = sorted(umono, key=lambda x: int(x[2:]) if x[2:].isdigit() else 0)
+            if positions is not None:  # a Reshape's output dims: outer dims take outer symbols
+                rank = {x: i for i, d in enumerate(positions) for x in d.atoms()}
+                order = sorted(umono, key=lambda x: rank.get(x, len(positions)))
             atoms = sorted(kmono, key=self._order)
             coef = kcoef // ucoef
-            plan: dict[str, Dim] = {}
-            for i, var in enumerate(order):
-                want = self.traced[var]
-                if i == len(order) - 1:
-                    value = Dim.const(coef)
-                    for x in atoms:
-                        value = value * Dim.sym(x)
-                else:
-                    prod, took = 1, 0
-                    while took < len(atoms) and want % (prod * self.traced[atoms[took]]) == 0:
-                        prod *= self.traced[atoms[took]]
-                        took += 1
-                    if want % prod or coef % (want // prod):
-                        return
-                    factor = want // prod
-                    value = Dim.const(factor)
-                    for x in atoms[:took]:
-                        value = value * Dim.sym(x)
-                    atoms = atoms[took:]
-                    coef //= factor
-                try:
-                    if value.evaluate(self.traced) != want:
-                        return
-                except KeyError:
-                    return
-                plan[var] = value
+            plan = self._split(order, atoms, coef)
+            if plan is None:
+                return
             for var, value in plan.items():
                 if self.breaks_hard(var, value):
                     return
@@ -294,6 +274,52 @@ class _Solver:
                     self.assign(var, value, "hint")
             self.drain()
             return
+
+    def _split(self, order: list[str], atoms: list[str], coef: int) -> dict[str, Dim] | None:
+        """Give each unknown (in order) a sub-product of ``coef * atoms`` with its traced value.
+
+        A symbol whose traced value equals an unknown's exactly goes to that unknown first (at
+        batch 1, ``batch`` divides every size, so "takes what divides" alone would hand it to
+        whichever unknown comes first); the rest is taken greedily, outer symbols first, and the
+        last unknown takes what is left.
+        """
+        plan: dict[str, Dim] = {}
+        atoms = list(atoms)
+        for var in order:
+            want = self.traced[var]
+            exact = next((x for x in atoms if self.traced[x] == want), None)
+            if exact is not None:
+                plan[var] = Dim.sym(exact)
+                atoms.remove(exact)
+        rest = [v for v in order if v not in plan]
+        if not rest:
+            return plan if not atoms and coef == 1 else None
+        for i, var in enumerate(rest):
+            want = self.traced[var]
+            if i == len(rest) - 1:
+                value = Dim.const(coef)
+                for x in atoms:
+                    value = value * Dim.sym(x)
+            else:
+                prod, took = 1, 0
+                while took < len(atoms) and want % (prod * self.traced[atoms[took]]) == 0:
+                    prod *= self.traced[atoms[took]]
+                    took += 1
+                if want % prod or coef % (want // prod):
+                    return None
+                factor = want // prod
+                value = Dim.const(factor)
+                for x in atoms[:took]:
+                    value = value * Dim.sym(x)
+                atoms = atoms[took:]
+                coef //= factor
+            try:
+                if value.evaluate(self.traced) != want:
+                    return None
+            except KeyError:
+                return None
+            plan[var] = value
+        return plan
 
     def factor_pending(self) -> None:
         """Hard products of unknowns still open (``$v1*$v2 == height*width``, a Resize to the

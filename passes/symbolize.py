@@ -154,6 +154,7 @@ class Symbolize(Pass):
                 dynamic=plan.analysis.dynamic,
                 fixed=blocked,
                 batch_rows={s for s in plan.symbols if "batch" in s.lower()},
+                steps=_size_steps(plan),
             )
             diagnostics.append(Diagnostic.info(f"check: {result}"))
         syms = ", ".join(f"{s} (traced {v})" for s, v in plan.symbols.items())
@@ -161,6 +162,20 @@ class Symbolize(Pass):
             0, Diagnostic.info(f"symbols {syms}; {len(plan.changes)} constant(s) rewritten")
         )
         return PassResult(new, modified=True, diagnostics=diagnostics, report=plan)
+
+
+def _size_steps(plan: SymbolizePlan) -> dict[str, int]:
+    """For symbols a strided op divides: the power of two (up to 8) dividing the traced size."""
+    divided = set()
+    for num, _, _ in plan.analysis.floors:
+        divided.update(s for s in plan.symbols if s in num)
+    steps = {}
+    for sym in divided:
+        v, step = plan.symbols[sym], 1
+        while step < 8 and v % (step * 2) == 0:
+            step *= 2
+        steps[sym] = step
+    return steps
 
 
 def _output_dims(plan: SymbolizePlan) -> dict[str, list[Dim | None] | None]:
