@@ -213,8 +213,17 @@ def _resize(ctx: NodeCtx):
     scales_i = 2 if ctx.node.op_type == "Resize" and ctx.opset >= 11 else 1
     sizes = ctx.value(sizes_i, size=True) if sizes_i is not None and ctx.has(sizes_i) else None
     if sizes:
+        mode = ctx.attr("mode", b"nearest")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
         for a, s in zip(axes, sizes, strict=False):
-            shape[ctx.axis(a, rank)] = s
+            a = ctx.axis(a, rank)
+            if ctx.traced(s) == ctx.traced(x[a]):
+                if mode in ("linear", "cubic") and rank == 4 and a < 2:
+                    # ONNX Runtime resizes only the spatial axes in these modes.
+                    ctx.equal(s, x[a], f"Resize ({mode}) keeps axis {a}")
+                else:
+                    ctx.suggest(s, x[a], f"Resize keeps axis {a}")
+            shape[a] = s
         return [out(shape, ctx.dtype(0))]
     arr = ctx.a.const(ctx.node.input[scales_i]) if ctx.has(scales_i) else None
     if arr is None and ctx.attr("scales") is not None:

@@ -67,6 +67,11 @@ class _Solver:
         self.exprs: list[Dim] = [c.expr for c in self.hard]
         self.done: set[int] = set()
         self.queue: deque[int] = deque(range(len(self.hard)))
+        self.aligns: dict[str, list[Constraint]] = defaultdict(list)
+        for c in self.soft:
+            for d in c.dst or []:
+                for x in d.atoms():
+                    self.aligns[x].append(c)
 
     def unknowns(self, d: Dim) -> set[str]:
         return {
@@ -92,24 +97,35 @@ class _Solver:
         self.queue.extend(self.watch.pop(atom, set()))
 
     def solve_for(self, expr: Dim) -> tuple[str, Dim] | None:
-        """``(u, value)`` when ``expr == 0`` is linear in its single unknown ``u``."""
+        """``(u, value)`` when ``expr == 0`` can be solved for one unknown ``u``.
+
+        With one unknown, ``u`` is what ``expr`` is linear in. With several, the most downstream
+        one (created last) is expressed in the others when the division is exact: an equality
+        between two unknowns (``$v7 == $v3``, a dim carried through a transpose) makes them one.
+        """
         unknown = self.unknowns(expr)
-        if len(unknown) != 1:
+        if not unknown:
             return None
-        u = next(iter(unknown))
-        lin = expr.linear_in(u)
-        if lin is None or lin[0].value == 0:
-            return None
-        a, r = lin
-        value = (-r).exact_div(a)
-        if value is None:
-            return None
-        try:
-            if value.evaluate(self.traced) != self.traced[u]:
-                return None
-        except KeyError:
-            return None
-        return u, value
+        for u in sorted(unknown, key=self._created, reverse=True)[:1] if len(unknown) > 1 else unknown:
+            lin = expr.linear_in(u)
+            if lin is None or lin[0].value == 0:
+                continue
+            a, r = lin
+            if self.unknowns(a):
+                continue
+            value = (-r).exact_div(a)
+            if value is None:
+                continue
+            try:
+                if value.evaluate(self.traced) != self.traced[u]:
+                    continue
+            except KeyError:
+                continue
+            return u, value
+        return None
+
+    def _created(self, atom: str) -> int:
+        return int(atom[2:]) if atom[2:].isdigit() else -1
 
     def drain(self) -> None:
         while self.queue:
@@ -137,8 +153,13 @@ class _Solver:
         deciding an upstream constant first lets hard constraints carry it downstream."""
         for name, atom in list(self.a.atoms.items()):
             if atom.kind == kind and name not in self.sol.values:
-                self.assign(name, Dim.const(atom.traced), "kept")
-                self.drain()
+                # Upstream decisions may have settled a Reshape this unknown belongs to: align it
+                # again (it knows which output position the unknown holds) before giving up.
+                for c in self.aligns.get(name, ()):
+                    self.align(c)
+                if name not in self.sol.values:
+                    self.assign(name, Dim.const(atom.traced), "kept")
+                    self.drain()
 
     def _breaks(self, atom: str, value: Dim) -> bool:
         for cid in self.watch.get(atom, ()):
