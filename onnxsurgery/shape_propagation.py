@@ -104,6 +104,7 @@ class Constraint:
     rhs: Dim | None = None
     src: list[Dim] | None = None  # a Reshape alignment hint: input dims ...
     dst: list[Dim] | None = None  # ... and output dims, aligned by the solver
+    when_free: bool = False  # a hint taken only if ``rhs`` resolves to symbols (no unknowns)
 
 
 @dataclass
@@ -143,6 +144,8 @@ class ShapeAnalysis:
     opset: int = 17
     dynamic: set[str] = field(default_factory=set)  # symbols on axes that were already dynamic
     floors: dict[tuple[str, str, int], Dim] = field(default_factory=dict)  # shared opaque divisions
+    #: (atom, num, den, plus): atom = num // den + plus, num or den holding unknowns
+    pending_floors: list[tuple[str, Dim, Dim, int]] = field(default_factory=list)
     _counter: int = 0
     _use_cache: dict[tuple[int, int, str], TensorInfo] = field(default_factory=dict)
 
@@ -172,9 +175,14 @@ class ShapeAnalysis:
         """Record that the structure requires ``a == b``."""
         self._constrain(a, b, node, why, soft=False)
 
-    def suggest(self, a: Dim | int, b: Dim | int, node: onnx.NodeProto, why: str) -> None:
-        """Record a soft equality (applied only where hard constraints leave freedom)."""
+    def suggest(
+        self, a: Dim | int, b: Dim | int, node: onnx.NodeProto, why: str, when_free: bool = False
+    ) -> None:
+        """Record a soft equality (applied only where hard constraints leave freedom; with
+        ``when_free``, only if ``b`` turns out to be made of symbols)."""
         self._constrain(a, b, node, why, soft=True)
+        if when_free and self.constraints and self.constraints[-1].soft:
+            self.constraints[-1].when_free = True
 
     def align(self, src: list[Dim], dst: list[Dim], node: onnx.NodeProto) -> None:
         """Record that a Reshape's output dims probably keep its input's leading/trailing dims."""

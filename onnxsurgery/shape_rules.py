@@ -102,8 +102,8 @@ class NodeCtx:
     def equal(self, x: Dim | int, y: Dim | int, why: str) -> None:
         self.a.equal(x, y, self.node, why)
 
-    def suggest(self, x: Dim | int, y: Dim | int, why: str) -> None:
-        self.a.suggest(x, y, self.node, why)
+    def suggest(self, x: Dim | int, y: Dim | int, why: str, when_free: bool = False) -> None:
+        self.a.suggest(x, y, self.node, why, when_free)
 
     def opaque(
         self,
@@ -162,9 +162,13 @@ class NodeCtx:
         cached = self.a.floors.get(key)
         if cached is not None:
             return cached
-        d = self.opaque(
-            tn // td + plus if td else 0, k, axis, note=f"{self.node.op_type}: {num} // {den} + {plus}"
-        )
+        note = f"{self.node.op_type}: {num} // {den} + {plus}"
+        if self.a.unknowns(num) or self.a.unknowns(den):
+            # Decided once the unknowns are: a constant, a polynomial, or a run-time dim.
+            d = self.derived(tn // td + plus if td else 0, k, axis, note)
+            self.a.pending_floors.append((next(iter(d.atoms())), num, den, plus))
+        else:
+            d = self.opaque(tn // td + plus if td else 0, k, axis, note=note)
         self.a.floors[key] = d
         return d
 
@@ -439,6 +443,9 @@ def run_node(analysis: ShapeAnalysis, index: int, node: onnx.NodeProto, graph: s
 _NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
             "Bernoulli", "If", "Loop", "Scan", "Constant"}  # fmt: skip
 FOLD_LIMIT = 1 << 16  # elements of input
+#: Outputs up to this many elements are folded: scalars and pads-sized vectors. Larger tables
+#: built from constants (T5's relative buckets) stay as computations on their (regenerable) inputs.
+FOLD_OUTPUT_LIMIT = 8
 
 
 def _fold(analysis: ShapeAnalysis, node: onnx.NodeProto) -> bool:
@@ -468,14 +475,17 @@ def _fold(analysis: ShapeAnalysis, node: onnx.NodeProto) -> bool:
     graph = onnx.helper.make_graph([node], "fold", inputs, outputs)
     model = onnx.helper.make_model(graph, opset_imports=list(analysis.model.opset_import))
     try:
-        values = ReferenceEvaluator(model).run(None, {n: analysis.consts[n] for n in dict.fromkeys(names)})
+        with np.errstate(all="ignore"):
+            values = ReferenceEvaluator(model).run(
+                None, {n: analysis.consts[n] for n in dict.fromkeys(names)}
+            )
     except Exception:  # noqa: BLE001 - not foldable here: let the rules see it
         return False
     from onnxsurgery.shape_propagation import constant_info
 
     for name, value in zip([o for o in node.output if o], values, strict=False):
         arr = np.asarray(value)
-        if arr.size > MAX_VALUE_ELEMENTS:
+        if arr.size > FOLD_OUTPUT_LIMIT:
             return False
         analysis.consts[name] = arr
         try:

@@ -217,12 +217,19 @@ def _resize(ctx: NodeCtx):
         mode = mode.decode() if isinstance(mode, bytes) else mode
         for a, s in zip(axes, sizes, strict=False):
             a = ctx.axis(a, rank)
-            if ctx.traced(s) == ctx.traced(x[a]):
-                if mode in ("linear", "cubic") and rank == 4 and a < 2:
-                    # ONNX Runtime resizes only the spatial axes in these modes.
+            # Batch and channels are kept (ONNX Runtime resizes only the spatial axes in the
+            # linear and cubic modes). A spatial target equal to a symbolic input size is taken
+            # as "resize to your own size" (SegFormer's stage 0); one equal to a constant grid
+            # (a position table) is a coincidence of the traced resolution.
+            if ctx.traced(s) != ctx.traced(x[a]):
+                pass
+            elif rank >= 3 and a < 2:
+                if mode in ("linear", "cubic") and rank == 4:
                     ctx.equal(s, x[a], f"Resize ({mode}) keeps axis {a}")
                 else:
                     ctx.suggest(s, x[a], f"Resize keeps axis {a}")
+            elif not x[a].is_const():
+                ctx.suggest(s, x[a], f"Resize to the input's own size on axis {a}", when_free=True)
             shape[a] = s
         return [out(shape, ctx.dtype(0))]
     arr = ctx.a.const(ctx.node.input[scales_i]) if ctx.has(scales_i) else None

@@ -50,6 +50,7 @@ class Solution:
     how: dict[str, str] = field(default_factory=dict)
     conflicts: list[Conflict] = field(default_factory=list)
     opaque: set[str] = field(default_factory=set)  # derived dims left to be read at run time
+    assumed: list[tuple[Constraint, str, str]] = field(default_factory=list)  # unified run-time dims
 
     def resolve(self, d: Dim) -> Dim:
         return d.subs(self.values) if d.atoms() & self.values.keys() else d
@@ -99,14 +100,19 @@ class _Solver:
     def solve_for(self, expr: Dim) -> tuple[str, Dim] | None:
         """``(u, value)`` when ``expr == 0`` can be solved for one unknown ``u``.
 
-        With one unknown, ``u`` is what ``expr`` is linear in. With several, the most downstream
-        one (created last) is expressed in the others when the division is exact: an equality
-        between two unknowns (``$v7 == $v3``, a dim carried through a transpose) makes them one.
+        With one unknown, ``u`` is what ``expr`` is linear in. Two unknowns tied by a factor
+        (``$v7 == $v3``, a dim carried through a transpose) become one: the downstream one (created
+        last) is expressed in the other.
         """
         unknown = self.unknowns(expr)
         if not unknown:
             return None
-        for u in sorted(unknown, key=self._created, reverse=True)[:1] if len(unknown) > 1 else unknown:
+        if len(unknown) > 1:
+            # Only ``a*u - b*w == 0``: two unknowns tied by a factor, nothing else.
+            terms = expr.terms
+            if len(unknown) != 2 or len(terms) != 2 or any(len(m) != 1 for m in terms):
+                return None
+        for u in sorted(unknown, key=self._created, reverse=True)[:1]:
             lin = expr.linear_in(u)
             if lin is None or lin[0].value == 0:
                 continue
@@ -127,7 +133,27 @@ class _Solver:
     def _created(self, atom: str) -> int:
         return int(atom[2:]) if atom[2:].isdigit() else -1
 
+    def settle_floors(self) -> None:
+        """A floor division whose operands are decided becomes a constant or a polynomial."""
+        for atom, num, den, plus in self.a.pending_floors:
+            if atom in self.sol.values:
+                continue
+            n, d = self.resolve(num), self.resolve(den)
+            if self.unknowns(n) or self.unknowns(d):
+                continue
+            q = n.exact_div(d)
+            if q is not None:
+                self.assign(atom, q + plus, "forced")
+            elif n.is_const() and d.is_const() and d.value:
+                self.assign(atom, Dim.const(int(n.value) // int(d.value) + plus), "forced")  # type: ignore[arg-type]
+
     def drain(self) -> None:
+        self._drain()
+        if self.a.pending_floors:
+            self.settle_floors()
+            self._drain()
+
+    def _drain(self) -> None:
         while self.queue:
             cid = self.queue.popleft()
             if cid in self.done:
@@ -180,6 +206,10 @@ class _Solver:
                 if c.src is not None:
                     self.align(c)
                     continue
+                if c.when_free and c.rhs is not None:
+                    rhs = self.resolve(c.rhs)
+                    if rhs.is_const() or self.unknowns(rhs):
+                        continue
                 expr = self.resolve(c.expr)
                 found = self.solve_for(expr)
                 if found is None or self.breaks_hard(*found):
@@ -363,6 +393,7 @@ class _Solver:
                 self.sol.opaque.add(name)
         self.queue.extend(range(len(self.hard)))
         self.drain()
+        self.unify_runtime()
         for cid, c in enumerate(self.hard):
             if cid in self.done:
                 continue
@@ -370,6 +401,28 @@ class _Solver:
             if expr.value != 0:
                 self.sol.conflicts.append(Conflict(c, expr))
         return self.sol
+
+    def unify_runtime(self) -> None:
+        """Two run-time dims the graph requires equal are one dim (ONNX Runtime checks it).
+
+        ``ceil(H/2)`` and ``ceil((H-1)/2)`` (Swin's patch merging slices) agree for every even
+        ``H``; the static graph already assumes an even height, so the symbolized one may too.
+        """
+        runtime = {n for n, a in self.a.atoms.items() if a.kind == "opaque"} | self.sol.opaque
+        for cid, c in enumerate(self.hard):
+            if cid in self.done:
+                continue
+            expr = self.resolve(self.exprs[cid])
+            terms = expr.terms
+            if len(terms) != 2 or sorted(terms.values()) != [-1, 1]:
+                continue
+            atoms = [m[0] for m in terms if len(m) == 1 and m[0] in runtime]
+            if len(atoms) != 2 or self.traced[atoms[0]] != self.traced[atoms[1]]:
+                continue
+            keep, drop = sorted(atoms, key=self._created)
+            self.assign(drop, Dim.sym(keep), "assumed")
+            self.done.add(cid)
+            self.sol.assumed.append((c, drop, keep))
 
 
 def solve(analysis: ShapeAnalysis) -> Solution:
