@@ -297,8 +297,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--timeout", type=float, default=300.0, help="seconds allowed per symbolize call"
     )
     parser.add_argument("--width", type=int, default=48, help="reason width in the terminal table")
-    parser.add_argument("--json", type=Path, help="write every result here")
-    parser.add_argument("--markdown", type=Path, help="write the table and rates here")
+    parser.add_argument(
+        "--json", type=Path, help="write every result here (default: report.json in the cache)"
+    )
+    parser.add_argument(
+        "--markdown", type=Path, help="write the table and rates here (default: report.md there)"
+    )
     parser.add_argument("--list", action="store_true", help="list the architectures and exit")
     args = parser.parse_args(argv)
 
@@ -313,6 +317,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     exporters = args.exporter or list(EXPORTERS)
     batches = args.batch or [1, 2]
     methods = args.method or list(METHODS)
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        print(
+            "the corpus builds models from transformers configs: pip install 'transformers>=5,<6'",
+            file=sys.stderr,
+        )
+        return 1
     _, why = load_symbolize()
     if why and "symbolize" in methods:
         print(f"note: symbolize {why}", file=sys.stderr)
@@ -340,6 +352,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta = _meta(seconds)
     _render_terminal(rows, methods, rates, args.width)
     print(f"{len(results)} cases in {seconds:.0f} s (exports cached under {cache_root()})")
+    whole = not (args.only or args.exporter or args.batch or args.method or args.axes)
+    if whole:  # a full run is the one worth keeping beside the cache
+        args.json = args.json or cache_root() / "report.json"
+        args.markdown = args.markdown or cache_root() / "report.md"
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
@@ -348,6 +364,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(_markdown(rows, methods, rates, meta))
+    written = [str(p) for p in (args.json, args.markdown) if p]
+    if written:
+        print(f"written: {', '.join(written)}")
     return 0
 
 

@@ -355,8 +355,8 @@ def _t5_encoder() -> Any:
         d_ff=64,
         num_layers=2,
         num_heads=4,
-        relative_attention_num_buckets=8,
-        relative_attention_max_distance=16,
+        relative_attention_num_buckets=32,  # T5 defaults: exact up to 8, log buckets beyond
+        relative_attention_max_distance=128,
         use_cache=False,
         attn_implementation="eager",
     )
@@ -509,8 +509,8 @@ def _t5() -> Any:
         num_layers=2,
         num_decoder_layers=2,
         num_heads=4,
-        relative_attention_num_buckets=8,
-        relative_attention_max_distance=16,
+        relative_attention_num_buckets=32,  # T5 defaults: exact up to 8, log buckets beyond
+        relative_attention_max_distance=128,
         decoder_start_token_id=0,
         use_cache=False,
         attn_implementation="eager",
