@@ -223,10 +223,10 @@ def mlp_with_shape_arithmetic(layers: int = 6, width: int = 2048) -> onnx.ModelP
     nodes, inits = [], []
     current = "x"
     for i in range(layers):
-        w = rng.standard_normal((width, width)).astype(np.float32) / np.sqrt(width)
+        w = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
         inits += [
             numpy_helper.from_array(w, f"W{i}"),
-            numpy_helper.from_array(np.float32(0.5), f"scale{i}"),
+            numpy_helper.from_array(np.array(0.5, np.float32), f"scale{i}"),
             numpy_helper.from_array(rng.standard_normal(width).astype(np.float32), f"b{i}"),
         ]
         nodes += [
