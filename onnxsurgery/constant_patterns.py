@@ -12,6 +12,9 @@ matches here, verified element by element against the traced constant:
 - ``band``: two values split by ``lo <= j - i <= hi`` over two axes (a bound at the edge of the
   traced range is unbounded): a causal or sliding-window mask, boolean or additive.
 
+- ``tile``: an axis of size ``batch*c`` made of one block of ``c`` repeated (a per-head bias
+  flattened over ``batch*heads``).
+
 A constant that matches none of these is a table cut to the traced size: a blocker.
 """
 
@@ -28,7 +31,7 @@ __all__ = ["Generator", "match_generator"]
 class Generator:
     """How to rebuild a constant from the sizes of its symbolic axes (see module docstring)."""
 
-    kind: str  # "affine" | "cos" | "sin" | "band"
+    kind: str  # "affine" | "cos" | "sin" | "band" | "tile"
     axes: list[int]
     base: np.ndarray | None = None  # affine: value at index 0 (size 1 on the symbolic axes)
     steps: dict[int, np.ndarray] = field(default_factory=dict)  # affine/trig: per-axis step
@@ -42,6 +45,8 @@ class Generator:
             if not moving:
                 return "Expand"
             return "Range on axis " + ", ".join(str(k) for k in moving)
+        if self.kind == "tile":
+            return f"Tile of a {self.base.shape[self.axes[0]]}-block on axis {self.axes[0]}"  # type: ignore[union-attr]
         if self.kind in ("cos", "sin"):
             return f"{self.kind.capitalize()}(Range * freq) on axis {self.axes[0]}"
         assert self.band is not None
@@ -163,11 +168,33 @@ def _band(arr: np.ndarray, axes: list[int]) -> Generator | None:
     return None
 
 
-def match_generator(arr: np.ndarray, axes: list[int]) -> Generator | None:
-    """The generator that reproduces ``arr`` along its symbolic ``axes``, or None."""
+def _tile(arr: np.ndarray, axes: list[int], blocks: dict[int, int]) -> Generator | None:
+    """One symbolic axis of size ``sym * block`` whose blocks repeat (``batch*heads``)."""
+    if len(axes) != 1 or axes[0] not in blocks:
+        return None
+    k, block = axes[0], blocks[axes[0]]
+    n = arr.shape[k]
+    if block <= 0 or n % block or n == block:
+        return None
+    base = np.take(arr, range(block), axis=k)
+    reps = [1] * arr.ndim
+    reps[k] = n // block
+    if not np.array_equal(arr, np.tile(base, reps)):
+        return None
+    return Generator("tile", axes, base=base)
+
+
+def match_generator(
+    arr: np.ndarray, axes: list[int], blocks: dict[int, int] | None = None
+) -> Generator | None:
+    """The generator that reproduces ``arr`` along its symbolic ``axes``, or None.
+
+    ``blocks`` maps an axis whose size is ``symbols * c`` to ``c``: such an axis may repeat a
+    block of ``c`` (a per-head table tiled over ``batch*heads``).
+    """
     axes = sorted(axes)
     for finder in (_affine, _trig, _band):
         gen = finder(arr, axes)
         if gen is not None:
             return gen
-    return None
+    return _tile(arr, axes, blocks or {})

@@ -68,6 +68,7 @@ class _Solver:
         self.exprs: list[Dim] = [c.expr for c in self.hard]
         self.done: set[int] = set()
         self.queue: deque[int] = deque(range(len(self.hard)))
+        self.floor_atoms: dict[tuple[str, str, int], str] = {}
         self.aligns: dict[str, list[Constraint]] = defaultdict(list)
         for c in self.soft:
             for d in c.dst or []:
@@ -142,10 +143,18 @@ class _Solver:
             if self.unknowns(n) or self.unknowns(d):
                 continue
             q = n.exact_div(d)
+            key = (str(n), str(d), plus)
             if q is not None:
                 self.assign(atom, q + plus, "forced")
             elif n.is_const() and d.is_const() and d.value:
                 self.assign(atom, Dim.const(int(n.value) // int(d.value) + plus), "forced")  # type: ignore[arg-type]
+            elif key in self.floor_atoms and self.floor_atoms[key] != atom:
+                self.assign(atom, Dim.sym(self.floor_atoms[key]), "forced")  # the same division
+            elif atom not in self.sol.opaque:
+                # Symbols or run-time dims, not exact: a dim read at run time from now on.
+                self.floor_atoms[key] = atom
+                self.sol.opaque.add(atom)
+                self.queue.extend(self.watch.pop(atom, set()))
 
     def drain(self) -> None:
         self._drain()

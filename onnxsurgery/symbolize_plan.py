@@ -440,7 +440,14 @@ def _changes(
         old = f"{_dtype_name(use.array)}{_fmt(list(use.array.shape))}"
         bi = forced.get(id(use))
         if bi is None:
-            gen = match_generator(use.array, sym_axes)
+            blocks = {}
+            for k in sym_axes:
+                terms = dims[k].terms
+                if len(terms) == 1:
+                    ((mono, coef),) = terms.items()
+                    if mono and coef > 1:
+                        blocks[k] = coef
+            gen = match_generator(use.array, sym_axes, blocks)
         else:  # a batch enumeration traced at 1: its step comes from the gather it indexes
             rest = [k for k in sym_axes if k != bi.axis]
             gen = (

@@ -263,6 +263,14 @@ class _Rewriter:
                     )
                 acc = self.node("Add", [acc, term], f"{tag}/sum{k}")
                 full.add(k)
+        elif gen.kind == "tile":
+            k = gen.axes[0]
+            block = gen.base.shape[k]  # type: ignore[union-attr]
+            base = self.initializer(f"{tag}/block", gen.base)  # type: ignore[arg-type]
+            reps = [Dim.const(1)] * rank
+            reps[k] = dims[k].exact_div(block) or dims[k]
+            acc = self.node("Tile", [base, self.vector(reps)], f"{tag}/tile")
+            full.update(range(rank))
         elif gen.kind in ("cos", "sin"):
             k = gen.axes[0]
             angle = self.node(
@@ -314,6 +322,14 @@ class _Rewriter:
         # The base of an affine and the frequencies of cos/sin span every other axis already.
         if gen.kind == "affine":
             full.update(k for k in range(rank) if k not in gen.axes)
+        elif gen.kind == "tile":
+            k = gen.axes[0]
+            block = gen.base.shape[k]  # type: ignore[union-attr]
+            base = self.initializer(f"{tag}/block", gen.base)  # type: ignore[arg-type]
+            reps = [Dim.const(1)] * rank
+            reps[k] = dims[k].exact_div(block) or dims[k]
+            acc = self.node("Tile", [base, self.vector(reps)], f"{tag}/tile")
+            full.update(range(rank))
         elif gen.kind in ("cos", "sin"):
             full.update(range(rank))
         missing = [

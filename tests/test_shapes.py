@@ -280,3 +280,11 @@ def test_generator_sliding_window_mask_keeps_its_window():
     window = (j <= i) & (j > i - 3)
     gen = match_generator(window[None, None], [2, 3])
     assert gen is not None and gen.kind == "band" and gen.band[2:4] == (-2, 0)
+
+
+def test_generator_tiled_per_head_block():
+    per_head = np.random.default_rng(0).standard_normal((4, 5, 5)).astype(np.float32)
+    tiled = np.tile(per_head, (2, 1, 1))  # [batch*heads, 5, 5] at batch 2
+    gen = match_generator(tiled, [0], {0: 4})
+    assert gen is not None and gen.kind == "tile" and gen.base.shape == (4, 5, 5)
+    assert match_generator(tiled, [0]) is None  # without knowing the block: a table
