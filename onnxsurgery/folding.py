@@ -15,11 +15,11 @@ What the ``fold-constants`` pass needs, kept here so other passes can reuse it:
 - :func:`parse_size` / :func:`parse_input_shapes` / :func:`known_optimizers` validate options.
 
 Isolation uses ``fork``: a spawned interpreter costs ~5 s per call (``import onnxsim`` alone
-takes ~4.5 s). A fork still costs 25-100 ms on small and medium models, 2-4x onnxsim's own time
-there, so by default (``isolate="auto"``) only models with :data:`AUTO_ISOLATE_BYTES` of
-tensors or more fork; smaller ones run in-process, where a native crash ends the process (the
-pipeline's atomic save still leaves no output file behind). Where ``fork`` does not exist,
-onnxsim runs in-process.
+takes ~4.5 s). A fork still costs 2-3.5x onnxsim's own time on models up to 100 MB (see
+:data:`AUTO_ISOLATE_BYTES`), so by default (``isolate="auto"``) only models over 2 GB fork;
+smaller ones run in-process, where a native crash ends the process (the pipeline's atomic save
+still leaves no output file behind); ``isolate=True`` forks always. Where ``fork`` does not
+exist, onnxsim runs in-process.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from onnxsurgery.model_io import PROTOBUF_LIMIT, tensor_bytes
+from onnxsurgery.model_io import PROTOBUF_LIMIT
 from onnxsurgery.report import op_counts
 
 __all__ = [
@@ -68,6 +68,7 @@ __all__ = [
     "op_delta",
     "format_bytes",
     "is_large",
+    "constant_bytes",
 ]
 
 #: Ops whose output differs between runs: folding them would freeze one draw into the model.
@@ -85,14 +86,17 @@ RANDOM_OPS = frozenset(
 #: onnxsim refuses tensor size thresholds at or above this (``tensor_size_threshold should be
 #: less than 2GB``).
 MAX_SIZE_THRESHOLD = 2**31 - 9999
-#: ``isolate="auto"`` forks for models with at least this many bytes of tensors. Measured
-#: (bench/bench_fold_constants.py): a fork adds ~25 ms to a ~10 ms fold of a small fixture and
-#: ~100 ms to a 60 ms fold of a 12 MB transformer (first-touch copy-on-write faults in the child,
-#: result serialized back), but stays within the noise of a 100 MB model's multi-second fold.
-AUTO_ISOLATE_BYTES = 64 * 2**20
 #: Models with at least this many tensor bytes cannot go through protobuf in one message; they
 #: are handed to onnxsim by path with external data (the criterion model_io uses for saving).
 LARGE_MODEL_BYTES = PROTOBUF_LIMIT - 64 * 2**20
+#: ``isolate="auto"`` forks for models with at least this many bytes of tensors: those that go
+#: to onnxsim by path. There the child writes the input file from its copy-on-write view of the
+#: model, so this process never holds a second copy, and a crash late in a long run costs most.
+#: Below it a fork is not worth its cost (bench/bench_fold_constants.py, 2-core machine): +25-35
+#: ms on a ~12 ms fold of a small fixture (3.4x), +70-100 ms on the ~60 ms fold of a 12 MB
+#: transformer (2x), +0.8-1.2 s on the 1.4 s fold of a 100 MB MLP (1.6-1.9x): first-touch page
+#: faults in the child, and the result serialized back through a file.
+AUTO_ISOLATE_BYTES = LARGE_MODEL_BYTES
 
 _UNITS = {"B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30}
 # onnxsim runs this batched MatMul+Add -> Gemm rewrite by default although it is not in its
@@ -181,9 +185,54 @@ def fork_available() -> bool:
     return hasattr(os, "fork") and sys.platform != "win32"
 
 
+_SUB_BYTE_BITS = {
+    getattr(onnx.TensorProto, name): bits
+    for name, bits in (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2))
+    if hasattr(onnx.TensorProto, name)
+}
+
+
+def _tensor_nbytes(tensor: onnx.TensorProto) -> int:
+    """Bytes of a tensor's data, from its dims and type: reading ``raw_data`` would copy it."""
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        for entry in tensor.external_data:
+            if entry.key == "length":
+                return int(entry.value)
+        return 0
+    if tensor.data_type == onnx.TensorProto.STRING:
+        return sum(len(v) for v in tensor.string_data)
+    count = int(np.prod(tensor.dims, dtype=np.int64)) if tensor.dims else 1
+    if tensor.data_type in _SUB_BYTE_BITS:
+        return (count * _SUB_BYTE_BITS[tensor.data_type] + 7) // 8
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        itemsize = 1
+    return count * itemsize
+
+
+def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _graph_tensors(attr.g)
+            for sub in attr.graphs:
+                yield from _graph_tensors(sub)
+
+
+def constant_bytes(model: onnx.ModelProto) -> int:
+    """Bytes held by the model's tensors (initializers, Constant attributes, subgraphs), counted
+    from dims and types, so that no tensor's data is copied to count it."""
+    return sum(_tensor_nbytes(t) for t in _graph_tensors(model.graph))
+
+
 def is_large(model: onnx.ModelProto) -> bool:
     """Too big to pass through protobuf in one message (goes by path with external data)."""
-    return tensor_bytes(model) >= LARGE_MODEL_BYTES
+    return constant_bytes(model) >= LARGE_MODEL_BYTES
 
 
 @dataclass(frozen=True)
@@ -411,9 +460,9 @@ def _run_forked(job: Callable[[], bool], workdir: Path) -> bool:
 
 def wants_isolation(model: onnx.ModelProto, isolate: bool | str) -> bool:
     """``isolate`` resolved for ``model``: ``"auto"`` forks for models with at least
-    :data:`AUTO_ISOLATE_BYTES` of tensors, where the fork is a small part of onnxsim's time."""
+    :data:`AUTO_ISOLATE_BYTES` of tensors (those over 2 GB)."""
     if isolate == "auto":
-        return tensor_bytes(model) >= AUTO_ISOLATE_BYTES
+        return constant_bytes(model) >= AUTO_ISOLATE_BYTES
     return bool(isolate)
 
 
@@ -546,7 +595,7 @@ def _tensor_key(tensor: onnx.TensorProto, content: bool) -> str:
     if tensor.data_type == onnx.TensorProto.STRING:
         for s in tensor.string_data:
             h.update(len(s).to_bytes(8, "little") + s)
-    elif tensor.HasField("raw_data") or tensor.raw_data:
+    elif tensor.HasField("raw_data"):
         h.update(tensor.raw_data)
     else:
         array = np.ascontiguousarray(numpy_helper.to_array(tensor))

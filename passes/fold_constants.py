@@ -9,6 +9,7 @@ import onnx
 from onnxsurgery.folding import (
     FolderFailed,
     OnnxsimSettings,
+    constant_bytes,
     constants_to_initializers,
     fold_with_graphsurgeon,
     fork_available,
@@ -23,7 +24,6 @@ from onnxsurgery.folding import (
     same_graph,
     wants_isolation,
 )
-from onnxsurgery.model_io import tensor_bytes
 from onnxsurgery.pass_infra import Diagnostic, Pass, PassContext, PassResult
 
 __all__ = ["FoldConstants"]
@@ -44,9 +44,9 @@ class FoldConstants(Pass):
       static shape cannot be folded into a constant. A result in which a symbolic dim of a graph
       input or output became a number counts as an onnxsim failure;
     - with ``isolate=true`` onnxsim runs in a forked child process, so a crash in native code is
-      a failure of this pass, not the end of the program; ``isolate=auto`` (default) does so for
-      models with 64 MB of weights or more (a fork costs 25-100 ms, 2-4x onnxsim's own time on
-      smaller models), ``isolate=false`` never. Native console output never reaches the terminal;
+      a failure of this pass (then the fallback), not the end of the program; ``isolate=auto``
+      (default) forks only models over 2 GB (below, a fork costs 2-3.5x onnxsim's own time),
+      ``isolate=false`` never. Native console output never reaches the terminal;
     - when onnxsim fails (raises, crashes, pins a dim, fails its own ``check=N``), onnx-graphsurgeon
       ``fold_constants`` + ``cleanup`` folds instead (never folding random ops) and a warning
       carries onnxsim's error; ``fallback=false`` makes that failure an error;
@@ -209,8 +209,8 @@ class FoldConstants(Pass):
             diagnostics.append(Diagnostic.info(f"op counts: {delta}"))
         diagnostics.append(
             Diagnostic.info(
-                f"constant data: {format_bytes(tensor_bytes(model))} -> "
-                f"{format_bytes(tensor_bytes(folded))}"
+                f"constant data: {format_bytes(constant_bytes(model))} -> "
+                f"{format_bytes(constant_bytes(folded))}"
             )
         )
         return PassResult(folded, modified=True, diagnostics=diagnostics)
