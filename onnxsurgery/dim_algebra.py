@@ -63,9 +63,9 @@ class Dim:
     __slots__ = ("_terms", "_hash")
 
     def __init__(self, terms: Mapping[Monomial, int] | None = None) -> None:
-        items = sorted(
-            ((m, c) for m, c in (terms or {}).items() if c != 0), key=lambda t: _mono_key(t[0])
-        )
+        items = [(m, c) for m, c in (terms or {}).items() if c != 0]
+        if len(items) > 1:
+            items.sort(key=lambda t: _mono_key(t[0]))
         self._terms: tuple[tuple[Monomial, int], ...] = tuple(items)
         self._hash = hash(self._terms)
 

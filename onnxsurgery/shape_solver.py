@@ -53,7 +53,19 @@ class Solution:
     assumed: list[tuple[Constraint, str, str]] = field(default_factory=list)  # unified run-time dims
 
     def resolve(self, d: Dim) -> Dim:
-        return d.subs(self.values) if d.atoms() & self.values.keys() else d
+        """``d`` with every decided unknown replaced (cached until the next decision)."""
+        if self._cache_size != len(self.values):
+            self._cache.clear()
+            self._cache_size = len(self.values)
+        hit = self._cache.get(d)
+        if hit is None:
+            hit = d.subs(self.values) if d.atoms() & self.values.keys() else d
+            self._cache[d] = hit
+        return hit
+
+    def __post_init__(self) -> None:
+        self._cache: dict[Dim, Dim] = {}
+        self._cache_size = -1
 
 
 class _Solver:
