@@ -53,6 +53,7 @@ __all__ = [
     "OnnxsimSettings",
     "FoldedModel",
     "RANDOM_OPS",
+    "BATCHED_GEMM",
     "parse_size",
     "parse_input_shapes",
     "known_optimizers",
@@ -99,9 +100,13 @@ LARGE_MODEL_BYTES = PROTOBUF_LIMIT - 64 * 2**20
 AUTO_ISOLATE_BYTES = LARGE_MODEL_BYTES
 
 _UNITS = {"B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30}
-# onnxsim runs this batched MatMul+Add -> Gemm rewrite by default although it is not in its
-# "default optimizers" list (it is registered as an "other" pass and opted into in C++).
-_DEFAULT_EXTRA_OPTIMIZERS = ("fuse_matmul_add_bias_into_gemm_batched",)
+#: onnxsim runs this rewrite by default although it is not in its "default optimizers" list (it
+#: is registered as an "other" pass and opted into in C++): MatMul+Add on a rank-3 input becomes
+#: Reshape -> Gemm -> Reshape. On a symbolized model each one also needs Shape/Slice/Concat to
+#: rebuild the dynamic shape: attention_block after symbolize goes 38 -> 45 nodes with it, 38 -> 29
+#: without. fold-constants leaves it off unless ``batched_gemm=true``.
+BATCHED_GEMM = "fuse_matmul_add_bias_into_gemm_batched"
+_DEFAULT_EXTRA_OPTIMIZERS = (BATCHED_GEMM,)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,20 +243,26 @@ def is_large(model: onnx.ModelProto) -> bool:
 @dataclass(frozen=True)
 class OnnxsimSettings:
     """What ``onnxsim.simplify`` is called with. Everything not listed keeps onnxsim's default,
-    except ``certify=False`` (a Z3 proof attempt is the pipeline's validation's job)."""
+    except ``certify=False`` (a Z3 proof attempt is the pipeline's validation's job) and
+    ``batched_gemm``: onnxsim's MatMul+Add -> Reshape/Gemm/Reshape rewrite of rank-3 inputs
+    (:data:`BATCHED_GEMM`) runs only when asked for."""
 
     fuse_bn: bool = True
     size_threshold: int | None = None
     skip: tuple[str, ...] = ()
     check: int = 0
     input_shapes: dict[str, list[int]] | None = None
+    batched_gemm: bool = False
 
     def kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {"check_n": self.check, "certify": False}
         if not self.fuse_bn:
             kw["skip_fuse_bn"] = True
-        if self.skip:
-            kw["skipped_optimizers"] = list(self.skip)
+        skipped = list(self.skip)
+        if not self.batched_gemm and BATCHED_GEMM not in skipped:
+            skipped.append(BATCHED_GEMM)
+        if skipped:
+            kw["skipped_optimizers"] = skipped
         if self.size_threshold is not None:
             kw["tensor_size_threshold"] = f"{self.size_threshold}B"
         if self.input_shapes:

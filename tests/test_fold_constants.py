@@ -224,12 +224,31 @@ linear (float[N,5,8] x) => (float[N,5,4] y) <float[8,4] w = {
 """
 
 
-def test_skip_names_an_optimizer_not_to_run():
+def test_batched_gemm_rewrite_only_on_request():
     model = _model(LINEAR3D)
-    assert "Gemm" in _ops(FoldConstants()(model).model)
-    result = FoldConstants(skip=["fuse_matmul_add_bias_into_gemm_batched"])(model)
+    plain = FoldConstants()(model)
+    assert not plain.modified and _ops(plain.model) == ["MatMul", "Add"]
+    gemm = FoldConstants(batched_gemm=True)(model)
+    assert gemm.modified and sorted(_ops(gemm.model)) == ["Gemm", "Reshape", "Reshape"]
+    x = np.random.default_rng(3).standard_normal((2, 5, 8)).astype(np.float32)
+    np.testing.assert_allclose(_run(gemm.model, x), _run(model, x), rtol=1e-5, atol=1e-5)
+
+
+TRANSPOSES = """
+<ir_version: 8, opset_import: ["" : 17]>
+tt (float[N,4,5] x) => (float[N,4,5] y) {
+  t = Transpose <perm = [0, 2, 1]> (x)
+  y = Transpose <perm = [0, 2, 1]> (t)
+}
+"""
+
+
+def test_skip_names_an_optimizer_not_to_run():
+    model = _model(TRANSPOSES)
+    assert _ops(FoldConstants()(model).model) == ["Transpose"]
+    result = FoldConstants(skip=["fuse_consecutive_transposes"])(model)
     assert not result.modified
-    assert _ops(result.model) == ["MatMul", "Add"]
+    assert _ops(result.model) == ["Transpose", "Transpose"]
 
 
 def test_check_runs_onnxsims_own_comparison():
@@ -256,6 +275,10 @@ def test_check_runs_onnxsims_own_comparison():
         ({"fuse_bn": "yes"}, "fuse_bn must be true or false"),
         ({"fallback": 1}, "fallback must be true or false"),
         ({"isolate": "maybe"}, "isolate must be true, false or auto"),
+        (
+            {"batched_gemm": True, "skip": ["fuse_matmul_add_bias_into_gemm_batched"]},
+            "batched_gemm=true contradicts skip",
+        ),
         ({"input_shapes": "x"}, "must read NAME:DIMS"),
         ({"input_shapes": "x:1xa"}, "whole numbers"),
         ({"input_shapes": "x:0x4"}, "positive dims"),
@@ -288,7 +311,7 @@ def test_chain_text_options_reach_onnxsim():
     assert p.settings.kwargs() == {
         "check_n": 0,
         "certify": False,
-        "skipped_optimizers": ["fuse_bn_into_conv"],
+        "skipped_optimizers": ["fuse_bn_into_conv", folding.BATCHED_GEMM],
         "tensor_size_threshold": f"{2**20}B",
         "overwrite_input_shapes": {"x": [2, 4]},
     }
