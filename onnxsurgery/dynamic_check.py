@@ -110,7 +110,7 @@ def _feeds(
         dtype = _NP_TYPES.get(types[name], np.float32)
         lname = name.lower()
         if dtype == np.bool_:
-            feeds[name] = rng.random(dims) < 0.5
+            feeds[name] = np.asarray(rng.random(dims) < 0.5)
         elif np.issubdtype(dtype, np.floating):
             feeds[name] = rng.standard_normal(dims).astype(dtype)
         elif "mask" in lname:  # 0/1 per position, every row attending to its first position
@@ -127,7 +127,7 @@ def _feeds(
         else:
             top = max(1, min((d for d in dims if d > 0), default=1))
             feeds[name] = rng.integers(0, top, size=dims).astype(dtype)
-    return feeds
+    return {name: np.asarray(arr) for name, arr in feeds.items()}
 
 
 def _fail(what: str, exc: BaseException) -> PassError:

@@ -354,6 +354,12 @@ def _if(ctx: NodeCtx):
         taken = then_out if cond[0].value else else_out
     outs: list[TensorInfo | None] = []
     for k, (t, e) in enumerate(zip(then_out, else_out, strict=False)):
+        if t is not None and e is not None and t.shape is not None and e.shape is not None:
+            if len(t.shape) == len(e.shape):  # both branches feed the same consumers
+                for a, (dt, de) in enumerate(zip(t.shape, e.shape, strict=True)):
+                    if dt != de and ctx.traced(dt) == ctx.traced(de):
+                        ctx.equal(dt, de, f"If branches agree on output {k} axis {a}")
+                        e.shape[a] = dt
         pick = taken[k] if taken is not None else t
         if taken is None and (t is None or e is None or t.shape != e.shape):
             static = ctx.static_shape(k)

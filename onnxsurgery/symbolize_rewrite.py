@@ -401,6 +401,7 @@ class _Rewriter:
             toposort_graph(nodes, {i.name for i in g.input} | {i.name for i in g.initializer})
         )
         _remove_orphans(self.m, replaced)
+        self.graphs = _graphs_by_path(self.m.graph)  # the node list was rebuilt: fresh handles
         self.set_io()
 
     def set_io(self) -> None:
@@ -412,23 +413,48 @@ class _Rewriter:
                 dims[ax].Clear()
                 dims[ax].dim_param = sym
         for vi in g.output:
-            dims_out = self.plan.outputs.get(vi.name)
-            shape = vi.type.tensor_type.shape
-            if dims_out is None:
-                for d in shape.dim:
-                    d.Clear()
-                continue
-            if len(dims_out) != len(shape.dim):
-                del shape.dim[:]
-                for _ in dims_out:
-                    shape.dim.add()
-            for d, new in zip(shape.dim, dims_out, strict=True):
-                d.Clear()
-                if isinstance(new, int):
-                    d.dim_value = new
-                elif isinstance(new, str):
-                    d.dim_param = new
+            _set_dims(vi, self.plan.outputs.get(vi.name))
+        # Subgraph outputs (If branches, Loop bodies) declare shapes too: follow the symbols.
+        for path, sub in self.graphs.items():
+            if path:
+                for vi in sub.output:
+                    _set_dims(vi, self.symbolic_dims(vi.name))
         _drop_value_info(g)
+
+    def symbolic_dims(self, tensor: str) -> list[str | int | None] | None:
+        shape = self.resolved_shape(tensor)
+        if shape is None:
+            return None
+        out: list[str | int | None] = []
+        for d in shape:
+            if d.value is not None:
+                out.append(int(d.value))
+            elif all(x in self.a.symbols for x in d.atoms()):
+                out.append(str(d))
+            else:
+                out.append(None)
+        return out
+
+
+def _set_dims(vi: onnx.ValueInfoProto, dims_out: list[str | int | None] | None) -> None:
+    """Write ``dims_out`` into a value info: ints, symbol expressions, None clears the dim."""
+    if not vi.type.HasField("tensor_type"):
+        return
+    shape = vi.type.tensor_type.shape
+    if dims_out is None:
+        for d in shape.dim:
+            d.Clear()
+        return
+    if len(dims_out) != len(shape.dim):
+        del shape.dim[:]
+        for _ in dims_out:
+            shape.dim.add()
+    for d, new in zip(shape.dim, dims_out, strict=True):
+        d.Clear()
+        if isinstance(new, int):
+            d.dim_value = new
+        elif isinstance(new, str):
+            d.dim_param = new
 
 
 def _graphs_by_path(graph: onnx.GraphProto, prefix: str = "") -> dict[str, onnx.GraphProto]:

@@ -373,3 +373,54 @@ def test_check_catches_rows_that_read_one_batch_row(mask_index_model, monkeypatc
     monkeypatch.setattr(plan_module, "find_batch_indices", lambda analysis, sol: [])
     with pytest.raises(PassError, match="batch rows are not independent: row 1 of output 'y'"):
         Symbolize()(mask_index_model, onnxsurgery.PassContext(provider="cpu"))
+
+
+# -- subgraphs -----------------------------------------------------------------------------------
+
+
+def test_constants_inside_if_branches_are_rewritten():
+    from onnx import TensorProto, helper, numpy_helper
+
+    def branch(name: str, shape: list[int], scale: bool) -> onnx.GraphProto:
+        const = helper.make_node(
+            "Constant", [], [f"{name}_s"], value=numpy_helper.from_array(np.array(shape, np.int64))
+        )
+        reshape = helper.make_node("Reshape", ["x", f"{name}_s"], [f"{name}_r"])
+        last = helper.make_node(
+            "Mul" if scale else "Identity",
+            [f"{name}_r", "two"][: 2 if scale else 1],
+            [f"{name}_out"],
+        )
+        out = helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, [4, 12])
+        return helper.make_graph([const, reshape, last], name, [], [out])
+
+    nodes = [
+        helper.make_node(
+            "If", ["flag"], ["y0"], name="if",
+            then_branch=branch("then", [4, -1], False), else_branch=branch("else", [4, 12], True),
+        ),
+        helper.make_node("MatMul", ["y0", "w"], ["y"], name="fc"),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3, 4]),
+            helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 5])],
+        [
+            numpy_helper.from_array(np.float32(2), "two"),
+            numpy_helper.from_array(RNG.standard_normal((12, 5)).astype(np.float32), "w"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    result = Symbolize()(model, onnxsurgery.PassContext(provider="cpu"))
+    assert {c.input for c in result.report.changes} == {"then_s", "else_s"}
+    assert dims(result.model.graph.output[0]) == ["batch", 5]
+    x = np.random.default_rng(0).standard_normal((6, 3, 4)).astype(np.float32)
+    for flag, scale in ((True, 1.0), (False, 2.0)):
+        y = run_model(result.model, {"x": x, "flag": np.array(flag)}, "cpu")["y"]
+        w = onnx.numpy_helper.to_array(model.graph.initializer[1])
+        np.testing.assert_allclose(y, scale * x.reshape(6, 12) @ w, rtol=1e-5, atol=1e-5)
