@@ -1,7 +1,8 @@
 """symbolize on real architectures (tests/corpus/): static exports that match torch at other sizes.
 
-Selected with ``-m corpus`` (slow on a cold cache: ~300 exports; later runs read
-``build/corpus/``). A case is one architecture, exporter, traced batch and axis set (``all``: every
+``make test`` runs the smoke subset (marker ``smoke``: the four architectures the issue names,
+RoBERTa, Llama, Whisper encoder and ViT, with both exporters); ``-m corpus`` runs all of it (slow
+on a cold cache: ~300 exports; later runs read ``build/corpus/``). A case is one architecture, exporter, traced batch and axis set (``all``: every
 symbolic axis, batch and sequence/resolution; ``batch``: batch alone). The static export is
 symbolized with the pass's defaults (its own check on) and checked on ONNX Runtime CPU against
 torch eager at the traced size and at other sizes (atol 1e-4, rtol 1e-3).
@@ -108,11 +109,17 @@ def _all_cases() -> list[tuple[str, str, int, str]]:
     ]
 
 
+#: The architectures the issue names: run by every ``make test`` (both exporters, batch 1 and 2).
+SMOKE = {"roberta", "llama", "whisper_encoder", "vit"}
+
+
 def _params(cases: list[tuple[str, str, int, str]], xfail: Mapping[Key, str] | None) -> list:
     params = []
     for case in cases:
         reason = lookup(xfail, *case) if xfail is not None else None
         marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+        if case[0] in SMOKE:
+            marks.append(pytest.mark.smoke)
         params.append(pytest.param(*case, marks=marks, id="-".join(map(str, case))))
     return params
 
@@ -120,13 +127,6 @@ def _params(cases: list[tuple[str, str, int, str]], xfail: Mapping[Key, str] | N
 MUST_PASS = [c for c in _all_cases() if not lookup(EXPECTED_BLOCKERS, *c)]
 MUST_BLOCK = [c for c in _all_cases() if lookup(EXPECTED_BLOCKERS, *c)]
 BLOCKING = [c for c in _all_cases() if lookup(EXPECTED_BLOCKERS, *c) or lookup(KNOWN_FAILURES, *c)]
-
-
-@pytest.fixture(autouse=True)
-def _only_when_selected(request: pytest.FixtureRequest) -> None:
-    """The corpus exports ~300 models on a cold cache: run it only when asked (-m corpus)."""
-    if "corpus" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("real-architecture corpus: run with -m corpus")
 
 
 def _require_symbolize() -> None:
@@ -197,6 +197,7 @@ def test_symbolize_blocker_names_the_node(name: str, exporter: str, batch: int, 
         pytest.skip("symbolize did not block here (nothing to check)")
 
 
+@pytest.mark.smoke
 def test_corpus_is_wide() -> None:
     """The corpus covers the families the issue names, and every case has sizes beyond the traced."""
     assert {"roberta", "llama", "whisper_encoder", "vit"} <= set(ARCHITECTURES)
@@ -209,6 +210,7 @@ def test_corpus_is_wide() -> None:
             assert set(check) == set(arch.symbols), arch.name
 
 
+@pytest.mark.smoke
 def test_tables_name_real_cases() -> None:
     """Every table entry matches at least one corpus case (no stale or misspelt entries)."""
     cases = _all_cases()
