@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from onnxsurgery.batch_indices import BatchIndex, find_batch_indices
+from onnxsurgery.batch_indices import BatchIndex, batch_like_symbols, find_batch_indices
 from onnxsurgery.constant_patterns import Generator, match_generator
 from onnxsurgery.dim_algebra import Dim
 from onnxsurgery.shape_propagation import Constraint, ConstUse, ShapeAnalysis, propagate
@@ -539,7 +539,7 @@ def plan_symbolize(model: onnx.ModelProto, dynamic_axes: dict[str, Any]) -> Symb
                 )
             )
         sol = solve(analysis)
-    forced = {id(bi.use): bi for bi in batch_indices}
+    forced = {id(bi.use): bi for bi in batch_indices if bi.step is not None}
     changes, blockers = _changes(analysis, sol, forced)
     blockers = _conflict_blockers(analysis, sol) + blockers + _unrolled_loops(analysis, sol)
     notes = []
@@ -550,6 +550,14 @@ def plan_symbolize(model: onnx.ModelProto, dynamic_axes: dict[str, Any]) -> Symb
         seen.add((op, text))
         notes.append(f"{op} {node!r}: {text}")
     symbols = {s: analysis.atoms[s].traced for s in analysis.symbols}
-    return SymbolizePlan(
-        axes, symbols, changes, blockers, _output_dims(analysis, sol), notes, analysis, sol
-    )
+    outputs = _output_dims(analysis, sol)
+    for sym in batch_like_symbols(analysis):
+        for name, dims in outputs.items():
+            if dims and dims[0] == symbols[sym] and not any(
+                isinstance(d, str) and sym in d for d in dims
+            ):
+                notes.append(
+                    f"output {name!r} keeps the traced {sym} {symbols[sym]} on axis 0 (no "
+                    f"symbolic dim follows {sym}): nothing in the graph ties it to the input"
+                )
+    return SymbolizePlan(axes, symbols, changes, blockers, outputs, notes, analysis, sol)

@@ -424,3 +424,21 @@ def test_constants_inside_if_branches_are_rewritten():
         y = run_model(result.model, {"x": x, "flag": np.array(flag)}, "cpu")["y"]
         w = onnx.numpy_helper.to_array(model.graph.initializer[1])
         np.testing.assert_allclose(y, scale * x.reshape(6, 12) @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_flat_index_grid_traced_at_batch_two_is_tied_to_the_batch():
+    """``as_strided`` pooling: a constant flat index ``b*4 + c`` into ``x.reshape(-1)``."""
+    model = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[2, 4] x) => (float[2, 4] y) <int64[1] flat = {-1}> {
+            f = Reshape (x, flat)
+            y = Gather <axis = 0> (f, idx)
+        }
+        """,
+        idx=np.arange(8, dtype=np.int64).reshape(2, 4),
+    )
+    result = Symbolize()(model, onnxsurgery.PassContext(provider="cpu"))
+    assert dims(result.model.graph.output[0]) == ["batch", 4]
+    x = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    np.testing.assert_array_equal(run_model(result.model, {"x": x}, "cpu")["y"], x)
