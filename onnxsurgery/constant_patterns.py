@@ -174,8 +174,8 @@ def _tile(arr: np.ndarray, axes: list[int], blocks: dict[int, int]) -> Generator
         return None
     k, block = axes[0], blocks[axes[0]]
     n = arr.shape[k]
-    if block <= 0 or n % block or n == block:
-        return None
+    if block <= 0 or n % block:
+        return None  # (n == block: traced at batch 1, the one block is the table to tile)
     base = np.take(arr, range(block), axis=k)
     reps = [1] * arr.ndim
     reps[k] = n // block

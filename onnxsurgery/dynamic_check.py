@@ -12,6 +12,7 @@ into the node that broke (:func:`~onnxsurgery.runtime.describe_ort_error`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 
@@ -22,7 +23,7 @@ from onnxsurgery.dim_algebra import Dim
 from onnxsurgery.errors import PassError
 from onnxsurgery.runtime import create_session, describe_ort_error, run_model
 
-__all__ = ["CheckResult", "check_dynamic", "check_sizes"]
+__all__ = ["CheckResult", "check_dynamic", "check_sizes", "model_node"]
 
 _NP_TYPES = {
     onnx.TensorProto.FLOAT: np.float32,
@@ -130,9 +131,35 @@ def _feeds(
     return {name: np.asarray(arr) for name, arr in feeds.items()}
 
 
-def _fail(what: str, exc: BaseException) -> PassError:
+def model_node(model: onnx.ModelProto | None, name: str | None, op: str | None = None) -> str | None:
+    """The model's node behind a name ONNX Runtime reports: itself, or, for a node its graph
+    optimizer made (``<tensor>_nchwc``), the node of type ``op`` next to that tensor."""
+    if model is None or not name:
+        return name
+    if name in {n.name for n in model.graph.node}:
+        return name
+    tensors = {o for n in model.graph.node for o in n.output if o}
+    tensor = max((t for t in tensors if name.startswith(t)), key=len, default=None)
+    if tensor is None:
+        return name
+    near = [n for n in model.graph.node if tensor in n.output or tensor in n.input]
+    # A fused node (Conv + its activation) is named after the activation's output: look one step
+    # further upstream too.
+    upstream = {i for n in near if tensor in n.output for i in n.input}
+    near += [n for n in model.graph.node if upstream & set(n.output)]
+    for n in near:
+        if op is None or n.op_type == op:
+            return n.name or n.output[0]
+    return near[0].name or near[0].output[0] if near else name
+
+
+def _fail(what: str, exc: BaseException, model: onnx.ModelProto | None = None) -> PassError:
     message, node = describe_ort_error(exc)
-    return PassError(f"check {what}: ONNX Runtime failed: {message}", node=node)
+    m = re.search(r"running (\w+) node", str(exc))
+    real = model_node(model, node, m.group(1) if m else None)
+    if real and node and real != node:
+        message = f"{message} (ONNX Runtime's node {node!r} is the model's {real!r})"
+    return PassError(f"check {what}: ONNX Runtime failed: {message}", node=real)
 
 
 def check_dynamic(
@@ -175,7 +202,7 @@ def check_dynamic(
     try:
         got = run_model(session, feeds)
     except Exception as exc:  # noqa: BLE001
-        raise _fail(f"at the traced size {where}", exc) from None
+        raise _fail(f"at the traced size {where}", exc, model) from None
     for name, ref in expected.items():
         out = got.get(name)
         if out is None or out.shape != ref.shape:
@@ -206,10 +233,10 @@ def check_dynamic(
         try:
             outs = run_model(session, inputs)
         except Exception as exc:  # noqa: BLE001
-            raise _fail(f"at {text}", exc) from None
+            raise _fail(f"at {text}", exc, model) from None
         for sym in batch_rows:
             if size[sym] >= 2 and size[sym] != base[sym]:
-                _check_rows(session, axes, output_dims, sym, inputs, outs, text, atol, rtol)
+                _check_rows(model, session, axes, output_dims, sym, inputs, outs, text, atol, rtol)
                 result.rows_checked = True
         for name, dims in output_dims.items():
             if dims is None or name not in outs:
@@ -235,6 +262,7 @@ def check_dynamic(
 
 
 def _check_rows(
+    model: onnx.ModelProto,
     session,
     axes: Mapping[str, Mapping[int, str]],
     output_dims: Mapping[str, list[Dim | None] | None],
@@ -264,7 +292,7 @@ def _check_rows(
         try:
             single = run_model(session, alone)
         except Exception as exc:  # noqa: BLE001
-            raise _fail(f"of {sym} row {row} alone ({text})", exc) from None
+            raise _fail(f"of {sym} row {row} alone ({text})", exc, model) from None
         for name, axis in out_axis.items():
             want = np.take(outs[name], [row], axis=axis)
             got = single[name]
