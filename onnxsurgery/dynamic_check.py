@@ -131,7 +131,9 @@ def _feeds(
     return {name: np.asarray(arr) for name, arr in feeds.items()}
 
 
-def model_node(model: onnx.ModelProto | None, name: str | None, op: str | None = None) -> str | None:
+def model_node(
+    model: onnx.ModelProto | None, name: str | None, op: str | None = None
+) -> str | None:
     """The model's node behind a name ONNX Runtime reports: itself, or, for a node its graph
     optimizer made (``<tensor>_nchwc``), the node of type ``op`` next to that tensor."""
     if model is None or not name:

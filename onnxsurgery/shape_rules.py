@@ -467,7 +467,9 @@ def _fold(analysis: ShapeAnalysis, node: onnx.NodeProto) -> bool:
 
     inputs = [
         onnx.helper.make_tensor_value_info(
-            n, onnx.helper.np_dtype_to_tensor_dtype(analysis.consts[n].dtype), analysis.consts[n].shape
+            n,
+            onnx.helper.np_dtype_to_tensor_dtype(analysis.consts[n].dtype),
+            analysis.consts[n].shape,
         )
         for n in dict.fromkeys(names)
     ]

@@ -50,7 +50,9 @@ class Solution:
     how: dict[str, str] = field(default_factory=dict)
     conflicts: list[Conflict] = field(default_factory=list)
     opaque: set[str] = field(default_factory=set)  # derived dims left to be read at run time
-    assumed: list[tuple[Constraint, str, str]] = field(default_factory=list)  # unified run-time dims
+    assumed: list[tuple[Constraint, str, str]] = field(
+        default_factory=list
+    )  # unified run-time dims
 
     def resolve(self, d: Dim) -> Dim:
         """``d`` with every decided unknown replaced (cached until the next decision)."""

@@ -30,7 +30,14 @@ from onnxsurgery.dim_algebra import Dim
 from onnxsurgery.shape_propagation import Constraint, ConstUse, ShapeAnalysis, propagate
 from onnxsurgery.shape_solver import Solution, solve
 
-__all__ = ["Change", "Blocker", "SymbolizePlan", "plan_symbolize", "normalize_axes"]
+__all__ = [
+    "Change",
+    "Blocker",
+    "SymbolizePlan",
+    "plan_symbolize",
+    "normalize_axes",
+    "default_axes",
+]
 
 
 def normalize_axes(dynamic_axes: dict[str, Any]) -> dict[str, dict[int, str]]:
@@ -514,13 +521,26 @@ def _output_dims(a: ShapeAnalysis, sol: Solution) -> dict[str, list[str | int | 
     return outs
 
 
-def plan_symbolize(model: onnx.ModelProto, dynamic_axes: dict[str, Any]) -> SymbolizePlan:
-    """Preview symbolize on ``model`` for ``dynamic_axes`` ({input: {axis: name}} or {input: [axes]}).
+def default_axes(model: onnx.ModelProto) -> dict[str, dict[int, str]]:
+    """What ``symbolize`` alone means: axis 0 of every graph input of rank >= 1, as ``batch``."""
+    inits = {i.name for i in model.graph.initializer}
+    return {
+        vi.name: {0: "batch"}
+        for vi in model.graph.input
+        if vi.name not in inits and len(vi.type.tensor_type.shape.dim) >= 1
+    }
+
+
+def plan_symbolize(
+    model: onnx.ModelProto, dynamic_axes: dict[str, Any] | None = None
+) -> SymbolizePlan:
+    """Preview symbolize on ``model`` for ``dynamic_axes`` ({input: {axis: name}} or {input: [axes]};
+    None: axis 0 of every input as ``batch``, like ``symbolize`` alone).
 
     Nothing is edited. Raises ValueError for an input or axis the model does not have, or one
     name given to axes of different traced sizes.
     """
-    axes = normalize_axes(dynamic_axes)
+    axes = normalize_axes(default_axes(model) if dynamic_axes is None else dynamic_axes)
     analysis = propagate(model, axes)
     sol = solve(analysis)
     batch_indices = find_batch_indices(analysis, sol)
@@ -550,11 +570,18 @@ def plan_symbolize(model: onnx.ModelProto, dynamic_axes: dict[str, Any]) -> Symb
         seen.add((op, text))
         notes.append(f"{op} {node!r}: {text}")
     symbols = {s: analysis.atoms[s].traced for s in analysis.symbols}
+    for c, drop, keep in sol.assumed:
+        notes.append(
+            f"{c.op} {c.node!r}: {c.why}: two dims computed at run time are taken as one "
+            f"({analysis.atoms[drop].note} == {analysis.atoms[keep].note}); ONNX Runtime checks it"
+        )
     outputs = _output_dims(analysis, sol)
     for sym in batch_like_symbols(analysis):
         for name, dims in outputs.items():
-            if dims and dims[0] == symbols[sym] and not any(
-                isinstance(d, str) and sym in d for d in dims
+            if (
+                dims
+                and dims[0] == symbols[sym]
+                and not any(isinstance(d, str) and sym in d for d in dims)
             ):
                 notes.append(
                     f"output {name!r} keeps the traced {sym} {symbols[sym]} on axis 0 (no "

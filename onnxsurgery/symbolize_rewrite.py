@@ -306,9 +306,13 @@ class _Rewriter:
             )
             conds = []
             if lo is not None:
-                conds.append(self.node("GreaterOrEqual", [diff, self.const([lo], scalar=True)], f"{tag}/lo"))
+                conds.append(
+                    self.node("GreaterOrEqual", [diff, self.const([lo], scalar=True)], f"{tag}/lo")
+                )
             if hi is not None:
-                conds.append(self.node("LessOrEqual", [diff, self.const([hi], scalar=True)], f"{tag}/hi"))
+                conds.append(
+                    self.node("LessOrEqual", [diff, self.const([hi], scalar=True)], f"{tag}/hi")
+                )
             cond = conds[0] if len(conds) == 1 else self.node("And", conds, f"{tag}/cond")
             if arr.dtype == np.bool_ and bool(a) and not bool(b):
                 acc = cond

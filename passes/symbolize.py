@@ -7,6 +7,7 @@ from typing import Any
 
 import onnx
 
+from onnxsurgery.batch_indices import batch_like_symbols
 from onnxsurgery.dim_algebra import Dim
 from onnxsurgery.dynamic_check import check_dynamic
 from onnxsurgery.pass_infra import Diagnostic, Pass, PassContext, PassResult
@@ -34,7 +35,9 @@ class Symbolize(Pass):
       requires (broadcasting, MatMul/Gemm inner dims, Concat, RNN batch, Reshape element count);
       a 1 that only broadcasts stays 1, a 3 that is the channel count stays 3;
     - constants that must change become ``Shape -> ...`` computations (``0``/``-1`` in Reshape
-      where valid); data constants become a smaller constant plus Expand (or a Range);
+      where valid); data constants are regenerated from the pattern their values follow (a
+      broadcast, a Range grid, rotary cos/sin tables, a causal/sliding-window band, a per-head
+      Tile); constant indices into a batch axis enumerate the batch (at batch 1 too);
     - what holds only at the traced size (a table cut to the traced length, a loop unrolled at
       trace time, a size baked into a weight) is a blocker naming the node and what to do.
 
@@ -153,7 +156,7 @@ class Symbolize(Pass):
                 ctx.provider,
                 dynamic=plan.analysis.dynamic,
                 fixed=blocked,
-                batch_rows={s for s in plan.symbols if "batch" in s.lower()},
+                batch_rows=batch_like_symbols(plan.analysis),
                 steps=_size_steps(plan),
             )
             diagnostics.append(Diagnostic.info(f"check: {result}"))

@@ -25,7 +25,9 @@ ATOL, RTOL = 1e-4, 1e-3
 @pytest.mark.parametrize("entry", EXPECTED, ids=str)
 def test_symbolized_fixture_matches_torch_at_every_size(entry):
     model = onnx.load(entry.model_path)
-    result = Symbolize(dynamic_axes=entry.dynamic_axes)(model, onnxsurgery.PassContext(provider="cpu"))
+    result = Symbolize(dynamic_axes=entry.dynamic_axes)(
+        model, onnxsurgery.PassContext(provider="cpu")
+    )
     out = result.model
     for vi in out.graph.input:
         for axis, sym in entry.dynamic_axes.get(vi.name, {}).items():
