@@ -1,6 +1,7 @@
 """fold-constants: node counts vs plain onnxsim, onnxslim and Polygraphy; wall time vs onnxsim.
 
-On every exported fixture and a few larger models built here (a TorchScript- and a
+On every exported fixture, the same fixtures after ``symbolize`` (``+sym``), and a few larger
+models built here (a TorchScript- and a
 dynamo-exported transformer encoder and Conv+BatchNorm stack, exported by a separate
 interpreter so this process never loads torch, and a 100 MB MLP with scaled weights and
 shape arithmetic), the main-graph node count after:
@@ -15,7 +16,10 @@ and ``isolate=true``: always in a forked child) vs plain onnxsim on the same mod
 ``--repeat`` runs after a warm-up; calls over 2 s are timed once). ``ratio`` is ours / onnxsim,
 what the wrapper adds on top of onnxsim itself::
 
-    python bench/bench_fold_constants.py [--repeat 3] [--no-generated] [--json PATH]
+    python bench/bench_fold_constants.py [--repeat 3] [--no-generated] [--large] [--json PATH]
+
+``--large`` adds the >2 GB external-data model of tests/test_fold_constants_large.py (our pass
+on the loaded model vs ``onnxsim.simplify(path, output_path=...)``, peak memory).
 """
 
 from __future__ import annotations
@@ -184,6 +188,34 @@ def fixture_models() -> Iterator[tuple[str, onnx.ModelProto]]:
             yield entry.id, onnx.load(str(entry.model_path))
 
 
+def symbolized_fixtures() -> Iterator[tuple[str, onnx.ModelProto]]:
+    """The fixtures after ``symbolize`` (their dynamic axes), where symbolize is expected to work."""
+    import importlib.util
+
+    from fixture_manifest import load_manifest
+
+    import onnxsurgery
+
+    if importlib.util.find_spec("onnxsurgery.passes.symbolize") is None:
+        print("[symbolize not available: no symbolized rows]")
+        return
+    for entry in load_manifest():
+        if not entry.exported or entry.symbolize != "expected":
+            continue
+        axes = ", ".join(
+            f"{name}:{axis}={symbol}"
+            for name, by_axis in entry.dynamic_axes.items()
+            for axis, symbol in by_axis.items()
+        )
+        try:
+            with quiet():
+                report = onnxsurgery.run(entry.model_path, passes=f"symbolize({axes})")
+        except onnxsurgery.OnnxSurgeryError as exc:
+            print(f"[{entry.id}: symbolize failed: {exc}]")
+            continue
+        yield f"{entry.id} +sym", report.model
+
+
 # Exported by a separate interpreter, so this process never imports torch: a fork's cost grows
 # with the parent's memory, and the CLI, which the timings stand for, does not load torch either.
 _EXPORT_SCRIPT = r"""
@@ -274,6 +306,49 @@ def generated_models(tmp: Path) -> Iterator[tuple[str, onnx.ModelProto]]:
         yield path.stem, onnx.load(str(path))
 
 
+def bench_large(tmp: Path) -> None:
+    """The >2 GB model of tests/test_fold_constants_large.py: our pass vs onnxsim by path."""
+    import resource
+
+    import onnxsim
+    from test_fold_constants_large import write_large_model
+
+    import onnxsurgery
+
+    src = tmp / "model.onnx"
+    weight_bytes = write_large_model(src)
+    model = onnxsurgery.load_model(src, check=False)
+    t0 = time.perf_counter()
+    result = FoldConstants()(model)
+    ours_s = time.perf_counter() - t0
+    peak_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    peak_child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+    ours_nodes, before = len(result.model.graph.node), len(model.graph.node)
+    del result
+    # Plain onnxsim on the same in-memory model: it finds it too big for one protobuf message
+    # and goes through a temporary file itself (a deep copy, saved with external data).
+    t0 = time.perf_counter()
+    with quiet():
+        simplified, _ = onnxsim.simplify(model)
+    memory_s = time.perf_counter() - t0
+    del model, simplified
+    plain = tmp / "plain.onnx"
+    t0 = time.perf_counter()
+    with quiet():
+        onnxsim.simplify(str(src), output_path=str(plain))
+    path_s = time.perf_counter() - t0
+    plain_nodes = len(onnx.load(str(plain), load_external_data=False).graph.node)
+    print(
+        f"\n>2 GB model ({weight_bytes / 2**30:.2f} GiB of weights, external data): nodes "
+        f"{before} -> ours {ours_nodes}, onnxsim {plain_nodes}\n"
+        f"  fold-constants on the loaded model: {ours_s:.1f} s (forked child; peak RSS "
+        f"{peak_self:.2f} GiB here, {peak_child:.2f} GiB in the child, shared pages in both)\n"
+        f"  onnxsim.simplify(loaded model): {memory_s:.1f} s, ratio {ours_s / memory_s:.2f}\n"
+        f"  onnxsim.simplify(path, output_path) on the file: {path_s:.1f} s, ratio "
+        f"{ours_s / path_s:.2f} (no model to write out or read back)"
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # report
 
@@ -334,6 +409,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per model (best is kept)")
     parser.add_argument("--no-generated", action="store_true", help="fixtures only")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    parser.add_argument(
+        "--large",
+        action="store_true",
+        help="also the >2 GB model (~3 min, ~8 GB of RAM, ~10 GB of temp disk)",
+    )
     args = parser.parse_args(argv)
 
     import onnxsim
@@ -342,7 +422,9 @@ def main(argv: list[str] | None = None) -> int:
 
     tools, missing = other_tools()
     print(
-        f"onnxsim {onnxsim_version()}; fold-constants defaults; best of {args.repeat} after a warm-up"
+        f"onnxsim {onnxsim_version()}; fold-constants with its defaults (onnxsim's batched "
+        f"MatMul+Add -> Gemm rewrite off), plain onnxsim with its own; best of {args.repeat} "
+        "after a warm-up; '+sym': the fixture after symbolize"
     )
     for line in missing:
         print(f"[{line}]")
@@ -352,13 +434,16 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     for name, model in fixture_models():
         rows.append(measure(name, model, args.repeat, tools))
+    for name, model in symbolized_fixtures():
+        rows.append(measure(name, model, args.repeat, tools))
+        rows[-1].group = "symbolized"
     if not args.no_generated:
         with tempfile.TemporaryDirectory() as tmp:
             for name, model in generated_models(Path(tmp)):
                 rows.append(measure(name, model, args.repeat, tools))
                 rows[-1].group = "generated"
     print_table(rows)
-    for label in ("fixtures", "generated"):
+    for label in ("fixtures", "symbolized", "generated"):
         group = [r for r in rows if r.group == label and r.ratio is not None]
         if not group:
             continue
@@ -370,10 +455,17 @@ def main(argv: list[str] | None = None) -> int:
             f"{np.median([r.forked_ratio for r in group if r.forked_ratio]):.2f} "
             f"(+{np.median(forked):.1f} ms)"
         )
-    same = sum(r.ours == r.onnxsim for r in rows if r.ours is not None)
+    compared = [r for r in rows if r.ours is not None and r.onnxsim is not None]
+    fewer = sum(r.ours < r.onnxsim for r in compared)
+    same = sum(r.ours == r.onnxsim for r in compared)
     print(
-        f"node count equal to plain onnxsim on {same}/{len(rows)} models; {time.perf_counter() - start:.0f} s"
+        f"nodes vs plain onnxsim: fewer on {fewer}, equal on {same}, more on "
+        f"{len(compared) - fewer - same} of {len(compared)} models; "
+        f"{time.perf_counter() - start:.0f} s"
     )
+    if args.large:
+        with tempfile.TemporaryDirectory() as tmp:
+            bench_large(Path(tmp))
     if args.json:
         args.json.write_text(
             json.dumps(
