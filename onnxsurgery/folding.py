@@ -320,16 +320,42 @@ def _captured_output(log_path: Path) -> Iterator[None]:
 
 
 def _save_for_onnxsim(model: onnx.ModelProto, path: Path) -> None:
-    """Write a (large) model we own with external data; moves the tensors' bytes out of it."""
-    onnx.save_model(
-        model,
-        str(path),
-        save_as_external_data=True,
-        all_tensors_to_one_file=True,
-        location=path.name + ".data",
-        size_threshold=1024,
-        convert_attribute=False,
-    )
+    """Write a (large) model we own with its initializers of 1 KB or more in ``<name>.data``.
+
+    Moves those tensors' bytes out of ``model``. Each tensor's bytes are read once (``raw_data``
+    is a copy each time it is read; ``onnx.save_model`` reads it up to three times).
+    """
+    location = path.name + ".data"
+    with open(path.parent / location, "wb") as data:
+        for tensor in model.graph.initializer:
+            if tensor.data_location == onnx.TensorProto.EXTERNAL or _tensor_nbytes(tensor) < 1024:
+                continue
+            if tensor.HasField("raw_data"):
+                payload = tensor.raw_data
+            elif tensor.data_type == onnx.TensorProto.STRING:
+                continue  # strings cannot live in external data
+            else:
+                payload = numpy_helper.to_array(tensor).tobytes()
+            offset = data.tell()
+            data.write(payload)
+            del payload
+            name, dims, dtype, doc = (
+                tensor.name,
+                list(tensor.dims),
+                tensor.data_type,
+                tensor.doc_string,
+            )
+            tensor.Clear()
+            tensor.name, tensor.data_type, tensor.doc_string = name, dtype, doc
+            tensor.dims.extend(dims)
+            tensor.data_location = onnx.TensorProto.EXTERNAL
+            for key, value in (
+                ("location", location),
+                ("offset", offset),
+                ("length", data.tell() - offset),
+            ):
+                tensor.external_data.add(key=key, value=str(value))
+    path.write_bytes(model.SerializeToString())
 
 
 def _simplify(

@@ -562,6 +562,23 @@ def test_constant_bytes_counts_without_reading_the_data():
     assert folding.constant_bytes(model) == 20 + 120 + 4000
 
 
+def test_large_model_writer_round_trips(tmp_path):
+    model = _model(FOLDED)
+    rng = np.random.default_rng(4)
+    big = rng.standard_normal((16, 32)).astype(np.float32)
+    model.graph.initializer.append(onnx.numpy_helper.from_array(big, "big"))
+    typed = onnx.helper.make_tensor("typed", onnx.TensorProto.INT64, [300], list(range(300)))
+    model.graph.initializer.append(typed)
+    folding._save_for_onnxsim(model, tmp_path / "m.onnx")
+    assert (tmp_path / "m.onnx.data").stat().st_size == big.nbytes + 300 * 8
+    loaded = onnx.load(str(tmp_path / "m.onnx"))
+    arrays = {t.name: onnx.numpy_helper.to_array(t) for t in loaded.graph.initializer}
+    np.testing.assert_array_equal(arrays["big"], big)
+    np.testing.assert_array_equal(arrays["typed"], np.arange(300))
+    np.testing.assert_array_equal(arrays["w"], [3, 6, 9, 12])  # 16 bytes: stays inline
+    onnx.checker.check_model(str(tmp_path / "m.onnx"))
+
+
 def test_op_delta_and_format_bytes():
     before, after = _model(CHAIN), _model(FOLDED)
     assert folding.op_delta(before, after) == "Constant -2, Add -1, Mul -1"
