@@ -19,13 +19,15 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from onnxsurgery.errors import OnnxSurgeryError, UsageError, ValidationMismatch
+from onnxsurgery.model_io import load_model
 from onnxsurgery.pipeline import Pipeline, default_output_path
 from onnxsurgery.registry import discover
 from onnxsurgery.report import write_json
 from onnxsurgery.runtime import PROVIDERS
-from onnxsurgery.spec import load_recipe, parse_passes
+from onnxsurgery.spec import build_passes, load_recipe, parse_passes
 
 __all__ = ["app", "main"]
 
@@ -232,118 +234,49 @@ def list_passes(
 @app.command()
 def inspect(
     model: Annotated[Path, typer.Argument(help="The .onnx model to describe.")],
+    plan: Annotated[
+        str | None,
+        typer.Option(
+            "--plan",
+            help='Preview what these passes would change and what would block them, e.g. "symbolize(x:0=batch, x:1=seq)". '
+            "[default: symbolize, when an input has a fixed shape]",
+        ),
+    ] = None,
+    no_plan: Annotated[bool, typer.Option("--no-plan", help="Describe the model only.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """Describe MODEL: opset, producer, inputs/outputs with dims, op counts, weights."""
+    """Describe MODEL: opset, producer, inputs/outputs with dims, op counts, weights, and what
+    symbolize would change in it. Nothing is written."""
     from onnxsurgery.summary import summarize
 
     with _boundary():
         summary = summarize(model)
+        if not no_plan:
+            chain = plan if plan is not None else _default_plan(summary)
+            if chain:
+                loaded = load_model(model)
+                for p in build_passes(parse_passes(chain)):
+                    try:
+                        preview = p.preview(loaded)
+                    except OnnxSurgeryError as exc:
+                        if plan is not None:
+                            raise
+                        # the default preview is a courtesy: say why it is missing, don't fail
+                        preview = Text(f"{p.name} preview: {exc} (choose axes with --plan)", style="yellow")
+                    if preview is None:
+                        raise UsageError(f"--plan: pass {p.name!r} offers no preview")
+                    summary.extra.append(preview)
         if as_json:
             out.print_json(json.dumps(summary.to_dict()))
         else:
             out.print(summary)
 
 
-@app.command("validate")
-def validate_command(
-    model: Annotated[Path, typer.Argument(help="The .onnx model to check.")],
-    ref: Annotated[
-        Path | None,
-        typer.Option(
-            "--ref",
-            help="Reference cases (test_data_set_N folders or .npz). With --against, only their inputs are used.",
-            rich_help_panel=_PANEL_VALIDATE,
-        ),
-    ] = None,
-    against: Annotated[
-        Path | None,
-        typer.Option(
-            "--against",
-            help="Compare with this model instead of stored outputs (on --ref inputs, else random ones).",
-            rich_help_panel=_PANEL_VALIDATE,
-        ),
-    ] = None,
-    shape: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--shape",
-            help="Size of a random input for --against, e.g. x:3x3x224x224 (repeatable).",
-            rich_help_panel=_PANEL_VALIDATE,
-        ),
-    ] = None,
-    seed: Annotated[
-        int, typer.Option("--seed", help="Seed of the random inputs for --against.", rich_help_panel=_PANEL_VALIDATE)
-    ] = 0,
-    cases: Annotated[
-        int,
-        typer.Option("--cases", min=1, help="Number of random input sets for --against.", rich_help_panel=_PANEL_VALIDATE),
-    ] = 1,
-    atol: Annotated[
-        float, typer.Option("--atol", help="Absolute tolerance of floating outputs.", rich_help_panel=_PANEL_VALIDATE)
-    ] = 1e-4,
-    rtol: Annotated[
-        float, typer.Option("--rtol", help="Relative tolerance of floating outputs.", rich_help_panel=_PANEL_VALIDATE)
-    ] = 1e-3,
-    tol: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--tol",
-            help="Tolerance of one output, NAME=ATOL[,RTOL] (repeatable); the only way to loosen bool/int outputs.",
-            rich_help_panel=_PANEL_VALIDATE,
-        ),
-    ] = None,
-    provider: ProviderOpt = "auto",
-    report: Annotated[
-        Path | None,
-        typer.Option("--report", help="Write every case and output as JSON here.", rich_help_panel=_PANEL_IO),
-    ] = None,
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print nothing but errors.")] = False,
-) -> None:
-    """Check MODEL on ONNX Runtime against stored torch outputs (--ref) or another model (--against).
-
-    Exit 0: every case and output within tolerance. Exit 1: a mismatch, or a case the model does
-    not accept. Exit 2: bad options, or a model or reference that cannot be read.
-    """
-    from onnxsurgery.validation import (
-        compare_models,
-        parse_shape_spec,
-        parse_tolerance_spec,
-        validate,
-    )
-
-    with _boundary(None, quiet):
-        tolerances = dict(parse_tolerance_spec(t) for t in tol or [])
-        shapes = dict(parse_shape_spec(s) for s in shape or [])
-        if against is None:
-            if ref is None:
-                raise UsageError("nothing to validate against: give --ref PATH or --against OTHER.onnx")
-            if shapes or seed or cases != 1:
-                raise UsageError("--shape, --seed and --cases are for random inputs with --against")
-            result = validate(model, ref, provider=provider, atol=atol, rtol=rtol, tolerances=tolerances)
-            what = str(ref)
-        else:
-            if ref is not None and (shapes or seed or cases != 1):
-                raise UsageError("--shape, --seed and --cases are for random inputs; --ref gives stored inputs")
-            result = compare_models(
-                model,
-                against,
-                feeds_or_cases=ref,
-                shapes=shapes,
-                seed=seed,
-                cases=cases,
-                provider=provider,
-                atol=atol,
-                rtol=rtol,
-                tolerances=tolerances,
-            )
-            what = str(against)
-        if report is not None:
-            write_json(result.to_dict(), report)
-        if not result:
-            raise ValidationMismatch(f"validation against {what} failed: {result.summary}", report=result)
-        if not quiet:
-            out.print(result)
+def _default_plan(summary) -> str | None:
+    """Preview symbolize on a model with a fixed-shape input, when symbolize is installed."""
+    static = any(t.dims and all(isinstance(d, int) for d in t.dims) for t in summary.inputs)
+    entry = discover().get("symbolize")
+    return "symbolize" if static and entry is not None and entry.available else None
 
 
 reference_app = typer.Typer(

@@ -199,6 +199,14 @@ class Pass:
             raise PassOptionError(f"{cls.name}: {exc}") from None
 
     # -- running ---------------------------------------------------------------------------------
+    def preview(self, model: onnx.ModelProto) -> Any:
+        """What this pass would change in ``model`` and what would stop it, changing nothing.
+
+        Passes that can tell return a report object (``to_dict()``, ``__rich__()``), shown by
+        ``onnxsurgery inspect --plan``; the default, ``None``, means the pass offers no preview.
+        """
+        return None
+
     def run(self, model: onnx.ModelProto, ctx: PassContext) -> PassResult:
         raise NotImplementedError(f"pass {self.name!r} does not implement run()")
 

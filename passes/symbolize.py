@@ -113,6 +113,13 @@ class Symbolize(Pass):
                 axes[name] = spec
         return axes
 
+    def preview(self, model: onnx.ModelProto) -> SymbolizePlan:
+        """The changes and blockers symbolize would find in ``model`` (nothing is edited)."""
+        try:
+            return plan_symbolize(model, self.resolve_axes(model))
+        except ValueError as exc:
+            self.fail(str(exc))
+
     def run(self, model: onnx.ModelProto, ctx: PassContext) -> PassResult:
         axes = self.resolve_axes(model)
         if not axes:

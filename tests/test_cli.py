@@ -158,3 +158,33 @@ def test_installed_script_help():
     script = Path(sys.executable).with_name("onnxsurgery")
     done = subprocess.run([script, "--help"], capture_output=True, text=True, check=True)
     assert "Usage: onnxsurgery" in done.stdout and "run" in done.stdout
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def test_inspect_previews_symbolize_on_a_static_model():
+    result = invoke("inspect", FIXTURES / "alexnet_view" / "dynamo" / "model.onnx")
+    assert result.exit_code == 0, result.output
+    assert "symbolize: batch (traced 4)" in result.stdout
+    assert "[4, -1]" in result.stdout and "[batch, -1]" in result.stdout
+    assert "logits [batch, 10]" in result.stdout
+
+
+def test_inspect_plan_shows_blockers_and_writes_nothing(tmp_path):
+    model = FIXTURES / "pad_loop" / "dynamo" / "model.onnx"
+    before = sha(model)
+    result = invoke("inspect", model, "--plan", "symbolize(x:0=batch, x:1=seq)", "--json")
+    assert result.exit_code == 0, result.output
+    (plan,) = json.loads(result.stdout)["analysis"]
+    (blocker,) = plan["blockers"]
+    assert blocker["node"] == "node_cat" and "unrolled" in blocker["why"]
+    assert sha(model) == before
+    assert sorted(p.name for p in model.parent.iterdir() if p.suffix == ".onnx") == ["model.onnx"]
+
+
+def test_inspect_plan_errors(model_file):
+    assert "offers no preview" in invoke("inspect", model_file, "--plan", "cleanup").stderr
+    result = invoke("inspect", model_file, "--plan", "symbolize(nope:0=batch)")
+    assert result.exit_code == 2 and "no graph input 'nope'; the model's inputs are x, unused" in result.stderr
+    assert "symbolize:" not in invoke("inspect", model_file, "--no-plan").stdout

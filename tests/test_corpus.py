@@ -64,21 +64,7 @@ EXPECTED_BLOCKERS: dict[Key, str] = {
 }
 
 #: Cases symbolize should handle and does not yet (what breaks, for whoever fixes it).
-KNOWN_FAILURES: dict[Key, str] = {
-    ("swin", "dynamo", 1, "all"): (
-        "SILENTLY WRONG: pooler_output stays [1, 32] at batch 3 and symbolize's own check passes; "
-        "dynamo's as_strided (AdaptiveAvgPool1d) is Reshape([-1]) -> Gather with constant flat "
-        "indices [1, 32, 1, 1] = b*32 + c, which read row 0 only at any batch"
-    ),
-    ("swin", "dynamo", 2, "all"): (
-        "the same as_strided Gather (flat indices [2, 32, 1, 1]) is left at the traced batch; "
-        "symbolize's check refuses it (indices out of bounds at batch 1)"
-    ),
-    ("wavlm", "dynamo", 1, "batch"): (
-        "relative-position bias folded to [batch*4, 19, 19]: traced at batch 1 the constant is "
-        "one [4, 19, 19] block (rebuilt with Tile at batch 2, but blocked at batch 1)"
-    ),
-}
+KNOWN_FAILURES: dict[Key, str] = {}
 
 #: Refusals whose message names no node of the model (e.g. an ONNX Runtime-internal node name).
 BLOCKER_MESSAGE_GAPS: dict[Key, str] = {
