@@ -67,11 +67,7 @@ EXPECTED_BLOCKERS: dict[Key, str] = {
 KNOWN_FAILURES: dict[Key, str] = {}
 
 #: Refusals whose message names no node of the model (e.g. an ONNX Runtime-internal node name).
-BLOCKER_MESSAGE_GAPS: dict[Key, str] = {
-    ("mobilenet_v2", None, None, "all"): (
-        "the check failure names ONNX Runtime's fused node ('..._nchwc'), not a node of the model"
-    ),
-}
+BLOCKER_MESSAGE_GAPS: dict[Key, str] = {}
 
 #: (arch, exporter) whose static export fails on this torch: a fact about the exporter.
 EXPORT_FAILURES: dict[tuple[str, str], str] = {}
