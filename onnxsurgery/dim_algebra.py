@@ -186,6 +186,29 @@ class Dim:
                 r[m] = c
         return Dim(a), Dim(r)
 
+    def solve_for(
+        self, atom: str, target: int, values: Mapping[str, int], *, nonnegative: bool = False
+    ) -> int | None:
+        """The int ``atom`` must take for ``self == target``, every other atom set by ``values``.
+
+        None when the equation does not tell (``atom`` appears squared, or its coefficient is 0
+        at these values); ValueError when no int (no non-negative int with ``nonnegative``) fits::
+
+            >>> (Dim.sym("seq") * 2 + 5).solve_for("seq", 11, {})
+            3
+        """
+        split = self.linear_in(atom)
+        if split is None:
+            return None
+        a, r = (d.evaluate(values) for d in split)
+        if a == 0:
+            return None
+        q, rem = divmod(target - r, a)
+        if rem or (nonnegative and q < 0):
+            kind = "non-negative int" if nonnegative else "int"
+            raise ValueError(f"no {kind} {atom} gives {self} = {target}")
+        return q
+
     # -- evaluation and substitution ---------------------------------------------------------
     def evaluate(self, values: Mapping[str, int]) -> int:
         """The int this Dim takes when every atom has a value; KeyError names a missing atom."""

@@ -42,23 +42,26 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import onnx
 
+from onnxsurgery.dim_algebra import Dim, dim_product, dim_sum
 from onnxsurgery.errors import ReferenceDataError, UsageError
 
 __all__ = [
     "METADATA_KEY",
     "LAYOUT_VERSION",
-    "Dim",
     "Layout",
+    "PartDim",
     "PartLayout",
-    "Poly",
+    "has_unknown",
     "read_layout",
+    "render_dim",
+    "show_symbol",
     "split_outputs",
     "concat_references",
     "parse_dtype",
@@ -72,8 +75,8 @@ METADATA_KEY = "onnxsurgery.concat-outputs"
 #: Version of the JSON record; bumped when its meaning changes.
 LAYOUT_VERSION = 1
 
-#: One dim of an original output: a size, a symbol (``dim_param``), or unknown.
-Dim = int | str | None
+#: One dim of an original output as recorded: a size, a symbol (``dim_param``), or unknown.
+PartDim = int | str | None
 
 # --------------------------------------------------------------------------------------------
 # dtypes
@@ -179,7 +182,8 @@ def is_lossless_cast(src: int, dst: int) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
-# dims as polynomials: the extents along the concat axis are sums of products of dims.
+# dims as polynomials (onnxsurgery.dim_algebra): the extents along the concat axis are sums of
+# products of dims; the JSON writes them in its own compact form (render_dim).
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -189,127 +193,41 @@ def unknown_symbol(part: str, axis: int) -> str:
     return f"?{axis}:{part}"
 
 
-def _show_symbol(sym: str) -> str:
+def show_symbol(sym: str) -> str:
+    """A symbol as the layout writes it: ``batch``; ``name.shape[1]`` for an unknown dim; a
+    dim_param that is no identifier in parentheses (``(s0 + 1)``)."""
     if sym.startswith("?"):
         axis, _, part = sym[1:].partition(":")
         return f"{part}.shape[{axis}]"
     return sym if _IDENT.fullmatch(sym) else f"({sym})"
 
 
-class Poly:
-    """A polynomial in dim symbols with non-negative integer coefficients (sizes, sums of sizes).
-
-    ``terms`` maps a monomial (a sorted tuple of symbols, repeated for powers) to its coefficient.
-    """
-
-    __slots__ = ("terms",)
-
-    def __init__(self, terms: Mapping[tuple[str, ...], int] | None = None) -> None:
-        self.terms: dict[tuple[str, ...], int] = {
-            k: v for k, v in sorted((terms or {}).items()) if v != 0
-        }
-
-    @classmethod
-    def of(cls, dim: int | str) -> Poly:
-        if isinstance(dim, int):
-            return cls({(): dim})
-        return cls({(dim,): 1})
-
-    def __add__(self, other: Poly) -> Poly:
-        terms = dict(self.terms)
-        for k, v in other.terms.items():
-            terms[k] = terms.get(k, 0) + v
-        return Poly(terms)
-
-    def __mul__(self, other: Poly) -> Poly:
-        terms: dict[tuple[str, ...], int] = {}
-        for k1, v1 in self.terms.items():
-            for k2, v2 in other.terms.items():
-                k = tuple(sorted(k1 + k2))
-                terms[k] = terms.get(k, 0) + v1 * v2
-        return Poly(terms)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Poly) and self.terms == other.terms
-
-    def __hash__(self) -> int:
-        return hash(tuple(self.terms.items()))
-
-    def __repr__(self) -> str:
-        return f"Poly({self.render()!r})"
-
-    @property
-    def symbols(self) -> set[str]:
-        return {s for k in self.terms for s in k}
-
-    @property
-    def is_const(self) -> bool:
-        return not self.symbols
-
-    @property
-    def has_unknown(self) -> bool:
-        return any(s.startswith("?") for s in self.symbols)
-
-    def as_symbol(self) -> str | None:
-        """The symbol when the polynomial is exactly one symbol (``batch``), else None."""
-        if len(self.terms) == 1:
-            ((key, coeff),) = self.terms.items()
-            if coeff == 1 and len(key) == 1:
-                return key[0]
-        return None
-
-    def value(self) -> int:
-        """The constant value; only for constant polynomials."""
-        return self.terms.get((), 0)
-
-    def evaluate(self, values: Mapping[str, int]) -> int:
-        return sum(v * math.prod(values[s] for s in k) for k, v in self.terms.items())
-
-    def linear_in(self, sym: str) -> tuple[Poly, Poly] | None:
-        """``(a, b)`` with ``self == a*sym + b`` when ``sym`` appears only to the first power."""
-        a: dict[tuple[str, ...], int] = {}
-        b: dict[tuple[str, ...], int] = {}
-        for k, v in self.terms.items():
-            n = k.count(sym)
-            if n > 1:
-                return None
-            if n == 1:
-                rest = list(k)
-                rest.remove(sym)
-                a[tuple(rest)] = v
-            else:
-                b[k] = v
-        return Poly(a), Poly(b)
-
-    def render(self) -> int | str:
-        """An int when constant, else ``"batch*5"``-style text (constant term last)."""
-        if self.is_const:
-            return self.value()
-        pieces = []
-        for k, v in self.terms.items():
-            if not k:
-                continue
-            factors = [_show_symbol(s) for s in k]
-            if v != 1:
-                factors.append(str(v))
-            pieces.append("*".join(factors))
-        if () in self.terms:
-            pieces.append(str(self.terms[()]))
-        return "+".join(pieces)
+def render_dim(dim: Dim) -> int | str:
+    """A dim as the layout JSON writes it: an int when constant, else ``batch*5+2`` (terms in
+    the sorted order of their atoms, coefficient last, the constant term last, no spaces)."""
+    if dim.value is not None:
+        return dim.value
+    terms = dim.terms
+    pieces = [
+        "*".join([*map(show_symbol, mono), *([str(coef)] if coef != 1 else [])])
+        for mono, coef in sorted(terms.items())
+        if mono
+    ]
+    if () in terms:
+        pieces.append(str(terms[()]))
+    return "+".join(pieces)
 
 
-def _product(dims: Iterable[Poly]) -> Poly:
-    out = Poly.of(1)
-    for d in dims:
-        out = out * d
-    return out
+def has_unknown(dim: Dim) -> bool:
+    """Whether ``dim`` holds an unknown dim (:func:`unknown_symbol`)."""
+    return any(s.startswith("?") for s in dim.atoms())
 
 
 # --------------------------------------------------------------------------------------------
 # the record
 
 
-def _check_dim(value: Any, where: str) -> Dim:
+def _check_dim(value: Any, where: str) -> PartDim:
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
@@ -323,7 +241,7 @@ class PartLayout:
 
     name: str
     dtype: str
-    dims: tuple[Dim, ...]
+    dims: tuple[PartDim, ...]
     start: int | str = 0
     stop: int | str = 0
     cast: bool = False
@@ -332,10 +250,12 @@ class PartLayout:
     def rank(self) -> int:
         return len(self.dims)
 
-    def dim_polys(self) -> list[Poly]:
+    def dim_polys(self) -> list[Dim]:
         """The original dims as polynomials (an unknown dim is a symbol of its own)."""
         return [
-            Poly.of(unknown_symbol(self.name, i) if d is None else d)
+            Dim.const(d)
+            if isinstance(d, int)
+            else Dim.sym(unknown_symbol(self.name, i) if d is None else d)
             for i, d in enumerate(self.dims)
         ]
 
@@ -373,7 +293,7 @@ class Layout:
     shapes: str | None = None
     lossy: bool = False
     version: int = LAYOUT_VERSION
-    _aligned: list[list[Poly]] = field(init=False, repr=False, compare=False)
+    _aligned: list[list[Dim]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_aligned", [self._align(p) for p in self.parts])
@@ -384,23 +304,23 @@ class Layout:
         """Distinct part names, in order (a name listed twice is one output)."""
         return list(dict.fromkeys(p.name for p in self.parts))
 
-    def _align(self, part: PartLayout) -> list[Poly]:
+    def _align(self, part: PartLayout) -> list[Dim]:
         dims = part.dim_polys()
         if self.flatten is not None:
-            dims = dims[: self.flatten] + [_product(dims[self.flatten :])]
-        return dims + [Poly.of(1)] * (self.rank - len(dims))
+            dims = dims[: self.flatten] + [dim_product(dims[self.flatten :])]
+        return dims + [Dim.const(1)] * (self.rank - len(dims))
 
-    def aligned(self, index: int) -> list[Poly]:
+    def aligned(self, index: int) -> list[Dim]:
         """Part ``index``'s dims once flattened and unsqueezed to the merged rank."""
         return self._aligned[index]
 
-    def extents(self) -> list[Poly]:
+    def extents(self) -> list[Dim]:
         """Each part's extent along the concat axis."""
         return [dims[self.axis] for dims in self._aligned]
 
-    def bounds(self) -> list[tuple[Poly, Poly]]:
+    def bounds(self) -> list[tuple[Dim, Dim]]:
         """Each part's ``(start, stop)`` along the concat axis."""
-        out, at = [], Poly.of(0)
+        out, at = [], Dim()
         for extent in self.extents():
             out.append((at, at + extent))
             at = at + extent
@@ -412,16 +332,16 @@ class Layout:
         for j in range(self.rank):
             column = [a[j] for a in self._aligned]
             if j == self.axis:
-                dims.append(_sum(column).render())
+                dims.append(render_dim(dim_sum(column)))
             elif j in self.padded_axes:
                 distinct = list(dict.fromkeys(column))
-                if all(d.is_const for d in distinct):
-                    dims.append(max(d.value() for d in distinct))
+                if all(d.is_const() for d in distinct):
+                    dims.append(max(d.value for d in distinct))
                 else:
-                    dims.append("max(" + ",".join(str(d.render()) for d in distinct) + ")")
+                    dims.append("max(" + ",".join(str(render_dim(d)) for d in distinct) + ")")
             else:
-                known = [d for d in column if not d.has_unknown]
-                dims.append((known or column)[0].render())
+                known = [d for d in column if not has_unknown(d)]
+                dims.append(render_dim((known or column)[0]))
         return dims
 
     def np_dtype(self) -> np.dtype:
@@ -525,27 +445,27 @@ class Layout:
             if self.flatten is None and p.rank > self.rank:
                 raise UsageError(f"{where}: part {p.name!r} has rank {p.rank} > rank {self.rank}")
         for (start, stop), p in zip(self.bounds(), self.parts, strict=True):
-            if (start.render(), stop.render()) != (p.start, p.stop):
+            if (render_dim(start), render_dim(stop)) != (p.start, p.stop):
                 raise UsageError(
                     f"{where}: part {p.name!r} claims {p.start}..{p.stop} along axis "
-                    f"{self.axis}, but its dims put it at {start.render()}..{stop.render()}"
+                    f"{self.axis}, but its dims put it at {render_dim(start)}..{render_dim(stop)}"
                 )
 
     # -- resolving dims ----------------------------------------------------------------------
-    def equations(self, merged_shape: Sequence[int] | None) -> list[tuple[Poly, int | None]]:
+    def equations(self, merged_shape: Sequence[int] | None) -> list[tuple[Dim, int | None]]:
         """What the merged array's extents say: per unpadded non-concat axis, every part's dim
         equals it; along the concat axis, the extents add up to it."""
-        eqs: list[tuple[Poly, int | None]] = []
+        eqs: list[tuple[Dim, int | None]] = []
         for j in range(self.rank):
             target = None if merged_shape is None else int(merged_shape[j])
             if j == self.axis:
-                eqs.append((_sum(self.extents()), target))
+                eqs.append((dim_sum(self.extents()), target))
             elif j not in self.padded_axes:
                 eqs.extend((a[j], target) for a in self._aligned)
         return eqs
 
     def symbols(self) -> set[str]:
-        return {s for p in self.parts for d in p.dim_polys() for s in d.symbols}
+        return {s for p in self.parts for d in p.dim_polys() for s in d.atoms()}
 
     def unresolved(self) -> set[str]:
         """Symbols the merged array's shape alone cannot bind (then a shapes output is needed)."""
@@ -571,7 +491,7 @@ class Layout:
             values, _ = _solve(self.equations(merged_shape))
             missing = sorted(self.symbols() - set(values))
             if missing:
-                names = ", ".join(_show_symbol(s) for s in missing)
+                names = ", ".join(show_symbol(s) for s in missing)
                 hint = (
                     f"; pass the model's outputs as a mapping that includes {self.shapes!r}"
                     if self.shapes
@@ -619,14 +539,7 @@ class Layout:
             )
 
 
-def _sum(polys: Iterable[Poly]) -> Poly:
-    out = Poly.of(0)
-    for p in polys:
-        out = out + p
-    return out
-
-
-def _solve(equations: list[tuple[Poly, int | None]]) -> tuple[dict[str, int], set[str]]:
+def _solve(equations: list[tuple[Dim, int | None]]) -> tuple[dict[str, int], set[str]]:
     """Bind symbols one at a time from equations with a single unknown, to the first power.
 
     With targets (ints) it returns the values; without (``None``) only which symbols would be
@@ -638,29 +551,26 @@ def _solve(equations: list[tuple[Poly, int | None]]) -> tuple[dict[str, int], se
     progress = True
     while progress:
         progress = False
-        for poly, target in equations:
-            unknown = poly.symbols - known
+        for dim, target in equations:
+            unknown = dim.atoms() - known
             if len(unknown) != 1:
                 continue
             (sym,) = unknown
-            split = poly.linear_in(sym)
-            if split is None:
-                continue
-            a, b = split
             if target is None:
-                known.add(sym)
-                progress = True
+                if dim.linear_in(sym) is not None:
+                    known.add(sym)
+                    progress = True
                 continue
-            av, bv = a.evaluate(values), b.evaluate(values)
-            if av == 0:
-                continue  # zero-size elsewhere: this equation says nothing about sym
-            q, r = divmod(target - bv, av)
-            if r or q < 0:
+            try:
+                value = dim.solve_for(sym, target, values, nonnegative=True)
+            except ValueError:
                 raise UsageError(
-                    f"the merged extent {target} does not fit {poly.render()} for any size of "
-                    f"{_show_symbol(sym)}"
-                )
-            values[sym] = q
+                    f"the merged extent {target} does not fit {render_dim(dim)} for any size of "
+                    f"{show_symbol(sym)}"
+                ) from None
+            if value is None:
+                continue  # squared, or zero-size elsewhere: this equation says nothing about sym
+            values[sym] = value
             known.add(sym)
             progress = True
     return values, known

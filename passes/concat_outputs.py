@@ -12,18 +12,21 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from onnxsurgery.dim_algebra import Dim, dim_sum
 from onnxsurgery.errors import UsageError
 from onnxsurgery.layout import (
     METADATA_KEY,
-    Dim,
     Layout,
+    PartDim,
     PartLayout,
-    Poly,
     concat_references,
     dtype_name,
+    has_unknown,
     is_lossless_cast,
     np_dtype,
     parse_dtype,
+    render_dim,
+    show_symbol,
 )
 from onnxsurgery.model_io import infer_shapes
 from onnxsurgery.pass_infra import Diagnostic, Pass, PassContext, PassResult
@@ -256,13 +259,13 @@ class ConcatOutputs(Pass):
             if j == axis:
                 continue
             column = [draft.aligned(i)[j] for i in range(len(parts))]
-            known = list(dict.fromkeys(c for c in column if not c.has_unknown))
+            known = list(dict.fromkeys(c for c in column if not has_unknown(c)))
             if len(known) > 1:
                 if self.pad is None:
                     i1, i2 = column.index(known[0]), column.index(known[1])
                     self.fail(
                         f"outputs {names[i1]!r} and {names[i2]!r} differ in dim {j} "
-                        f"({known[0].render()} vs {known[1].render()}; shapes after alignment "
+                        f"({render_dim(known[0])} vs {render_dim(known[1])}; shapes after alignment "
                         f"{_show(draft.aligned(i1))} and {_show(draft.aligned(i2))}), so they "
                         f"cannot be concatenated on axis {axis}; pass pad=VALUE to pad to the "
                         "largest, flatten=N, another axis=, or fewer outputs="
@@ -278,12 +281,12 @@ class ConcatOutputs(Pass):
                     ))  # fmt: skip
         if padded:
             self._check_pad_value(target)
-            if not all(draft.aligned(i)[j].is_const for i in range(len(parts)) for j in padded):
+            if not all(draft.aligned(i)[j].is_const() for i in range(len(parts)) for j in padded):
                 if _opset(model) < 12:
                     self.fail("pad= with symbolic dims needs opset >= 12 (Max on int64)")
         bounds = draft.bounds()
         parts = tuple(
-            replace(p, start=b[0].render(), stop=b[1].render())
+            replace(p, start=render_dim(b[0]), stop=render_dim(b[1]))
             for p, b in zip(parts, bounds, strict=True)
         )
         layout = Layout(
@@ -295,7 +298,7 @@ class ConcatOutputs(Pass):
             layout = replace(layout, shapes=f"{self.merged_name}_shapes")
             notes.append(Diagnostic.info(
                 f"added output {layout.shapes!r} (int64, the parts' shapes): the merged shape "
-                f"alone does not tell {', '.join(sorted(_show_sym(s) for s in unresolved))}"
+                f"alone does not tell {', '.join(sorted(show_symbol(s) for s in unresolved))}"
             ))  # fmt: skip
         layout.check()
         return layout, notes
@@ -318,7 +321,7 @@ class ConcatOutputs(Pass):
 
 
 # -- reading types --------------------------------------------------------------------------------
-def _tensor_type(info: onnx.ValueInfoProto, fail) -> tuple[int, list[Dim]]:
+def _tensor_type(info: onnx.ValueInfoProto, fail) -> tuple[int, list[PartDim]]:
     if not info.type.HasField("tensor_type"):
         kind = info.type.WhichOneof("value") or "untyped"
         fail(f"output {info.name!r} is a {kind.replace('_type', '')}, not a tensor; only tensors can be merged")
@@ -330,7 +333,7 @@ def _tensor_type(info: onnx.ValueInfoProto, fail) -> tuple[int, list[Dim]]:
             f"output {info.name!r} has unknown rank even after shape inference; concat-outputs "
             "needs every output's rank"
         )
-    dims: list[Dim] = []
+    dims: list[PartDim] = []
     for d in tt.shape.dim:
         if d.HasField("dim_value"):
             dims.append(int(d.dim_value))
@@ -341,13 +344,9 @@ def _tensor_type(info: onnx.ValueInfoProto, fail) -> tuple[int, list[Dim]]:
     return tt.elem_type, dims
 
 
-def _show(dims: Sequence[Dim | Poly]) -> str:
-    shown = [d.render() if isinstance(d, Poly) else ("?" if d is None else d) for d in dims]
+def _show(dims: Sequence[PartDim | Dim]) -> str:
+    shown = [render_dim(d) if isinstance(d, Dim) else ("?" if d is None else d) for d in dims]
     return "[" + ", ".join(map(str, shown)) + "]"
-
-
-def _show_sym(sym: str) -> str:
-    return str(Poly.of(sym).render())
 
 
 def _dim_params(graph: onnx.GraphProto) -> set[str]:
@@ -478,11 +477,11 @@ class _Builder:
         value = self.const(np.asarray(self.pad).astype(layout.np_dtype()), layout.np_dtype(), "pad_value")
         aligned = [layout.aligned(i) for i in range(len(blocks))]
         zeros = [0] * layout.rank
-        if all(a[j].is_const for a in aligned for j in layout.padded_axes):
-            top = [max(a[j].value() for a in aligned) for j in range(layout.rank)]
+        if all(a[j].is_const() for a in aligned for j in layout.padded_axes):
+            top = {j: max(a[j].value for a in aligned) for j in layout.padded_axes}
             out = []
             for i, (x, a) in enumerate(zip(blocks, aligned, strict=True)):
-                ends = [top[j] - a[j].value() if j in layout.padded_axes else 0 for j in range(layout.rank)]
+                ends = [top[j] - a[j].value if j in layout.padded_axes else 0 for j in range(layout.rank)]
                 if any(ends):
                     pads = self.const(zeros + ends, np.int64, f"part{i}/pads")
                     x = self.node("Pad", [x, pads, value], f"part{i}/pad")
@@ -506,16 +505,16 @@ class _Builder:
         columns = [[layout.aligned(i)[j] for i in range(len(layout.parts))] for j in range(layout.rank)]
         for j, column in enumerate(columns):
             if j == layout.axis:
-                d = functools.reduce(lambda a, b: a + b, column)
+                d = dim_sum(column)
             elif j in layout.padded_axes:
-                d = max(column, key=lambda c: c.value()) if all(c.is_const for c in column) else None
+                d = max(column, key=lambda c: c.value) if all(c.is_const() for c in column) else None
             else:
-                d = next((c for c in column if not c.has_unknown), None)
-            if d is None or d.is_const:
-                dims.append(None if d is None else d.value())
+                d = next((c for c in column if not has_unknown(c)), None)
+            if d is None or d.is_const():
+                dims.append(None if d is None else d.value)
             else:
                 # a plain symbol such as batch; an expression is no dim_param a runtime would match
-                dims.append(d.as_symbol())
+                dims.append(str(d) if d.is_atom() else None)
         return dims
 
     def place_outputs(self, new: list[onnx.ValueInfoProto], declared: dict[str, onnx.ValueInfoProto]) -> None:

@@ -60,6 +60,19 @@ def test_dim_linear_and_substitution():
         (B + S).evaluate({"batch": 1})
 
 
+def test_dim_solve_for_one_unknown():
+    assert (S * 2 + 5).solve_for("seq", 11, {}) == 3
+    assert (B * S + B).solve_for("seq", 12, {"batch": 3}) == 3
+    assert (B * S).solve_for("seq", 7, {"batch": 0}) is None  # a zero coefficient tells nothing
+    assert (S * S).solve_for("seq", 9, {}) is None
+    assert (S - 4).solve_for("seq", 1, {}) == 5
+    assert (S + 4).solve_for("seq", 1, {}) == -3
+    with pytest.raises(ValueError, match="non-negative int seq"):
+        (S + 4).solve_for("seq", 1, {}, nonnegative=True)
+    with pytest.raises(ValueError, match="no int seq gives seq\\*2 = 7"):
+        (S * 2).solve_for("seq", 7, {})
+
+
 # -- propagation and solving ---------------------------------------------------------------------
 
 CONV_VIEW_GEMM = """
