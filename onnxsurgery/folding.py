@@ -29,6 +29,7 @@ import faulthandler
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import signal
@@ -206,7 +207,7 @@ def _tensor_nbytes(tensor: onnx.TensorProto) -> int:
         return 0
     if tensor.data_type == onnx.TensorProto.STRING:
         return sum(len(v) for v in tensor.string_data)
-    count = int(np.prod(tensor.dims, dtype=np.int64)) if tensor.dims else 1
+    count = math.prod(tensor.dims)
     if tensor.data_type in _SUB_BYTE_BITS:
         return (count * _SUB_BYTE_BITS[tensor.data_type] + 7) // 8
     try:
@@ -359,7 +360,7 @@ def _save_for_onnxsim(model: onnx.ModelProto, path: Path) -> None:
 
 
 def _simplify(
-    model: onnx.ModelProto, settings: OnnxsimSettings, workdir: Path, *, owned: bool
+    model: onnx.ModelProto, settings: OnnxsimSettings, workdir: Path, *, owned: bool, large: bool
 ) -> tuple[onnx.ModelProto | None, bool]:
     """Run onnxsim; return ``(folded model, its check verdict)``.
 
@@ -372,7 +373,7 @@ def _simplify(
     kwargs = settings.kwargs()
     # onnxsim re-infers every shape; a stale static value_info (recorded before symbolize) would
     # otherwise win over an inferred symbolic dim and let a Shape op fold into a constant.
-    if is_large(model):
+    if large:
         if not owned:
             copy = onnx.ModelProto()
             copy.CopyFrom(model)
@@ -398,9 +399,11 @@ def _simplify(
     return folded, bool(check_ok)
 
 
-def _simplify_to_file(model: onnx.ModelProto, settings: OnnxsimSettings, workdir: Path) -> bool:
+def _simplify_to_file(
+    model: onnx.ModelProto, settings: OnnxsimSettings, workdir: Path, *, large: bool
+) -> bool:
     """In a forked child: run onnxsim, leave its result in ``workdir/folded.onnx``."""
-    folded, check_ok = _simplify(model, settings, workdir, owned=True)
+    folded, check_ok = _simplify(model, settings, workdir, owned=True, large=large)
     if folded is not None:
         out_path = workdir / "folded.onnx"
         if is_large(folded):  # folding grew it past 2 GB (e.g. a folded Tile)
@@ -516,17 +519,23 @@ def run_onnxsim(
     """
     import onnxsim  # noqa: F401  (imported here once, so a forked child starts with it loaded)
 
-    forked = wants_isolation(model, isolate) and fork_available()
+    nbytes = constant_bytes(model)
+    large = nbytes >= LARGE_MODEL_BYTES
+    forked = fork_available() and (
+        nbytes >= AUTO_ISOLATE_BYTES if isolate == "auto" else bool(isolate)
+    )
     where = "forked child process" if forked else "in-process"
     with tempfile.TemporaryDirectory(prefix="onnxsurgery-fold-") as tmp:
         workdir = Path(tmp)
         folded = None
         if forked:
-            check_ok = _run_forked(lambda: _simplify_to_file(model, settings, workdir), workdir)
+            check_ok = _run_forked(
+                lambda: _simplify_to_file(model, settings, workdir, large=large), workdir
+            )
         else:
             try:
                 with _captured_output(workdir / "native.log"):
-                    folded, check_ok = _simplify(model, settings, workdir, owned=False)
+                    folded, check_ok = _simplify(model, settings, workdir, owned=False, large=large)
             except Exception as exc:
                 raise FolderFailed(
                     f"{type(exc).__name__}: {_first_line(str(exc)) or type(exc).__name__}",
@@ -736,6 +745,15 @@ def _model_key(model: onnx.ModelProto, content: bool, storage: bool) -> tuple:
     return (opsets, _graph_key(model.graph, content, storage))
 
 
+def _node_counts(graph: onnx.GraphProto, storage: bool) -> tuple[int, ...]:
+    """Cheap counts that differ whenever the keys would (checked first)."""
+    constants = sum(_constant_node_tensor(n) is not None for n in graph.node)
+    others = len(graph.node) - constants
+    if storage:
+        return (others, constants, len(graph.initializer))
+    return (others, constants + len(graph.initializer))
+
+
 def same_graph(a: onnx.ModelProto, b: onnx.ModelProto, *, constant_storage: bool = False) -> bool:
     """Whether ``b`` computes what ``a`` computes, the same way, with the same constants.
 
@@ -746,6 +764,8 @@ def same_graph(a: onnx.ModelProto, b: onnx.ModelProto, *, constant_storage: bool
     opsets. Constant contents are hashed only when everything else already matches.
     """
     storage = constant_storage
+    if _node_counts(a.graph, storage) != _node_counts(b.graph, storage):
+        return False
     if _model_key(a, False, storage) != _model_key(b, False, storage):
         return False
     return _model_key(a, True, storage) == _model_key(b, True, storage)

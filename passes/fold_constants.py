@@ -166,7 +166,7 @@ class FoldConstants(Pass):
         self, model: onnx.ModelProto, pinned_inputs: set[str], diagnostics: list[Diagnostic]
     ) -> tuple[onnx.ModelProto | None, str, list[str]]:
         """``(onnxsim's result, "", its log)``, or ``(None, why it failed, its log)``."""
-        if wants_isolation(model, self.isolate) and not fork_available():
+        if not fork_available() and wants_isolation(model, self.isolate):
             diagnostics.append(Diagnostic.info("onnxsim ran in-process: no fork on this platform"))
         try:
             result = run_onnxsim(model, self.settings, isolate=self.isolate)
