@@ -6,14 +6,15 @@ import functools
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
 
-from onnxsurgery.dim_algebra import Dim, dim_sum
+from onnxsurgery.concat_graph import add_merged_output
+from onnxsurgery.dim_algebra import Dim
 from onnxsurgery.errors import UsageError
+from onnxsurgery.graph_walk import all_names, default_opset
 from onnxsurgery.layout import (
     METADATA_KEY,
     Layout,
@@ -33,7 +34,6 @@ from onnxsurgery.pass_infra import Diagnostic, Pass, PassContext, PassResult
 
 __all__ = ["ConcatOutputs"]
 
-_INT64_MAX = 2**63 - 1
 _GENERATED = re.compile(r"unk__\d+")
 
 
@@ -157,7 +157,7 @@ class ConcatOutputs(Pass):
 
         layout, notes = self._plan(model, [types[n] for n in chosen])
         diagnostics.extend(notes)
-        taken = _all_names(model.graph)
+        taken = all_names(model.graph)
         for new in filter(None, (layout.name, layout.shapes)):
             if new in taken:
                 self.fail(
@@ -166,7 +166,7 @@ class ConcatOutputs(Pass):
                 )
         out = onnx.ModelProto()
         out.CopyFrom(model)
-        _Builder(out, layout, self.pad, taken).build({o.name: o for o in model.graph.output})
+        add_merged_output(out, layout, taken, {o.name: o for o in model.graph.output})
         out.metadata_props.add(key=METADATA_KEY, value=layout.to_json())
         diagnostics.insert(0, Diagnostic.info(_summary(layout)))
         return PassResult(
@@ -204,8 +204,8 @@ class ConcatOutputs(Pass):
             # ONNX shape inference names dims it cannot tell unk__N: they are unknown to us
             dims.append([None if isinstance(d, str) and _GENERATED.fullmatch(d) and d not in ours else d
                          for d in shape])  # fmt: skip
-        if _opset(model) < 11:
-            self.fail(f"the model imports opset {_opset(model)}; concat-outputs needs opset >= 11")
+        if default_opset(model) < 11:
+            self.fail(f"the model imports opset {default_opset(model)}; concat-outputs needs opset >= 11")
         target = self.elem_type
         if target is None:
             first = next((i for i, t in enumerate(types) if t != types[0]), None)
@@ -282,7 +282,7 @@ class ConcatOutputs(Pass):
         if padded:
             self._check_pad_value(target)
             if not all(draft.aligned(i)[j].is_const() for i in range(len(parts)) for j in padded):
-                if _opset(model) < 12:
+                if default_opset(model) < 12:
                     self.fail("pad= with symbolic dims needs opset >= 12 (Max on int64)")
         bounds = draft.bounds()
         parts = tuple(
@@ -361,177 +361,7 @@ def _dim_params(graph: onnx.GraphProto) -> set[str]:
     }
 
 
-def _opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-
-
-def _all_names(graph: onnx.GraphProto) -> set[str]:
-    """Every tensor and node name in the graph and its subgraphs."""
-    names = {i.name for i in graph.input} | {o.name for o in graph.output}
-    names |= {t.name for t in graph.initializer} | {v.name for v in graph.value_info}
-    names |= {t.values.name for t in graph.sparse_initializer}
-    for node in graph.node:
-        names.update(node.input)
-        names.update(node.output)
-        names.add(node.name)
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                names |= _all_names(sub)
-    names.discard("")
-    return names
-
-
 def _summary(layout: Layout) -> str:
     where = ", ".join(f"{p.name} {_show(list(p.dims))} at {p.start}..{p.stop}" for p in layout.parts)
     shape = _show(layout.merged_dims())
     return f"merged {len(layout.parts)} outputs into {layout.name!r} {shape} on axis {layout.axis}: {where}"
-
-
-# -- building the graph ---------------------------------------------------------------------------
-@dataclass
-class _Builder:
-    model: onnx.ModelProto
-    layout: Layout
-    pad: float | None
-    taken: set[str]
-
-    def fresh(self, hint: str) -> str:
-        base = f"{self.layout.name}/{hint}"
-        name, n = base, 1
-        while name in self.taken:
-            n += 1
-            name = f"{base}_{n}"
-        self.taken.add(name)
-        return name
-
-    def node(self, op: str, inputs: list[str], hint: str, **attrs) -> str:
-        out = self.fresh(hint)
-        self.model.graph.node.append(
-            helper.make_node(op, inputs, [out], name=self.fresh(f"{hint}/{op}"), **attrs)
-        )
-        return out
-
-    def const(self, values, dtype, hint: str) -> str:
-        name = self.fresh(hint)
-        self.model.graph.initializer.append(numpy_helper.from_array(np.asarray(values, dtype=dtype), name))
-        return name
-
-    def build(self, declared: dict[str, onnx.ValueInfoProto]) -> None:
-        layout, opset = self.layout, _opset(self.model)
-        target = parse_dtype(layout.dtype)
-        blocks = []
-        for i, part in enumerate(layout.parts):
-            x, tag = part.name, f"part{i}"
-            if part.cast:
-                x = self.node("Cast", [x], f"{tag}/cast", to=target)
-            if layout.flatten is not None and part.rank != layout.flatten + 1:
-                x = self.flatten(x, part, tag)
-            have = layout.flatten + 1 if layout.flatten is not None else part.rank
-            if have < layout.rank:
-                axes = list(range(have, layout.rank))
-                if opset >= 13:
-                    x = self.node("Unsqueeze", [x, self.const(axes, np.int64, f"{tag}/axes")], f"{tag}/unsqueeze")
-                else:
-                    x = self.node("Unsqueeze", [x], f"{tag}/unsqueeze", axes=axes)
-            blocks.append(x)
-        if layout.padded_axes:
-            blocks = self.padded(blocks)
-        self.model.graph.node.append(
-            helper.make_node("Concat", blocks, [layout.name], name=self.fresh("Concat"), axis=layout.axis)
-        )
-        new = [helper.make_tensor_value_info(layout.name, target, self.merged_dims())]
-        if layout.shapes:
-            shapes = [self.node("Shape", [p.name], f"part{i}/shape") for i, p in enumerate(layout.parts) if p.rank]
-            total = sum(p.rank for p in layout.parts)
-            self.model.graph.node.append(
-                helper.make_node("Concat", shapes, [layout.shapes], name=self.fresh("shapes/Concat"), axis=0)
-            )
-            new.append(helper.make_tensor_value_info(layout.shapes, onnx.TensorProto.INT64, [total]))
-        self.place_outputs(new, declared)
-
-    def flatten(self, x: str, part: PartLayout, tag: str) -> str:
-        """Reshape to rank flatten+1 keeping the leading axes; right for zero-size dims too."""
-        n, opset = self.layout.flatten, _opset(self.model)
-        assert n is not None
-        tail = part.dims[n:]
-        size = math.prod(tail) if all(isinstance(d, int) for d in tail) else None
-        if size:  # 0 in a Reshape shape copies the input dim: right for the kept axes
-            shape = self.const([0] * n + [size], np.int64, f"{tag}/flat_shape")
-            return self.node("Reshape", [x, shape], f"{tag}/flatten")
-        if opset < 14:  # no allowzero: -1 cannot be inferred when a kept dim is 0 at run time
-            shape = self.const([0] * n + [-1], np.int64, f"{tag}/flat_shape")
-            return self.node("Reshape", [x, shape], f"{tag}/flatten")
-        if all(isinstance(d, int) for d in part.dims):
-            shape = self.const(list(part.dims[:n]) + [size], np.int64, f"{tag}/flat_shape")
-        else:
-            dims = self.node("Shape", [x], f"{tag}/shape")
-            n_const = self.const([n], np.int64, f"{tag}/n")
-            head = self.node("Slice", [dims, self.const([0], np.int64, f"{tag}/zero"), n_const], f"{tag}/head")
-            rest = self.node("Slice", [dims, n_const, self.const([_INT64_MAX], np.int64, f"{tag}/end")], f"{tag}/tail")
-            prod = self.node("ReduceProd", [rest], f"{tag}/tail_size", keepdims=1)
-            shape = self.node("Concat", [head, prod], f"{tag}/flat_shape", axis=0)
-        return self.node("Reshape", [x, shape], f"{tag}/flatten", allowzero=1)
-
-    def padded(self, blocks: list[str]) -> list[str]:
-        layout = self.layout
-        value = self.const(np.asarray(self.pad).astype(layout.np_dtype()), layout.np_dtype(), "pad_value")
-        aligned = [layout.aligned(i) for i in range(len(blocks))]
-        zeros = [0] * layout.rank
-        if all(a[j].is_const() for a in aligned for j in layout.padded_axes):
-            top = {j: max(a[j].value for a in aligned) for j in layout.padded_axes}
-            out = []
-            for i, (x, a) in enumerate(zip(blocks, aligned, strict=True)):
-                ends = [top[j] - a[j].value if j in layout.padded_axes else 0 for j in range(layout.rank)]
-                if any(ends):
-                    pads = self.const(zeros + ends, np.int64, f"part{i}/pads")
-                    x = self.node("Pad", [x, pads, value], f"part{i}/pad")
-                out.append(x)
-            return out
-        shapes = [self.node("Shape", [x], f"part{i}/aligned_shape") for i, x in enumerate(blocks)]
-        top = self.node("Max", shapes, "padded_shape") if len(shapes) > 1 else shapes[0]
-        mask = self.const([int(j in layout.padded_axes) for j in range(layout.rank)], np.int64, "pad_mask")
-        begin = self.const(zeros, np.int64, "pad_begin")
-        out = []
-        for i, (x, shape) in enumerate(zip(blocks, shapes, strict=True)):
-            gap = self.node("Sub", [top, shape], f"part{i}/gap")
-            ends = self.node("Mul", [gap, mask], f"part{i}/pad_ends")
-            pads = self.node("Concat", [begin, ends], f"part{i}/pads", axis=0)
-            out.append(self.node("Pad", [x, pads, value], f"part{i}/pad"))
-        return out
-
-    def merged_dims(self) -> list[int | str | None]:
-        """Declared dims of the merged output: ints, a shared dim_param, else unknown."""
-        layout, dims = self.layout, []
-        columns = [[layout.aligned(i)[j] for i in range(len(layout.parts))] for j in range(layout.rank)]
-        for j, column in enumerate(columns):
-            if j == layout.axis:
-                d = dim_sum(column)
-            elif j in layout.padded_axes:
-                d = max(column, key=lambda c: c.value) if all(c.is_const() for c in column) else None
-            else:
-                d = next((c for c in column if not has_unknown(c)), None)
-            if d is None or d.is_const():
-                dims.append(None if d is None else d.value)
-            else:
-                # a plain symbol such as batch; an expression is no dim_param a runtime would match
-                dims.append(str(d) if d.is_atom() else None)
-        return dims
-
-    def place_outputs(self, new: list[onnx.ValueInfoProto], declared: dict[str, onnx.ValueInfoProto]) -> None:
-        graph, layout = self.model.graph, self.layout
-        if layout.keep:
-            graph.output.extend(new)
-            return
-        merged = set(layout.part_names)
-        first = next(i for i, o in enumerate(graph.output) if o.name in merged)
-        kept = [o for o in graph.output if o.name not in merged]
-        outputs = kept[:first] + new + kept[first:]
-        # A merged-away output is an intermediate now: keep what is known of its type.
-        sources = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-        have_info = {v.name for v in graph.value_info}
-        for n in layout.part_names:
-            if n not in sources and n not in have_info:
-                graph.value_info.append(declared[n])
-                have_info.add(n)
-        del graph.output[:]
-        graph.output.extend(outputs)
