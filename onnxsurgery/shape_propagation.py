@@ -33,6 +33,7 @@ import onnx
 from onnx import numpy_helper
 
 from onnxsurgery.dim_algebra import Dim, as_dim
+from onnxsurgery.graph_walk import default_opset, subgraphs
 
 __all__ = [
     "Atom",
@@ -294,21 +295,11 @@ def _static_shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
                     d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim
                 ]
         for node in graph.node:
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    walk(attr.g)
-                for g in attr.graphs:
-                    walk(g)
+            for sub in subgraphs(node):
+                walk(sub)
 
     walk(inferred.graph)
     return out
-
-
-def _opset(model: onnx.ModelProto) -> int:
-    for o in model.opset_import:
-        if o.domain in ("", "ai.onnx"):
-            return o.version
-    return 17
 
 
 def read_constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
@@ -361,7 +352,7 @@ def propagate(model: onnx.ModelProto, axes: dict[str, dict[int, str]]) -> ShapeA
     graph = model.graph
     inits = {i.name for i in graph.initializer}
     inputs = {i.name: i for i in graph.input if i.name not in inits}
-    analysis = ShapeAnalysis(model=model, symbols={}, opset=_opset(model))
+    analysis = ShapeAnalysis(model=model, symbols={}, opset=default_opset(model, missing=17))
     analysis.static = _static_shapes(model)
     analysis.consts = read_constants(graph)
 

@@ -424,20 +424,7 @@ def _changes(
             ]
             old = _fmt([int(v) for v in flat]) if use.array.ndim else str(int(flat[0]))
             new = _fmt(values) if use.array.ndim else str(values[0])
-            changes.append(
-                Change(
-                    use.graph,
-                    use.node,
-                    use.op,
-                    use.input_index,
-                    use.tensor,
-                    "size",
-                    old,
-                    new,
-                    values,
-                    use=use,
-                )
-            )
+            changes.append(_change(use, "size", old, new, values))
             continue
         dims = [
             r if r is not None else Dim.const(n)
@@ -483,22 +470,17 @@ def _changes(
             )
             continue
         new = f"{_dtype_name(use.array)}{_fmt(dims)} ({gen.describe()})"
-        changes.append(
-            Change(
-                use.graph,
-                use.node,
-                use.op,
-                use.input_index,
-                use.tensor,
-                "data",
-                old,
-                new,
-                dims,
-                gen,
-                use,
-            )
-        )
+        changes.append(_change(use, "data", old, new, dims, gen))
     return changes, blockers
+
+
+def _change(
+    use: ConstUse, kind: str, old: str, new: str, values: list[Dim], rebuild: Generator | None = None
+) -> Change:
+    """The Change of the constant read ``use``: where it is, what it was and what it becomes."""
+    return Change(
+        use.graph, use.node, use.op, use.input_index, use.tensor, kind, old, new, values, rebuild, use
+    )
 
 
 def _output_dims(a: ShapeAnalysis, sol: Solution) -> dict[str, list[str | int | None] | None]:

@@ -23,6 +23,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from onnxsurgery.dim_algebra import Dim
+from onnxsurgery.graph_walk import subgraphs
 from onnxsurgery.symbolize_plan import Change, SymbolizePlan
 
 __all__ = ["apply_plan", "toposort_graph"]
@@ -326,14 +327,6 @@ class _Rewriter:
         # The base of an affine and the frequencies of cos/sin span every other axis already.
         if gen.kind == "affine":
             full.update(k for k in range(rank) if k not in gen.axes)
-        elif gen.kind == "tile":
-            k = gen.axes[0]
-            block = gen.base.shape[k]  # type: ignore[union-attr]
-            base = self.initializer(f"{tag}/block", gen.base)  # type: ignore[arg-type]
-            reps = [Dim.const(1)] * rank
-            reps[k] = dims[k].exact_div(block) or dims[k]
-            acc = self.node("Tile", [base, self.vector(reps)], f"{tag}/tile")
-            full.update(range(rank))
         elif gen.kind in ("cos", "sin"):
             full.update(range(rank))
         missing = [
@@ -474,25 +467,20 @@ def _graphs_by_path(graph: onnx.GraphProto, prefix: str = "") -> dict[str, onnx.
 def _drop_value_info(graph: onnx.GraphProto) -> None:
     del graph.value_info[:]
     for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("g"):
-                _drop_value_info(attr.g)
-            for sub in attr.graphs:
-                _drop_value_info(sub)
+        for sub in subgraphs(node):
+            _drop_value_info(sub)
 
 
 def _outer_names(node: onnx.NodeProto) -> set[str]:
     """Names a node reads, including those its subgraphs read from the enclosing scope."""
     names = {i for i in node.input if i}
-    for attr in node.attribute:
-        subs = ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)
-        for g in subs:
-            inner = {i.name for i in g.input} | {i.name for i in g.initializer}
-            for n in g.node:
-                inner.update(o for o in n.output if o)
-            for n in g.node:
-                names.update(x for x in _outer_names(n) if x not in inner)
-            names.update(o.name for o in g.output if o.name not in inner)
+    for g in subgraphs(node):
+        inner = {i.name for i in g.input} | {i.name for i in g.initializer}
+        for n in g.node:
+            inner.update(o for o in n.output if o)
+        for n in g.node:
+            names.update(x for x in _outer_names(n) if x not in inner)
+        names.update(o.name for o in g.output if o.name not in inner)
     return names
 
 

@@ -62,6 +62,8 @@ __all__ = [
 
 Tolerances = Mapping[str, tuple[float | None, float | None]]
 OutputMapFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
+#: A case's reference outputs, or a function computing them when the case runs.
+Expected = Mapping[str, np.ndarray] | Callable[[], Mapping[str, np.ndarray]]
 
 #: Range of random integer inputs for ``compare_models``: small and non-negative, so indices
 #: (embedding ids, gather indices) stay in range for any table of at least 4 rows.
@@ -493,7 +495,7 @@ def _run_case(
     runner: _ModelRunner,
     name: str,
     inputs: Mapping[str, np.ndarray],
-    expected: Mapping[str, np.ndarray] | Callable[[], Mapping[str, np.ndarray]],
+    expected: Expected,
     *,
     atol: float,
     rtol: float,
@@ -537,6 +539,31 @@ def _run_case(
             )
     result.compare_seconds = time.perf_counter() - t0
     return result
+
+
+def _run_cases(
+    runner: _ModelRunner,
+    runs: Iterable[tuple[str, Mapping[str, np.ndarray], Expected]],
+    choice: ProviderChoice,
+    atol: float,
+    rtol: float,
+    tolerances: dict[str, tuple[float | None, float | None]],
+    reference: str | None,
+) -> ValidationReport:
+    """Run every ``(name, inputs, expected)`` on ``runner`` and gather the report."""
+    results = [
+        _run_case(runner, name, inputs, expected, atol=atol, rtol=rtol, tolerances=tolerances)
+        for name, inputs, expected in runs
+    ]
+    return ValidationReport(
+        cases=results,
+        provider=choice.note,
+        atol=float(atol),
+        rtol=float(rtol),
+        tolerances=tolerances,
+        reference=reference,
+        notes=_collect_notes(results),
+    )
 
 
 def _collect_notes(cases: Iterable[CaseResult]) -> list[str]:
@@ -585,7 +612,7 @@ def validate(
     runner = _ModelRunner(model, choice)
     known = set(runner.output_names) | {n for c in cases for n in c.outputs}
     tols = _check_tolerances(tolerances, known)
-    results = []
+    runs: list[tuple[str, Mapping[str, np.ndarray], Expected]] = []
     for case in cases:
         expected: Any = case.outputs
         if output_map is not None:
@@ -598,20 +625,8 @@ def validate(
                         f"mapping reference outputs onto the model's failed: {exc}"
                     ) from None
 
-        results.append(
-            _run_case(
-                runner, case.name, case.inputs, expected, atol=atol, rtol=rtol, tolerances=tols
-            )
-        )
-    return ValidationReport(
-        cases=results,
-        provider=choice.note,
-        atol=float(atol),
-        rtol=float(rtol),
-        tolerances=tols,
-        reference=reference,
-        notes=_collect_notes(results),
-    )
+        runs.append((case.name, case.inputs, expected))
+    return _run_cases(runner, runs, choice, atol, rtol, tols, reference)
 
 
 # --------------------------------------------------------------------------------------------
@@ -802,7 +817,7 @@ def compare_models(
             raise ReferenceDataError("no inputs to compare the models on")
     known = set(runner_a.output_names) | set(runner_b.output_names)
     tols = _check_tolerances(tolerances, known)
-    results = []
+    runs: list[tuple[str, Mapping[str, np.ndarray], Expected]] = []
     for name, feeds in inputs:
 
         def expected(feeds: Mapping[str, np.ndarray] = feeds) -> Mapping[str, np.ndarray]:
@@ -812,15 +827,5 @@ def compare_models(
             except _CaseFailure as exc:
                 raise _CaseFailure(f"reference model {label_b}: {exc}", node=exc.node) from None
 
-        results.append(
-            _run_case(runner_a, name, feeds, expected, atol=atol, rtol=rtol, tolerances=tols)
-        )
-    return ValidationReport(
-        cases=results,
-        provider=choice.note,
-        atol=float(atol),
-        rtol=float(rtol),
-        tolerances=tols,
-        reference=label_b,
-        notes=_collect_notes(results),
-    )
+        runs.append((name, feeds, expected))
+    return _run_cases(runner_a, runs, choice, atol, rtol, tols, label_b)
