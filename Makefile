@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 DEMO   := fixtures/alexnet_view/torchscript
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-corpus lint fixtures bench clean
+.PHONY: install demo test test-corpus test-large lint fixtures bench clean
 
 install: $(STAMP)
 
@@ -29,6 +29,10 @@ test: install
 # All 24 real architectures (make test runs 4 of them); ~17 min of exports on a cold cache.
 test-corpus: install
 	$(BIN)/python -m pytest -m corpus tests/test_corpus.py
+
+# A model over 2 GB with external data through fold-constants (~2 min, ~10 GB RAM, ~5 GB disk).
+test-large: install
+	$(BIN)/python -m pytest -m large -s tests/test_fold_constants_large.py
 
 lint: install
 	$(BIN)/ruff check onnxsurgery passes tests fixtures bench

@@ -279,6 +279,107 @@ def _default_plan(summary) -> str | None:
     return "symbolize" if static and entry is not None and entry.available else None
 
 
+@app.command("validate")
+def validate_command(
+    model: Annotated[Path, typer.Argument(help="The .onnx model to check.")],
+    ref: Annotated[
+        Path | None,
+        typer.Option(
+            "--ref",
+            help="Reference cases (test_data_set_N folders or .npz). With --against, only their inputs are used.",
+            rich_help_panel=_PANEL_VALIDATE,
+        ),
+    ] = None,
+    against: Annotated[
+        Path | None,
+        typer.Option(
+            "--against",
+            help="Compare with this model instead of stored outputs (on --ref inputs, else random ones).",
+            rich_help_panel=_PANEL_VALIDATE,
+        ),
+    ] = None,
+    shape: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--shape",
+            help="Size of a random input for --against, e.g. x:3x3x224x224 (repeatable).",
+            rich_help_panel=_PANEL_VALIDATE,
+        ),
+    ] = None,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed of the random inputs for --against.", rich_help_panel=_PANEL_VALIDATE)
+    ] = 0,
+    cases: Annotated[
+        int,
+        typer.Option("--cases", min=1, help="Number of random input sets for --against.", rich_help_panel=_PANEL_VALIDATE),
+    ] = 1,
+    atol: Annotated[
+        float, typer.Option("--atol", help="Absolute tolerance of floating outputs.", rich_help_panel=_PANEL_VALIDATE)
+    ] = 1e-4,
+    rtol: Annotated[
+        float, typer.Option("--rtol", help="Relative tolerance of floating outputs.", rich_help_panel=_PANEL_VALIDATE)
+    ] = 1e-3,
+    tol: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tol",
+            help="Tolerance of one output, NAME=ATOL[,RTOL] (repeatable); the only way to loosen bool/int outputs.",
+            rich_help_panel=_PANEL_VALIDATE,
+        ),
+    ] = None,
+    provider: ProviderOpt = "auto",
+    report: Annotated[
+        Path | None,
+        typer.Option("--report", help="Write every case and output as JSON here.", rich_help_panel=_PANEL_IO),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print nothing but errors.")] = False,
+) -> None:
+    """Check MODEL on ONNX Runtime against stored torch outputs (--ref) or another model (--against).
+
+    Exit 0: every case and output within tolerance. Exit 1: a mismatch, or a case the model does
+    not accept. Exit 2: bad options, or a model or reference that cannot be read.
+    """
+    from onnxsurgery.validation import (
+        compare_models,
+        parse_shape_spec,
+        parse_tolerance_spec,
+        validate,
+    )
+
+    with _boundary(None, quiet):
+        tolerances = dict(parse_tolerance_spec(t) for t in tol or [])
+        shapes = dict(parse_shape_spec(s) for s in shape or [])
+        if against is None:
+            if ref is None:
+                raise UsageError("nothing to validate against: give --ref PATH or --against OTHER.onnx")
+            if shapes or seed or cases != 1:
+                raise UsageError("--shape, --seed and --cases are for random inputs with --against")
+            result = validate(model, ref, provider=provider, atol=atol, rtol=rtol, tolerances=tolerances)
+            what = str(ref)
+        else:
+            if ref is not None and (shapes or seed or cases != 1):
+                raise UsageError("--shape, --seed and --cases are for random inputs; --ref gives stored inputs")
+            result = compare_models(
+                model,
+                against,
+                feeds_or_cases=ref,
+                shapes=shapes,
+                seed=seed,
+                cases=cases,
+                provider=provider,
+                atol=atol,
+                rtol=rtol,
+                tolerances=tolerances,
+            )
+            what = str(against)
+        if report is not None:
+            write_json(result.to_dict(), report)
+        if not result:
+            raise ValidationMismatch(f"validation against {what} failed: {result.summary}", report=result)
+        if not quiet:
+            out.print(result)
+
+
 reference_app = typer.Typer(
     help="Reference cases: torch outputs stored in the ONNX test-data layout.",
     rich_markup_mode="rich",

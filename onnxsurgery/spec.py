@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import os
 import re
+import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from onnxsurgery.errors import PassSpecError
 from onnxsurgery.pass_infra import Pass
