@@ -189,7 +189,8 @@ def check_model(
         else:
             onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
+        first = (text[:300] + " ...") if len(text) > 300 else (text or type(exc).__name__)
         raise error(f"{where} fails the ONNX checker: {first}") from None
 
 
