@@ -15,6 +15,7 @@ from typing import Any
 
 import onnx
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -127,12 +128,12 @@ class PipelineReport:
         table.add_column("changed")
         table.add_column("notes")
         for rec in self.passes:
-            opts = ", ".join(f"{k}={v}" for k, v in rec.options.items() if v is not None)
-            notes = "; ".join(str(d) for d in rec.diagnostics[:4])
+            opts = escape(", ".join(f"{k}={v}" for k, v in rec.options.items() if v is not None))
+            notes = escape("; ".join(str(d) for d in rec.diagnostics[:4]))
             if len(rec.diagnostics) > 4:
                 notes += f"; ... {len(rec.diagnostics) - 4} more"
             if rec.error:
-                notes = f"[red]{rec.error}[/red]"
+                notes = f"[red]{escape(rec.error)}[/red]"
             table.add_row(
                 rec.name,
                 opts,

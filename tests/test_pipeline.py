@@ -140,3 +140,20 @@ def test_caller_model_is_not_modified(tiny_model):
 def test_default_output_path(tmp_path):
     assert default_output_path(tmp_path / "net.onnx") == tmp_path / "net.surgery.onnx"
     assert default_output_path(tmp_path / "net") == tmp_path / "net.surgery.onnx"
+
+
+class Bracketed(Pass):
+    """Says something with brackets in it."""
+
+    name = "bracketed"
+
+    def run(self, model, ctx):
+        return PassResult(model, modified=False, diagnostics=[Diagnostic.info("[4, -1] -> [batch, -1]")])
+
+
+def test_report_table_shows_bracketed_values_verbatim(tiny_model):
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    console.print(run(tiny_model, [Bracketed()]))
+    assert "[4, -1] -> [batch, -1]" in console.export_text()
