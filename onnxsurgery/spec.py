@@ -222,7 +222,14 @@ def load_recipe(path: str | os.PathLike) -> list[PassSpec]:
     for i, table in enumerate(tables, 1):
         if not isinstance(table, dict) or not isinstance(table.get("name"), str):
             raise PassSpecError(f"{p}: [[pass]] number {i} has no name = \"...\"")
-        options = {k: v for k, v in table.items() if k != "name"}
+        options = {k: v for k, v in table.items() if k not in ("name", "options")}
+        nested = table.get("options", {})
+        if not isinstance(nested, dict):
+            raise PassSpecError(f"{p}: [[pass]] number {i} ({table['name']}): options must be a table")
+        both = sorted(set(options) & set(nested))
+        if both:
+            raise PassSpecError(f"{p}: [[pass]] number {i} ({table['name']}): {both} given twice")
+        options.update(nested)
         specs.append(PassSpec(table["name"], options))
     return specs
 

@@ -188,3 +188,15 @@ def test_inspect_plan_errors(model_file):
     result = invoke("inspect", model_file, "--plan", "symbolize(nope:0=batch)")
     assert result.exit_code == 2 and "no graph input 'nope'; the model's inputs are x, unused" in result.stderr
     assert "symbolize:" not in invoke("inspect", model_file, "--no-plan").stdout
+
+
+@pytest.mark.parametrize(
+    ("recipe", "fixture"),
+    [("dynamic-batch.toml", "alexnet_view"), ("merge-outputs.toml", "multi_output_mismatch")],
+)
+def test_shipped_recipes_repair_their_fixture(recipe, fixture, tmp_path):
+    recipes = Path(__file__).resolve().parents[1] / "passes" / "recipes"
+    ref = FIXTURES / fixture / "torchscript"
+    result = invoke("run", ref / "model.onnx", "-o", tmp_path / "o.onnx", "--recipe", recipes / recipe, "--ref", ref, "-q")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "o.onnx").exists()

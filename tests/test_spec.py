@@ -114,3 +114,12 @@ def test_unknown_option_lists_the_valid_ones():
 def test_wrong_option_value_is_an_option_error():
     with pytest.raises(PassOptionError, match="inputs must be true or false"):
         build_passes(parse_passes("cleanup(inputs=3)"))
+
+
+def test_recipe_options_table_carries_an_option_called_name(tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('[[pass]]\nname = "concat-outputs"\naxis = 1\n[pass.options]\nname = "merged"\n')
+    assert load_recipe(recipe) == [PassSpec("concat-outputs", {"axis": 1, "name": "merged"})]
+    recipe.write_text('[[pass]]\nname = "p"\naxis = 1\n[pass.options]\naxis = 2\n')
+    with pytest.raises(PassSpecError, match=r"\['axis'\] given twice"):
+        load_recipe(recipe)
