@@ -40,8 +40,10 @@ lint: install
 fixtures: install
 	$(BIN)/python fixtures/generate.py
 
+# onnxslim and polygraphy are only what fold-constants is compared against.
 bench: install
 	@mkdir -p build/bench
+	$(BIN)/python -m pip install -q onnxslim polygraphy
 	$(BIN)/python bench/run_all.py --out build/bench
 
 clean:
