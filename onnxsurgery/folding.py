@@ -29,7 +29,6 @@ import faulthandler
 import hashlib
 import io
 import json
-import math
 import os
 import re
 import signal
@@ -46,7 +45,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from onnxsurgery.model_io import PROTOBUF_LIMIT
+from onnxsurgery.model_io import LARGE_MODEL_BYTES, is_large, tensor_bytes, tensor_nbytes
 from onnxsurgery.report import op_counts
 
 __all__ = [
@@ -69,8 +68,6 @@ __all__ = [
     "pinned_dims",
     "op_delta",
     "format_bytes",
-    "is_large",
-    "constant_bytes",
 ]
 
 #: Ops whose output differs between runs: folding them would freeze one draw into the model.
@@ -88,9 +85,6 @@ RANDOM_OPS = frozenset(
 #: onnxsim refuses tensor size thresholds at or above this (``tensor_size_threshold should be
 #: less than 2GB``).
 MAX_SIZE_THRESHOLD = 2**31 - 9999
-#: Models with at least this many tensor bytes cannot go through protobuf in one message; they
-#: are handed to onnxsim by path with external data (the criterion model_io uses for saving).
-LARGE_MODEL_BYTES = PROTOBUF_LIMIT - 64 * 2**20
 #: ``isolate="auto"`` forks for models with at least this many bytes of tensors: those that go
 #: to onnxsim by path. There the child writes the input file from its copy-on-write view of the
 #: model, so this process never holds a second copy, and a crash late in a long run costs most.
@@ -191,56 +185,6 @@ def fork_available() -> bool:
     return hasattr(os, "fork") and sys.platform != "win32"
 
 
-_SUB_BYTE_BITS = {
-    getattr(onnx.TensorProto, name): bits
-    for name, bits in (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2))
-    if hasattr(onnx.TensorProto, name)
-}
-
-
-def _tensor_nbytes(tensor: onnx.TensorProto) -> int:
-    """Bytes of a tensor's data, from its dims and type: reading ``raw_data`` would copy it."""
-    if tensor.data_location == onnx.TensorProto.EXTERNAL:
-        for entry in tensor.external_data:
-            if entry.key == "length":
-                return int(entry.value)
-        return 0
-    if tensor.data_type == onnx.TensorProto.STRING:
-        return sum(len(v) for v in tensor.string_data)
-    count = math.prod(tensor.dims)
-    if tensor.data_type in _SUB_BYTE_BITS:
-        return (count * _SUB_BYTE_BITS[tensor.data_type] + 7) // 8
-    try:
-        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-    except (KeyError, TypeError, ValueError):
-        itemsize = 1
-    return count * itemsize
-
-
-def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    yield from graph.initializer
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                yield attr.t
-            yield from attr.tensors
-            if attr.HasField("g"):
-                yield from _graph_tensors(attr.g)
-            for sub in attr.graphs:
-                yield from _graph_tensors(sub)
-
-
-def constant_bytes(model: onnx.ModelProto) -> int:
-    """Bytes held by the model's tensors (initializers, Constant attributes, subgraphs), counted
-    from dims and types, so that no tensor's data is copied to count it."""
-    return sum(_tensor_nbytes(t) for t in _graph_tensors(model.graph))
-
-
-def is_large(model: onnx.ModelProto) -> bool:
-    """Too big to pass through protobuf in one message (goes by path with external data)."""
-    return constant_bytes(model) >= LARGE_MODEL_BYTES
-
-
 @dataclass(frozen=True)
 class OnnxsimSettings:
     """What ``onnxsim.simplify`` is called with. Everything not listed keeps onnxsim's default,
@@ -329,7 +273,7 @@ def _save_for_onnxsim(model: onnx.ModelProto, path: Path) -> None:
     location = path.name + ".data"
     with open(path.parent / location, "wb") as data:
         for tensor in model.graph.initializer:
-            if tensor.data_location == onnx.TensorProto.EXTERNAL or _tensor_nbytes(tensor) < 1024:
+            if tensor.data_location == onnx.TensorProto.EXTERNAL or tensor_nbytes(tensor) < 1024:
                 continue
             if tensor.HasField("raw_data"):
                 payload = tensor.raw_data
@@ -502,7 +446,7 @@ def wants_isolation(model: onnx.ModelProto, isolate: bool | str) -> bool:
     """``isolate`` resolved for ``model``: ``"auto"`` forks for models with at least
     :data:`AUTO_ISOLATE_BYTES` of tensors (those over 2 GB)."""
     if isolate == "auto":
-        return constant_bytes(model) >= AUTO_ISOLATE_BYTES
+        return tensor_bytes(model) >= AUTO_ISOLATE_BYTES
     return bool(isolate)
 
 
@@ -519,7 +463,7 @@ def run_onnxsim(
     """
     import onnxsim  # noqa: F401  (imported here once, so a forked child starts with it loaded)
 
-    nbytes = constant_bytes(model)
+    nbytes = tensor_bytes(model)
     large = nbytes >= LARGE_MODEL_BYTES
     forked = fork_available() and (
         nbytes >= AUTO_ISOLATE_BYTES if isolate == "auto" else bool(isolate)

@@ -10,8 +10,10 @@ model always serializes to the same bytes.
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +32,10 @@ __all__ = [
     "infer_shapes",
     "as_model",
     "tensor_bytes",
+    "tensor_nbytes",
+    "iter_tensors",
+    "is_large",
+    "LARGE_MODEL_BYTES",
     "PROTOBUF_LIMIT",
 ]
 
@@ -48,7 +54,8 @@ class ModelFile:
     external_data: bool
 
 
-def _iter_tensors(graph: onnx.GraphProto):
+def iter_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor a graph holds: initializers, tensor attributes, subgraphs' tensors."""
     yield from graph.initializer
     for node in graph.node:
         for attr in node.attribute:
@@ -56,15 +63,15 @@ def _iter_tensors(graph: onnx.GraphProto):
                 yield attr.t
             yield from attr.tensors
             if attr.HasField("g"):
-                yield from _iter_tensors(attr.g)
+                yield from iter_tensors(attr.g)
             for sub in attr.graphs:
-                yield from _iter_tensors(sub)
+                yield from iter_tensors(sub)
 
 
 def _external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
     return [
         t
-        for t in _iter_tensors(model.graph)
+        for t in iter_tensors(model.graph)
         if t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL
     ]
 
@@ -156,24 +163,45 @@ def as_model(model: onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:
     return load_model(model)
 
 
+_SUB_BYTE_BITS = {
+    getattr(onnx.TensorProto, name): bits
+    for name, bits in (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2))
+    if hasattr(onnx.TensorProto, name)
+}
+
+
+def tensor_nbytes(tensor: onnx.TensorProto) -> int:
+    """Bytes of a tensor's data, from its dims and type: reading ``raw_data`` would copy it."""
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        for entry in tensor.external_data:
+            if entry.key == "length":
+                return int(entry.value)
+        return 0
+    if tensor.data_type == onnx.TensorProto.STRING:
+        return sum(len(v) for v in tensor.string_data)
+    count = math.prod(tensor.dims)
+    if tensor.data_type in _SUB_BYTE_BITS:
+        return (count * _SUB_BYTE_BITS[tensor.data_type] + 7) // 8
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        itemsize = 1
+    return count * itemsize
+
+
 def tensor_bytes(model: onnx.ModelProto) -> int:
-    """Bytes held by the model's tensors (initializers, Constant attributes, subgraphs)."""
-    total = 0
-    for t in _iter_tensors(model.graph):
-        if t.raw_data:
-            total += len(t.raw_data)
-        else:
-            total += sum(
-                len(getattr(t, f))
-                * (8 if f in ("int64_data", "double_data", "uint64_data") else 4)
-                for f in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data")
-            )
-            total += sum(len(s) for s in t.string_data)
-    return total
+    """Bytes held by the model's tensors (initializers, Constant attributes, subgraphs), counted
+    from dims and types, so that no tensor's data is copied to count it."""
+    return sum(tensor_nbytes(t) for t in iter_tensors(model.graph))
 
 
-def _is_large(model: onnx.ModelProto) -> bool:
-    return tensor_bytes(model) >= PROTOBUF_LIMIT - 64 * 2**20
+#: Models whose tensors reach this go by path with external data (protobuf stops at 2 GiB).
+LARGE_MODEL_BYTES = PROTOBUF_LIMIT - 64 * 2**20
+
+
+def is_large(model: onnx.ModelProto) -> bool:
+    """Too big to pass through protobuf in one message (goes by path with external data)."""
+    return tensor_bytes(model) >= LARGE_MODEL_BYTES
 
 
 def check_model(
@@ -181,7 +209,7 @@ def check_model(
 ) -> None:
     """Run ``onnx.checker`` (by path for models over 2 GB); failures raise ``error``."""
     try:
-        if _is_large(model):
+        if is_large(model):
             with tempfile.TemporaryDirectory(prefix="onnxsurgery-check-") as tmp:
                 tmp_path = Path(tmp) / "model.onnx"
                 _write(model, tmp_path, external_data=True)
@@ -196,7 +224,7 @@ def check_model(
 
 def infer_shapes(model: onnx.ModelProto, *, data_prop: bool = True) -> onnx.ModelProto:
     """ONNX shape inference (strict), by path for models over 2 GB. Returns a new model."""
-    if not _is_large(model):
+    if not is_large(model):
         return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=data_prop)
     with tempfile.TemporaryDirectory(prefix="onnxsurgery-infer-") as tmp:
         src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
@@ -255,8 +283,8 @@ def save_model(
         raise ModelSaveError(f"{target}: is a directory; give a file name for the output model")
     if not target.parent.exists():
         raise ModelSaveError(f"{target}: folder {target.parent} does not exist")
-    use_external = _is_large(model) if external_data is None else external_data
-    if _is_large(model) and not use_external:
+    use_external = is_large(model) if external_data is None else external_data
+    if is_large(model) and not use_external:
         raise ModelSaveError(f"{target}: model is over 2 GB and must be saved with external data")
     tmp_dir = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:

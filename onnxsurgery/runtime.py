@@ -169,9 +169,9 @@ def create_session(
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     with quiet_stderr():
         if isinstance(model, onnx.ModelProto):
-            from onnxsurgery.model_io import _is_large, save_model
+            from onnxsurgery.model_io import is_large, save_model
 
-            if _is_large(model):
+            if is_large(model):
                 with tempfile.TemporaryDirectory(prefix="onnxsurgery-session-") as tmp:
                     path = save_model(model, Path(tmp) / "model.onnx", external_data=True)
                     return ort.InferenceSession(str(path), options, providers=choice.providers)

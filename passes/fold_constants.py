@@ -10,7 +10,6 @@ from onnxsurgery.folding import (
     BATCHED_GEMM,
     FolderFailed,
     OnnxsimSettings,
-    constant_bytes,
     constants_to_initializers,
     fold_with_graphsurgeon,
     fork_available,
@@ -25,6 +24,7 @@ from onnxsurgery.folding import (
     same_graph,
     wants_isolation,
 )
+from onnxsurgery.model_io import tensor_bytes
 from onnxsurgery.pass_infra import Diagnostic, Pass, PassContext, PassResult
 
 __all__ = ["FoldConstants"]
@@ -222,8 +222,8 @@ class FoldConstants(Pass):
             diagnostics.append(Diagnostic.info(f"op counts: {delta}"))
         diagnostics.append(
             Diagnostic.info(
-                f"constant data: {format_bytes(constant_bytes(model))} -> "
-                f"{format_bytes(constant_bytes(folded))}"
+                f"constant data: {format_bytes(tensor_bytes(model))} -> "
+                f"{format_bytes(tensor_bytes(folded))}"
             )
         )
         return PassResult(folded, modified=True, diagnostics=diagnostics)

@@ -13,6 +13,7 @@ from onnxsurgery.passes.fold_constants import FoldConstants
 import onnxsurgery
 from onnxsurgery import folding
 from onnxsurgery.errors import PassError, PassOptionError
+from onnxsurgery.model_io import tensor_bytes
 from onnxsurgery.registry import get_pass
 from onnxsurgery.runtime import run_model
 
@@ -189,7 +190,7 @@ def test_size_threshold_keeps_big_folds_unfolded():
     assert "Expand" not in _ops(FoldConstants()(model).model)
     kept = FoldConstants(size_threshold="1MB")(model)
     assert "Expand" in _ops(kept.model)
-    assert folding.constant_bytes(kept.model) < 1024
+    assert tensor_bytes(kept.model) < 1024
     assert "Expand" not in _ops(FoldConstants(size_threshold=4 * 2**20)(model).model)
 
 
@@ -551,15 +552,15 @@ def test_constants_to_initializers_keeps_graph_outputs_as_nodes():
 
 def test_constant_bytes_counts_without_reading_the_data():
     model = _model(CHAIN)  # Constant float[4] and float scalar: 20 bytes
-    assert folding.constant_bytes(model) == 20
+    assert tensor_bytes(model) == 20
     big = onnx.numpy_helper.from_array(np.zeros((3, 5), np.int64), "big")
     model.graph.initializer.append(big)
-    assert folding.constant_bytes(model) == 20 + 3 * 5 * 8
+    assert tensor_bytes(model) == 20 + 3 * 5 * 8
     external = onnx.TensorProto(name="ext", data_type=onnx.TensorProto.FLOAT, dims=[1000])
     external.data_location = onnx.TensorProto.EXTERNAL
     external.external_data.add(key="length", value="4000")
     model.graph.initializer.append(external)
-    assert folding.constant_bytes(model) == 20 + 120 + 4000
+    assert tensor_bytes(model) == 20 + 120 + 4000
 
 
 def test_large_model_writer_round_trips(tmp_path):
