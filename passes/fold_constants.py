@@ -21,9 +21,9 @@ from onnxsurgery.folding import (
     parse_size,
     pinned_dims,
     run_onnxsim,
-    same_graph,
     wants_isolation,
 )
+from onnxsurgery.graph_equality import same_graph
 from onnxsurgery.model_io import tensor_bytes
 from onnxsurgery.pass_infra import Diagnostic, Pass, PassContext, PassResult
 
