@@ -18,8 +18,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from onnxsurgery.dim_algebra import dim_sum
+from onnxsurgery.dtypes import parse_dtype
 from onnxsurgery.graph_walk import default_opset
-from onnxsurgery.layout import Layout, PartLayout, has_unknown, parse_dtype
+from onnxsurgery.layout import Layout, PartLayout, has_unknown
 
 __all__ = ["add_merged_output"]
 

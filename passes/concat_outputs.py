@@ -13,6 +13,7 @@ import onnx
 
 from onnxsurgery.concat_graph import add_merged_output
 from onnxsurgery.dim_algebra import Dim
+from onnxsurgery.dtypes import dtype_name, is_lossless_cast, np_dtype, parse_dtype
 from onnxsurgery.errors import UsageError
 from onnxsurgery.graph_walk import all_names, default_opset
 from onnxsurgery.layout import (
@@ -21,11 +22,7 @@ from onnxsurgery.layout import (
     PartDim,
     PartLayout,
     concat_references,
-    dtype_name,
     has_unknown,
-    is_lossless_cast,
-    np_dtype,
-    parse_dtype,
     render_dim,
     show_symbol,
 )

@@ -9,15 +9,13 @@ import onnx
 import pytest
 
 from onnxsurgery.dim_algebra import Dim
+from onnxsurgery.dtypes import dtype_name, is_lossless_cast, parse_dtype
 from onnxsurgery.errors import ReferenceDataError, UsageError
 from onnxsurgery.layout import (
     METADATA_KEY,
     Layout,
     PartLayout,
     concat_references,
-    dtype_name,
-    is_lossless_cast,
-    parse_dtype,
     read_layout,
     render_dim,
     split_outputs,
