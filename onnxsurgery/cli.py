@@ -339,12 +339,8 @@ def validate_command(
     Exit 0: every case and output within tolerance. Exit 1: a mismatch, or a case the model does
     not accept. Exit 2: bad options, or a model or reference that cannot be read.
     """
-    from onnxsurgery.validation import (
-        compare_models,
-        parse_shape_spec,
-        parse_tolerance_spec,
-        validate,
-    )
+    from onnxsurgery.model_comparison import compare_models, parse_shape_spec, parse_tolerance_spec
+    from onnxsurgery.validation import validate
 
     with _boundary(None, quiet):
         tolerances = dict(parse_tolerance_spec(t) for t in tol or [])
@@ -409,8 +405,8 @@ def reference_record(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs.")] = 0,
 ) -> None:
     """Run a torch module in eager mode on random inputs and store its outputs as reference cases."""
+    from onnxsurgery.model_comparison import parse_shape_spec
     from onnxsurgery.references import load_module, record_model_cases
-    from onnxsurgery.validation import parse_shape_spec
 
     with _boundary():
         sizes = [dict(parse_shape_spec(part) for part in text.split(";") if part.strip()) for text in case or [""]]

@@ -22,16 +22,15 @@ from onnxsurgery.compare import DEFAULT_ATOL, DEFAULT_RTOL
 from onnxsurgery.errors import ReferenceDataError, UsageError
 from onnxsurgery.references import Case, load_cases
 from onnxsurgery.runtime import ProviderChoice, resolve_provider
+from onnxsurgery.signature import CaseFailure, check_inputs
 from onnxsurgery.validation import (
     Expected,
     Tolerances,
     ValidationReport,
-    _CaseFailure,
     _check_global_tolerances,
     _check_tolerances,
     _ModelRunner,
     _run_cases,
-    check_inputs,
 )
 
 __all__ = [
@@ -238,8 +237,8 @@ def compare_models(
             try:
                 checked, _ = check_inputs(runner_b.specs, feeds)
                 return runner_b.run(checked)
-            except _CaseFailure as exc:
-                raise _CaseFailure(f"reference model {label_b}: {exc}", node=exc.node) from None
+            except CaseFailure as exc:
+                raise CaseFailure(f"reference model {label_b}: {exc}", node=exc.node) from None
 
         runs.append((name, feeds, expected))
     return _run_cases(runner_a, runs, choice, atol, rtol, tols, label_b)

@@ -389,8 +389,9 @@ def record_model_cases(
     model's declared fixed dims. Inputs are random (``numpy.random.default_rng(seed + k)``):
     floats standard normal, integers in a small non-negative range, bools.
     """
+    from onnxsurgery.model_comparison import random_array
     from onnxsurgery.model_io import as_model
-    from onnxsurgery.validation import model_inputs, random_array
+    from onnxsurgery.signature import model_inputs
 
     proto = as_model(model)
     specs = [s for s in model_inputs(proto) if not s.optional]

@@ -49,26 +49,13 @@ from onnxsurgery.runtime import (
     quiet_stderr,
     resolve_provider,
 )
+from onnxsurgery.signature import CaseFailure, check_inputs, model_inputs
 
 __all__ = [
     "CaseResult",
-    "InputSpec",
     "ValidationReport",
-    "model_inputs",
     "validate",
 ]
-
-#: Names that live in :mod:`onnxsurgery.model_comparison` now, still importable from here.
-_MOVED = {"RANDOM_INT_RANGE", "compare_models", "parse_shape_spec", "parse_tolerance_spec", "random_array"}
-
-
-def __getattr__(name: str) -> Any:
-    # Imported on first use: model_comparison builds on this module.
-    if name in _MOVED:
-        from onnxsurgery import model_comparison
-
-        return getattr(model_comparison, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 Tolerances = Mapping[str, tuple[float | None, float | None]]
 OutputMapFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
@@ -76,103 +63,8 @@ OutputMapFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
 Expected = Mapping[str, np.ndarray] | Callable[[], Mapping[str, np.ndarray]]
 
 
-
 # --------------------------------------------------------------------------------------------
-# what a model accepts
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """One declared graph input: dtype and dims (int fixed, str symbolic, None unknown)."""
-
-    name: str
-    dtype: np.dtype | None
-    dims: tuple[int | str | None, ...] | None
-    optional: bool = False  # backed by an initializer: a case may override it, need not
-
-    def dims_text(self) -> str:
-        if self.dims is None:
-            return "(any shape)"
-        return "[" + ", ".join("?" if d is None else str(d) for d in self.dims) + "]"
-
-
-def model_inputs(model: onnx.ModelProto) -> list[InputSpec]:
-    """The inputs a model declares, initializer-backed ones marked optional."""
-    initializers = {t.name for t in model.graph.initializer}
-    specs = []
-    for vi in model.graph.input:
-        dtype = dims = None
-        if vi.type.HasField("tensor_type"):
-            tt = vi.type.tensor_type
-            if tt.elem_type:
-                try:
-                    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
-                except (KeyError, TypeError, ValueError):
-                    dtype = None
-            if tt.HasField("shape"):
-                dims = tuple(
-                    d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                    for d in tt.shape.dim
-                )
-        specs.append(InputSpec(vi.name, dtype, dims, optional=vi.name in initializers))
-    return specs
-
-
-def _dims(shape: Iterable[int]) -> str:
-    return "[" + ", ".join(str(int(d)) for d in shape) + "]"
-
-
-class _CaseFailure(Exception):
-    """A case that cannot be compared: bad inputs, or ONNX Runtime failed on it."""
-
-    def __init__(self, message: str, node: str | None = None) -> None:
-        super().__init__(message)
-        self.node = node
-
-
-def check_inputs(
-    specs: Sequence[InputSpec], inputs: Mapping[str, np.ndarray]
-) -> tuple[dict[str, np.ndarray], list[str]]:
-    """The feeds for one case and notes on ignored inputs; raises _CaseFailure when unfit."""
-    declared = {s.name: s for s in specs}
-    missing = [s.name for s in specs if not s.optional and s.name not in inputs]
-    if missing:
-        names = ", ".join(repr(m) for m in missing)
-        raise _CaseFailure(
-            f"input {names} missing from the case (the model declares "
-            f"{', '.join(s.name for s in specs if not s.optional)}; the case has "
-            f"{', '.join(inputs) or 'none'})"
-        )
-    feeds: dict[str, np.ndarray] = {}
-    notes: list[str] = []
-    symbols: dict[str, tuple[int, str]] = {}
-    for name, value in inputs.items():
-        spec = declared.get(name)
-        if spec is None:
-            notes.append(f"reference input {name!r} is not a model input; ignored")
-            continue
-        array = np.asarray(value)
-        if spec.dtype is not None and array.dtype != spec.dtype:
-            raise _CaseFailure(
-                f"input {name!r}: dtype {array.dtype}, the model declares {spec.dtype}"
-            )
-        if spec.dims is not None:
-            where = f"input {name!r} expects dims {spec.dims_text()}, got {_dims(array.shape)}"
-            if len(spec.dims) != array.ndim:
-                raise _CaseFailure(f"{where} (rank {len(spec.dims)}, got rank {array.ndim})")
-            for axis, (want, got) in enumerate(zip(spec.dims, array.shape, strict=True)):
-                if isinstance(want, int) and want != got:
-                    raise _CaseFailure(f"{where}: axis {axis} is fixed at {want}, got {got}")
-                if isinstance(want, str):
-                    seen = symbols.setdefault(want, (int(got), f"{name!r} axis {axis}"))
-                    if seen[0] != got:
-                        raise _CaseFailure(
-                            f"{where}: axis {axis} is {want!r} = {got}, but {seen[1]} "
-                            f"set {want!r} = {seen[0]}"
-                        )
-        feeds[name] = array
-    return feeds, notes
-
+# running one model
 
 class _ModelRunner:
     """One model, one session, reused over every case."""
@@ -201,7 +93,7 @@ class _ModelRunner:
         except Exception as exc:  # any ORT failure on this case is this case's failure
             message, node = describe_ort_error(exc)
             where = f" (node {node!r})" if node and node not in message else ""
-            raise _CaseFailure(f"ONNX Runtime failed: {message}{where}", node=node) from None
+            raise CaseFailure(f"ONNX Runtime failed: {message}{where}", node=node) from None
         return dict(zip(self.output_names, values, strict=True))
 
 
@@ -519,7 +411,7 @@ def _run_case(
         t0 = time.perf_counter()
         actual = runner.run(feeds)
         result.inference_seconds = time.perf_counter() - t0
-    except _CaseFailure as exc:
+    except CaseFailure as exc:
         result.error, result.node = str(exc), exc.node
         return result
     t0 = time.perf_counter()
@@ -628,7 +520,7 @@ def validate(
                 try:
                     return output_map(case.outputs)
                 except (KeyError, ValueError, UsageError, ReferenceDataError) as exc:
-                    raise _CaseFailure(
+                    raise CaseFailure(
                         f"mapping reference outputs onto the model's failed: {exc}"
                     ) from None
 

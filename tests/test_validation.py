@@ -25,16 +25,11 @@ from onnxsurgery.errors import (
     UsageError,
     ValidationMismatch,
 )
+from onnxsurgery.model_comparison import compare_models, parse_shape_spec, parse_tolerance_spec
 from onnxsurgery.pass_infra import PassContext
 from onnxsurgery.references import Case, save_case
 from onnxsurgery.runtime import _probe_cuda
-from onnxsurgery.validation import (
-    ValidationReport,
-    compare_models,
-    parse_shape_spec,
-    parse_tolerance_spec,
-    validate,
-)
+from onnxsurgery.validation import ValidationReport, validate
 
 W = np.array([[0.5, -1.0], [0.25, 2.0], [1.0, 0.0]], dtype=np.float32)
 B = np.array([1.0, -0.5], dtype=np.float32)
