@@ -23,6 +23,7 @@ what is wrong with it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -50,6 +51,7 @@ __all__ = [
     "record",
     "record_model_cases",
     "load_module",
+    "import_file",
     "NPZ_INPUT_PREFIX",
     "NPZ_OUTPUT_PREFIX",
 ]
@@ -326,6 +328,29 @@ def _to_numpy(tensor: Any) -> np.ndarray:
     return np.ascontiguousarray(tensor.detach().cpu().numpy())
 
 
+def import_file(path: str | os.PathLike[str], name: str) -> Any:
+    """Import the Python file at ``path`` as module ``name`` (once; later calls reuse it).
+
+    The module is registered in ``sys.modules`` while it executes (dataclasses look their
+    module up then) and removed again if executing it fails.
+    """
+    import importlib.util
+    import sys
+
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import {path} as a Python module")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return sys.modules[name]
+
+
 def load_module(spec: str) -> Any:
     """Import a torch module from ``"package.module:attr"`` or ``"path/to/file.py:attr"``.
 
@@ -334,7 +359,6 @@ def load_module(spec: str) -> Any:
     """
     import importlib
     import importlib.util
-    import sys
 
     import torch
 
@@ -346,11 +370,8 @@ def load_module(spec: str) -> Any:
             path = Path(source)
             if not path.is_file():
                 raise ReferenceDataError(f"{spec!r}: no such file {path}")
-            name = f"_onnxsurgery_user_{path.stem}"
-            loader_spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(loader_spec)
-            sys.modules[name] = module
-            loader_spec.loader.exec_module(module)
+            digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
+            module = import_file(path, f"_onnxsurgery_user_{path.stem}_{digest}")
         else:
             module = importlib.import_module(source)
     except ReferenceDataError:

@@ -11,13 +11,13 @@ axes in the ``torch.onnx.export(dynamic_axes=...)`` format (integer axis keys)::
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
+
+from onnxsurgery.references import import_file
 
 try:
     import tomllib
@@ -129,18 +129,7 @@ def get_entry(name: str, exporter: str = "torchscript") -> FixtureEntry:
 
 def fixture_generate() -> ModuleType:
     """``fixtures/generate.py`` as a module (export helpers, ``relax_io``, ``run_ort``)."""
-    name = "_onnxsurgery_fixtures_generate"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, FIXTURES_DIR / "generate.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[name]
-            raise
-    return sys.modules[name]
+    return import_file(FIXTURES_DIR / "generate.py", "_onnxsurgery_fixtures_generate")
 
 
 def fixture_models() -> ModuleType:
