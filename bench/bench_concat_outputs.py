@@ -26,8 +26,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 from onnxsurgery.passes.concat_outputs import ConcatOutputs
 
-from onnxsurgery.layout import read_layout
-from onnxsurgery.runtime import create_session, resolve_provider
+from onnxsurgery.merged_outputs import read_layout
+from onnxsurgery.validation.runtime import create_session, resolve_provider
 
 #: (label, batch, input features, output widths)
 CONFIGS = [

@@ -417,8 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import onnxsim
-
-    from onnxsurgery.folding import onnxsim_version
+    from onnxsurgery.passes.fold_constants.options import onnxsim_version
 
     tools, missing = other_tools()
     print(

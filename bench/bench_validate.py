@@ -21,10 +21,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxsurgery.compare import compare_arrays
-from onnxsurgery.references import Case, save_case
-from onnxsurgery.runtime import create_session
-from onnxsurgery.validation import validate
+from onnxsurgery.validation.against_references import validate
+from onnxsurgery.validation.arrays import compare_arrays
+from onnxsurgery.validation.references import Case, save_case
+from onnxsurgery.validation.runtime import create_session
 
 
 def conv_net(rng: np.random.Generator) -> onnx.ModelProto:

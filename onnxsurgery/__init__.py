@@ -38,13 +38,13 @@ from onnxsurgery.errors import (
     UsageError,
     ValidationMismatch,
 )
-from onnxsurgery.model_io import load_model, save_model
-from onnxsurgery.pass_infra import Diagnostic, Pass, PassContext, PassResult
-from onnxsurgery.pipeline import Pipeline, default_output_path, run
-from onnxsurgery.registry import create_pass, discover, get_pass
-from onnxsurgery.report import PassRecord, PipelineReport
-from onnxsurgery.runtime import create_session, resolve_provider
-from onnxsurgery.spec import PassSpec, load_recipe, parse_passes
+from onnxsurgery.model.io import load_model, save_model
+from onnxsurgery.pipeline.chain import PassSpec, load_recipe, parse_passes
+from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
+from onnxsurgery.pipeline.registry import create_pass, discover, get_pass
+from onnxsurgery.pipeline.report import PassRecord, PipelineReport
+from onnxsurgery.pipeline.runner import Pipeline, default_output_path, run
+from onnxsurgery.validation.runtime import create_session, resolve_provider
 
 try:
     __version__ = version("onnxsurgery")

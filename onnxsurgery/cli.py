@@ -22,12 +22,12 @@ from rich.table import Table
 from rich.text import Text
 
 from onnxsurgery.errors import OnnxSurgeryError, UsageError, ValidationMismatch
-from onnxsurgery.model_io import load_model
-from onnxsurgery.pipeline import Pipeline, default_output_path
-from onnxsurgery.registry import discover
-from onnxsurgery.report import write_json
-from onnxsurgery.runtime import PROVIDERS
-from onnxsurgery.spec import build_passes, load_recipe, parse_passes
+from onnxsurgery.model.io import load_model
+from onnxsurgery.pipeline.chain import build_passes, load_recipe, parse_passes
+from onnxsurgery.pipeline.registry import discover
+from onnxsurgery.pipeline.report import write_json
+from onnxsurgery.pipeline.runner import Pipeline, default_output_path
+from onnxsurgery.validation.runtime import PROVIDERS
 
 __all__ = ["app", "main"]
 
@@ -186,7 +186,7 @@ def run(
         except ValidationMismatch as exc:
             failed_model = getattr(getattr(exc, "pipeline_report", None), "model", None)
             if keep_failed is not None and failed_model is not None:
-                from onnxsurgery.model_io import save_model
+                from onnxsurgery.model.io import save_model
 
                 save_model(failed_model, keep_failed)
                 err.print(f"kept the failing model at {keep_failed}")
@@ -247,7 +247,7 @@ def inspect(
 ) -> None:
     """Describe MODEL: opset, producer, inputs/outputs with dims, op counts, weights, and what
     symbolize would change in it. Nothing is written."""
-    from onnxsurgery.summary import summarize
+    from onnxsurgery.model.summary import summarize
 
     with _boundary():
         summary = summarize(model)
@@ -339,8 +339,10 @@ def validate_command(
     Exit 0: every case and output within tolerance. Exit 1: a mismatch, or a case the model does
     not accept. Exit 2: bad options, or a model or reference that cannot be read.
     """
-    from onnxsurgery.model_comparison import compare_models, parse_shape_spec, parse_tolerance_spec
-    from onnxsurgery.validation import validate
+    from onnxsurgery.model.signature import parse_shape_spec
+    from onnxsurgery.validation.against_model import compare_models
+    from onnxsurgery.validation.against_references import validate
+    from onnxsurgery.validation.tolerances import parse_tolerance_spec
 
     with _boundary(None, quiet):
         tolerances = dict(parse_tolerance_spec(t) for t in tol or [])
@@ -405,8 +407,8 @@ def reference_record(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs.")] = 0,
 ) -> None:
     """Run a torch module in eager mode on random inputs and store its outputs as reference cases."""
-    from onnxsurgery.model_comparison import parse_shape_spec
-    from onnxsurgery.references import load_module, record_model_cases
+    from onnxsurgery.model.signature import parse_shape_spec
+    from onnxsurgery.validation.recording import load_module, record_model_cases
 
     with _boundary():
         sizes = [dict(parse_shape_spec(part) for part in text.split(";") if part.strip()) for text in case or [""]]
@@ -423,7 +425,7 @@ def reference_show(
     path: Annotated[Path, typer.Argument(help="A folder of test_data_set_N, one such folder, or .npz.")],
 ) -> None:
     """List the cases under PATH with their inputs and outputs."""
-    from onnxsurgery.references import load_cases
+    from onnxsurgery.validation.references import load_cases
 
     with _boundary():
         table = Table(title=f"reference cases: {path}", title_justify="left")

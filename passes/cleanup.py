@@ -5,7 +5,8 @@ from __future__ import annotations
 import onnx
 import onnx_graphsurgeon as gs
 
-from onnxsurgery.pass_infra import Diagnostic, Pass, PassContext, PassResult
+from onnxsurgery.model.walk import subgraphs
+from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 
 __all__ = ["Cleanup"]
 
@@ -77,9 +78,7 @@ def _is_sorted(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> b
     for node in graph.node:
         if any(name not in known for name in node.input):
             return False
-        for attr in node.attribute:
-            subs = ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)
-            if any(not _is_sorted(sub, frozenset(known)) for sub in subs):
-                return False
+        if any(not _is_sorted(sub, frozenset(known)) for sub in subgraphs(node)):
+            return False
         known.update(node.output)
     return True

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import onnx
 
-from onnxsurgery.model_io import infer_shapes
-from onnxsurgery.pass_infra import Diagnostic, Pass, PassContext, PassResult
+from onnxsurgery.model.io import infer_shapes
+from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 
 __all__ = ["InferShapes"]
 

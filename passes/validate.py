@@ -9,11 +9,11 @@ from typing import Any, ClassVar
 
 import onnx
 
-from onnxsurgery.compare import DEFAULT_ATOL, DEFAULT_RTOL
 from onnxsurgery.errors import PassError, ValidationMismatch
-from onnxsurgery.pass_infra import Diagnostic, Pass, PassContext, PassResult
-from onnxsurgery.runtime import PROVIDERS
-from onnxsurgery.validation import validate
+from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
+from onnxsurgery.validation.against_references import validate
+from onnxsurgery.validation.runtime import PROVIDERS
+from onnxsurgery.validation.tolerances import DEFAULT_ATOL, DEFAULT_RTOL
 
 __all__ = ["Validate"]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
-from onnxsurgery.references import import_file
+from onnxsurgery.validation.recording import import_file
 
 try:
     import tomllib

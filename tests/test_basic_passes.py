@@ -9,7 +9,7 @@ from onnxsurgery.passes.cleanup import Cleanup
 from onnxsurgery.passes.infer_shapes import InferShapes
 
 from onnxsurgery import PassContext
-from onnxsurgery.runtime import run_model
+from onnxsurgery.validation.runtime import run_model
 
 
 def test_cleanup_removes_dead_nodes_inputs_and_initializers():

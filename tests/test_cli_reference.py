@@ -8,7 +8,7 @@ import torch
 from typer.testing import CliRunner
 
 from onnxsurgery.cli import app
-from onnxsurgery.references import load_cases
+from onnxsurgery.validation.references import load_cases
 
 runner = CliRunner()
 

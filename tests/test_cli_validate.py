@@ -12,8 +12,8 @@ from onnx import numpy_helper
 from typer.testing import CliRunner
 
 from onnxsurgery.cli import app
-from onnxsurgery.references import Case, save_case
-from onnxsurgery.runtime import _probe_cuda
+from onnxsurgery.validation.references import Case, save_case
+from onnxsurgery.validation.runtime import _probe_cuda
 
 runner = CliRunner()
 

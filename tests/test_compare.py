@@ -9,14 +9,9 @@ import tracemalloc
 import numpy as np
 import pytest
 
-import onnxsurgery.compare as compare_mod
-from onnxsurgery.compare import (
-    DEFAULT_ATOL,
-    DEFAULT_RTOL,
-    OutputComparison,
-    compare_arrays,
-    format_number,
-)
+import onnxsurgery.validation.arrays as compare_mod
+from onnxsurgery.validation.arrays import OutputComparison, compare_arrays, format_number
+from onnxsurgery.validation.tolerances import DEFAULT_ATOL, DEFAULT_RTOL
 
 EXPECTED = np.array([[1.0, 2.0, -4.0], [8.0, 0.0, 16.0]], dtype=np.float32)
 ACTUAL = np.array([[1.0, 2.5, -4.0], [8.0, 0.25, 15.875]], dtype=np.float32)

@@ -13,12 +13,12 @@ from onnxsurgery.passes.concat_outputs import ConcatOutputs
 
 import onnxsurgery
 from onnxsurgery.errors import PassError, PassOptionError, ReferenceDataError
-from onnxsurgery.layout import METADATA_KEY, read_layout, split_outputs
-from onnxsurgery.model_io import infer_shapes
-from onnxsurgery.pass_infra import PassResult
-from onnxsurgery.references import Case, load_cases, save_case
-from onnxsurgery.runtime import run_model
-from onnxsurgery.spec import build_passes
+from onnxsurgery.merged_outputs import METADATA_KEY, read_layout, split_outputs
+from onnxsurgery.model.io import infer_shapes
+from onnxsurgery.pipeline.chain import build_passes
+from onnxsurgery.pipeline.contract import PassResult
+from onnxsurgery.validation.references import Case, load_cases, save_case
+from onnxsurgery.validation.runtime import run_model
 
 RNG = np.random.default_rng(0)
 

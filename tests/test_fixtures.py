@@ -19,7 +19,8 @@ from fixture_manifest import (
     load_manifest,
 )
 
-from onnxsurgery.references import Case, load_cases, record
+from onnxsurgery.validation.recording import record
+from onnxsurgery.validation.references import Case, load_cases
 
 ATOL, RTOL = 1e-4, 1e-3
 ENTRIES = load_manifest()

@@ -8,15 +8,20 @@ import numpy as np
 import onnx
 import onnx.parser
 import pytest
-from onnxsurgery.passes.fold_constants import FoldConstants
+from onnxsurgery.passes.fold_constants import (
+    FoldConstants,
+    changes,
+    graphsurgeon,
+    onnxsim_child,
+    options,
+)
 
 import onnxsurgery
-from onnxsurgery import folding
 from onnxsurgery.errors import PassError, PassOptionError
-from onnxsurgery.graph_equality import same_graph
-from onnxsurgery.model_io import tensor_bytes
-from onnxsurgery.registry import get_pass
-from onnxsurgery.runtime import run_model
+from onnxsurgery.model.equality import same_graph
+from onnxsurgery.model.io import tensor_bytes
+from onnxsurgery.pipeline.registry import get_pass
+from onnxsurgery.validation.runtime import run_model
 
 CHAIN = """
 <ir_version: 8, opset_import: ["" : 17]>
@@ -86,11 +91,11 @@ def isolate(request) -> bool:
 
 def test_auto_isolation_forks_only_big_models(monkeypatch):
     small = _model(CHAIN)
-    assert not folding.wants_isolation(small, "auto")
-    assert folding.wants_isolation(small, True) and not folding.wants_isolation(small, False)
+    assert not onnxsim_child.wants_isolation(small, "auto")
+    assert onnxsim_child.wants_isolation(small, True) and not onnxsim_child.wants_isolation(small, False)
     assert "(in-process)" in str(FoldConstants()(small).diagnostics[0])
-    monkeypatch.setattr(folding, "AUTO_ISOLATE_BYTES", 16)  # CHAIN holds 20 bytes of constants
-    assert folding.wants_isolation(small, "auto")
+    monkeypatch.setattr(onnxsim_child, "AUTO_ISOLATE_BYTES", 16)  # CHAIN holds 20 bytes of constants
+    assert onnxsim_child.wants_isolation(small, "auto")
     assert "(forked child process)" in str(FoldConstants()(small).diagnostics[0])
 
 
@@ -294,15 +299,15 @@ def test_wrong_options_are_errors_before_any_work(options, match):
 
 
 def test_parse_size_and_input_shapes():
-    assert folding.parse_size("1MB") == 2**20
-    assert folding.parse_size("512KB") == 512 * 1024
-    assert folding.parse_size("1.5 gb") == 3 * 2**29
-    assert folding.parse_size("4096") == 4096
-    assert folding.parse_size(100) == 100
-    assert folding.parse_input_shapes("x:1x3x224x224") == {"x": [1, 3, 224, 224]}
-    assert folding.parse_input_shapes(["x:1,3", "y:2x4"]) == {"x": [1, 3], "y": [2, 4]}
-    assert folding.parse_input_shapes({"x": [1, 3]}) == {"x": [1, 3]}
-    assert folding.parse_input_shapes("a:b:2x2") == {"a:b": [2, 2]}
+    assert options.parse_size("1MB") == 2**20
+    assert options.parse_size("512KB") == 512 * 1024
+    assert options.parse_size("1.5 gb") == 3 * 2**29
+    assert options.parse_size("4096") == 4096
+    assert options.parse_size(100) == 100
+    assert options.parse_input_shapes("x:1x3x224x224") == {"x": [1, 3, 224, 224]}
+    assert options.parse_input_shapes(["x:1,3", "y:2x4"]) == {"x": [1, 3], "y": [2, 4]}
+    assert options.parse_input_shapes({"x": [1, 3]}) == {"x": [1, 3]}
+    assert options.parse_input_shapes("a:b:2x2") == {"a:b": [2, 2]}
 
 
 def test_chain_text_options_reach_onnxsim():
@@ -313,7 +318,7 @@ def test_chain_text_options_reach_onnxsim():
     assert p.settings.kwargs() == {
         "check_n": 0,
         "certify": False,
-        "skipped_optimizers": ["fuse_bn_into_conv", folding.BATCHED_GEMM],
+        "skipped_optimizers": ["fuse_bn_into_conv", options.BATCHED_GEMM],
         "tensor_size_threshold": f"{2**20}B",
         "overwrite_input_shapes": {"x": [2, 4]},
     }
@@ -464,7 +469,7 @@ rnd (float[N,4] x) => (float[N,4] y) {
 
 def test_fallback_never_freezes_a_random_op():
     model = _model(RANDOM)
-    folded = folding.fold_with_graphsurgeon(model)
+    folded = graphsurgeon.fold_with_graphsurgeon(model)
     assert "RandomNormal" in _ops(folded)
     assert _ops(folded).count("Add") == 2  # c + c folded, the random draw kept
 
@@ -542,7 +547,7 @@ def test_constants_to_initializers_keeps_graph_outputs_as_nodes():
         }
         """
     )
-    assert folding.constants_to_initializers(model) == 2
+    assert graphsurgeon.constants_to_initializers(model) == 2
     assert _ops(model) == ["Constant", "Add"]
     assert [t.name for t in model.graph.initializer] == ["c", "f"]
     np.testing.assert_array_equal(
@@ -571,7 +576,7 @@ def test_large_model_writer_round_trips(tmp_path):
     model.graph.initializer.append(onnx.numpy_helper.from_array(big, "big"))
     typed = onnx.helper.make_tensor("typed", onnx.TensorProto.INT64, [300], list(range(300)))
     model.graph.initializer.append(typed)
-    folding._save_for_onnxsim(model, tmp_path / "m.onnx")
+    onnxsim_child._save_for_onnxsim(model, tmp_path / "m.onnx")
     assert (tmp_path / "m.onnx.data").stat().st_size == big.nbytes + 300 * 8
     loaded = onnx.load(str(tmp_path / "m.onnx"))
     arrays = {t.name: onnx.numpy_helper.to_array(t) for t in loaded.graph.initializer}
@@ -583,10 +588,10 @@ def test_large_model_writer_round_trips(tmp_path):
 
 def test_op_delta_and_format_bytes():
     before, after = _model(CHAIN), _model(FOLDED)
-    assert folding.op_delta(before, after) == "Constant -2, Add -1, Mul -1"
-    assert folding.format_bytes(512) == "512 B"
-    assert folding.format_bytes(1536) == "1.5 KB"
-    assert folding.format_bytes(3 * 2**30) == "3.00 GB"
+    assert changes.op_delta(before, after) == "Constant -2, Add -1, Mul -1"
+    assert changes.format_bytes(512) == "512 B"
+    assert changes.format_bytes(1536) == "1.5 KB"
+    assert changes.format_bytes(3 * 2**30) == "3.00 GB"
 
 
 # -- in the pipeline ----------------------------------------------------------------------------

@@ -16,14 +16,14 @@ from fixture_manifest import FixtureEntry, load_manifest
 
 import onnxsurgery
 from onnxsurgery.errors import OnnxSurgeryError
-from onnxsurgery.references import Case, load_cases
-from onnxsurgery.runtime import run_model
+from onnxsurgery.validation.references import Case, load_cases
+from onnxsurgery.validation.runtime import run_model
 
 pytestmark = pytest.mark.e2e
 
 EXPORTED = [e for e in load_manifest() if e.exported]
 DATA_DEPENDENT = [e for e in EXPORTED if e.name in ("nonzero", "bool_mask", "pad_loop")]
-# The project's default validation tolerances (onnxsurgery.validation).
+# The project's default validation tolerances (onnxsurgery.validation.against_references).
 ATOL, RTOL = 1e-4, 1e-3
 
 

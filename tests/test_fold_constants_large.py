@@ -21,8 +21,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxsurgery
-from onnxsurgery.model_io import PROTOBUF_LIMIT
-from onnxsurgery.runtime import create_session, run_model
+from onnxsurgery.model.io import PROTOBUF_LIMIT
+from onnxsurgery.validation.runtime import create_session, run_model
 
 pytestmark = pytest.mark.large
 

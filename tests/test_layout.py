@@ -8,10 +8,8 @@ import numpy as np
 import onnx
 import pytest
 
-from onnxsurgery.dim_algebra import Dim
-from onnxsurgery.dtypes import dtype_name, is_lossless_cast, parse_dtype
 from onnxsurgery.errors import ReferenceDataError, UsageError
-from onnxsurgery.layout import (
+from onnxsurgery.merged_outputs import (
     METADATA_KEY,
     Layout,
     PartLayout,
@@ -21,6 +19,8 @@ from onnxsurgery.layout import (
     split_outputs,
     unknown_symbol,
 )
+from onnxsurgery.model.dtypes import dtype_name, is_lossless_cast, parse_dtype
+from onnxsurgery.shapes.dims import Dim
 
 T = onnx.TensorProto
 RNG = np.random.default_rng(0)

@@ -11,7 +11,7 @@ from onnx import helper, numpy_helper
 
 from onnxsurgery import load_model, save_model
 from onnxsurgery.errors import ModelLoadError, ModelSaveError
-from onnxsurgery.model_io import read_model_file
+from onnxsurgery.model.io import read_model_file
 
 
 def weighted_model(n: int = 4096) -> onnx.ModelProto:
@@ -135,7 +135,7 @@ def test_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("onnxsurgery.model_io.os.replace", boom)
+    monkeypatch.setattr("onnxsurgery.model.io.os.replace", boom)
     with pytest.raises(ModelSaveError, match="No space left on device"):
         save_model(weighted_model(), target)
     assert target.read_bytes() == b"old"

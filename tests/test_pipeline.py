@@ -9,7 +9,7 @@ import pytest
 
 from onnxsurgery import Diagnostic, Pass, PassResult, Pipeline, default_output_path, run
 from onnxsurgery.errors import PassError, UsageError
-from onnxsurgery.pipeline import PIPELINE_METADATA_KEY
+from onnxsurgery.pipeline.runner import PIPELINE_METADATA_KEY
 
 
 class Breaker(Pass):

@@ -1,4 +1,4 @@
-"""onnxsurgery.references: cases round-trip through both on-disk forms; bad data raises
+"""onnxsurgery.validation.references: cases round-trip through both on-disk forms; bad data raises
 ReferenceDataError naming the path; record() runs torch eager and writes a case."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 from onnx import numpy_helper
 
 from onnxsurgery.errors import ReferenceDataError
-from onnxsurgery.references import Case, load_cases, record, save_case, save_npz
+from onnxsurgery.validation.recording import record
+from onnxsurgery.validation.references import Case, load_cases, save_case, save_npz
 
 
 def _case(name: str = "c", batch: int = 2) -> Case:

@@ -12,8 +12,9 @@ from pathlib import Path
 import onnx
 import pytest
 
-from onnxsurgery import registry, run
+from onnxsurgery import run
 from onnxsurgery.errors import PluginError
+from onnxsurgery.pipeline import registry
 
 PLUGIN = '''
 """A third-party pass: renames the graph."""

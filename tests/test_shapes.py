@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from onnxsurgery.passes.symbolize.generators import match_generator
 
-from onnxsurgery.constant_patterns import match_generator
-from onnxsurgery.dim_algebra import Dim, dim_product
-from onnxsurgery.shape_propagation import propagate
-from onnxsurgery.shape_solver import solve
+from onnxsurgery.shapes.dims import Dim, dim_product
+from onnxsurgery.shapes.propagation import propagate
+from onnxsurgery.shapes.solver import solve
 
 B, S = Dim.sym("batch"), Dim.sym("seq")
 

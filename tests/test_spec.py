@@ -6,7 +6,7 @@ import pytest
 
 from onnxsurgery import PassSpec, load_recipe, parse_passes
 from onnxsurgery.errors import PassOptionError, PassSpecError
-from onnxsurgery.spec import build_passes
+from onnxsurgery.pipeline.chain import build_passes
 
 
 def test_chain_with_every_value_kind():

@@ -6,13 +6,13 @@ import numpy as np
 import onnx
 import pytest
 from onnxsurgery.passes.symbolize import Symbolize
+from onnxsurgery.passes.symbolize.plan import SymbolizePlan, plan_symbolize
 
 import onnxsurgery
 from onnxsurgery.errors import PassError, PassOptionError
-from onnxsurgery.pass_infra import Pass
-from onnxsurgery.registry import get_pass
-from onnxsurgery.runtime import run_model
-from onnxsurgery.symbolize_plan import SymbolizePlan, plan_symbolize
+from onnxsurgery.pipeline.contract import Pass
+from onnxsurgery.pipeline.registry import get_pass
+from onnxsurgery.validation.runtime import run_model
 
 
 def parse(text: str, **inits: np.ndarray) -> onnx.ModelProto:
@@ -368,7 +368,7 @@ def test_index_grid_traced_at_batch_one_enumerates_the_batch(mask_index_model):
 
 
 def test_check_catches_rows_that_read_one_batch_row(mask_index_model, monkeypatch):
-    import onnxsurgery.symbolize_plan as plan_module
+    import onnxsurgery.passes.symbolize.plan as plan_module
 
     monkeypatch.setattr(plan_module, "find_batch_indices", lambda analysis, sol: [])
     with pytest.raises(PassError, match="batch rows are not independent: row 1 of output 'y'"):

@@ -11,8 +11,8 @@ from onnxsurgery.passes.symbolize import Symbolize
 
 import onnxsurgery
 from onnxsurgery.errors import PassError
-from onnxsurgery.references import load_cases
-from onnxsurgery.runtime import create_session, run_model
+from onnxsurgery.validation.references import load_cases
+from onnxsurgery.validation.runtime import create_session, run_model
 
 pytestmark = pytest.mark.e2e
 

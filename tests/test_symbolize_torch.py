@@ -9,7 +9,7 @@ import pytest
 from onnxsurgery.passes.symbolize import Symbolize
 
 import onnxsurgery
-from onnxsurgery.runtime import run_model
+from onnxsurgery.validation.runtime import run_model
 
 torch = pytest.importorskip("torch")
 nn = torch.nn

@@ -12,8 +12,8 @@ import pytest
 from fixture_manifest import FixtureEntry, load_manifest
 from onnx import numpy_helper
 
-from onnxsurgery.references import load_cases
-from onnxsurgery.validation import validate
+from onnxsurgery.validation.against_references import validate
+from onnxsurgery.validation.references import load_cases
 
 pytestmark = pytest.mark.e2e
 

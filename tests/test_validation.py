@@ -25,11 +25,14 @@ from onnxsurgery.errors import (
     UsageError,
     ValidationMismatch,
 )
-from onnxsurgery.model_comparison import compare_models, parse_shape_spec, parse_tolerance_spec
-from onnxsurgery.pass_infra import PassContext
-from onnxsurgery.references import Case, save_case
-from onnxsurgery.runtime import _probe_cuda
-from onnxsurgery.validation import ValidationReport, validate
+from onnxsurgery.model.signature import parse_shape_spec
+from onnxsurgery.pipeline.contract import PassContext
+from onnxsurgery.validation.against_model import compare_models
+from onnxsurgery.validation.against_references import validate
+from onnxsurgery.validation.references import Case, save_case
+from onnxsurgery.validation.report import ValidationReport
+from onnxsurgery.validation.runtime import _probe_cuda
+from onnxsurgery.validation.tolerances import parse_tolerance_spec
 
 W = np.array([[0.5, -1.0], [0.25, 2.0], [1.0, 0.0]], dtype=np.float32)
 B = np.array([1.0, -0.5], dtype=np.float32)

@@ -494,13 +494,13 @@ class CaseResult:
 
 
 def _session(model: onnx.ModelProto) -> Any:
-    from onnxsurgery.runtime import create_session
+    from onnxsurgery.validation.runtime import create_session
 
     return create_session(model, "cpu", threads=1)
 
 
 def _ort_message(exc: BaseException) -> str:
-    from onnxsurgery.runtime import describe_ort_error
+    from onnxsurgery.validation.runtime import describe_ort_error
 
     message, node = describe_ort_error(exc)
     m = re.search(
@@ -540,7 +540,7 @@ def check_sizes(
             results.append(SizeResult(dict(sizes), False, f"model wants inputs {missing}"))
             continue
         try:
-            from onnxsurgery.runtime import quiet_stderr
+            from onnxsurgery.validation.runtime import quiet_stderr
 
             with quiet_stderr():
                 got = session.run(out_names, feeds)

@@ -1,0 +1,148 @@
+"""What a model accepts: its declared inputs (dtype, dims) and whether a case's feeds fit them.
+
+Used wherever feeds meet a model: validation checks reference cases before running them,
+``compare_models`` and ``reference record`` make random inputs from the declared signature.
+:func:`parse_shape_spec` is the one ``NAME:DIMS`` parser (``--shape``, ``--case``,
+fold-constants' ``input_shapes``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from onnxsurgery.errors import UsageError
+
+__all__ = ["InputSpec", "CaseFailure", "model_inputs", "check_inputs", "parse_shape_spec"]
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One declared graph input: dtype and dims (int fixed, str symbolic, None unknown)."""
+
+    name: str
+    dtype: np.dtype | None
+    dims: tuple[int | str | None, ...] | None
+    optional: bool = False  # backed by an initializer: a case may override it, need not
+
+    def dims_text(self) -> str:
+        if self.dims is None:
+            return "(any shape)"
+        return "[" + ", ".join("?" if d is None else str(d) for d in self.dims) + "]"
+
+
+def model_inputs(model: onnx.ModelProto) -> list[InputSpec]:
+    """The inputs a model declares, initializer-backed ones marked optional."""
+    initializers = {t.name for t in model.graph.initializer}
+    specs = []
+    for vi in model.graph.input:
+        dtype = dims = None
+        if vi.type.HasField("tensor_type"):
+            tt = vi.type.tensor_type
+            if tt.elem_type:
+                try:
+                    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+                except (KeyError, TypeError, ValueError):
+                    dtype = None
+            if tt.HasField("shape"):
+                dims = tuple(
+                    d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                    for d in tt.shape.dim
+                )
+        specs.append(InputSpec(vi.name, dtype, dims, optional=vi.name in initializers))
+    return specs
+
+
+def _dims(shape: Iterable[int]) -> str:
+    return "[" + ", ".join(str(int(d)) for d in shape) + "]"
+
+
+class CaseFailure(Exception):
+    """A case that cannot be compared: bad inputs, or ONNX Runtime failed on it."""
+
+    def __init__(self, message: str, node: str | None = None) -> None:
+        super().__init__(message)
+        self.node = node
+
+
+def check_inputs(
+    specs: Sequence[InputSpec], inputs: Mapping[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The feeds for one case and notes on ignored inputs; raises CaseFailure when unfit."""
+    declared = {s.name: s for s in specs}
+    missing = [s.name for s in specs if not s.optional and s.name not in inputs]
+    if missing:
+        names = ", ".join(repr(m) for m in missing)
+        raise CaseFailure(
+            f"input {names} missing from the case (the model declares "
+            f"{', '.join(s.name for s in specs if not s.optional)}; the case has "
+            f"{', '.join(inputs) or 'none'})"
+        )
+    feeds: dict[str, np.ndarray] = {}
+    notes: list[str] = []
+    symbols: dict[str, tuple[int, str]] = {}
+    for name, value in inputs.items():
+        spec = declared.get(name)
+        if spec is None:
+            notes.append(f"reference input {name!r} is not a model input; ignored")
+            continue
+        array = np.asarray(value)
+        if spec.dtype is not None and array.dtype != spec.dtype:
+            raise CaseFailure(
+                f"input {name!r}: dtype {array.dtype}, the model declares {spec.dtype}"
+            )
+        if spec.dims is not None:
+            where = f"input {name!r} expects dims {spec.dims_text()}, got {_dims(array.shape)}"
+            if len(spec.dims) != array.ndim:
+                raise CaseFailure(f"{where} (rank {len(spec.dims)}, got rank {array.ndim})")
+            for axis, (want, got) in enumerate(zip(spec.dims, array.shape, strict=True)):
+                if isinstance(want, int) and want != got:
+                    raise CaseFailure(f"{where}: axis {axis} is fixed at {want}, got {got}")
+                if isinstance(want, str):
+                    seen = symbols.setdefault(want, (int(got), f"{name!r} axis {axis}"))
+                    if seen[0] != got:
+                        raise CaseFailure(
+                            f"{where}: axis {axis} is {want!r} = {got}, but {seen[1]} "
+                            f"set {want!r} = {seen[0]}"
+                        )
+        feeds[name] = array
+    return feeds, notes
+
+
+def parse_shape_spec(
+    text: str,
+    *,
+    flag: str = "--shape",
+    positive: bool = False,
+    error: type[Exception] = UsageError,
+) -> tuple[str, list[int]]:
+    """``"x:3x3x224x224"`` -> ``("x", [3, 3, 224, 224])``; ``"x:"`` (or ``"x:scalar"``) is a scalar.
+
+    The name is everything before the last ``:`` (ONNX names may hold colons); dims are
+    separated by ``x`` or ``,``. ``positive`` refuses zero dims and scalars. Errors are raised as
+    ``error`` with ``flag`` (the option the text came from) in the message.
+    """
+    if not isinstance(text, str):
+        raise error(f"{flag} {text!r} must read NAME:DIMS, like x:1x3x224x224")
+    name, sep, dims_text = text.strip().rpartition(":")
+    name = name.strip()
+    if not sep or not name:
+        raise error(f"{flag} {text!r} must read NAME:DIMS, like x:1x3x224x224")
+    dims_text = dims_text.strip()
+    if not dims_text or dims_text == "scalar":
+        if positive:
+            raise error(f"{flag} {text!r} needs positive dims, like {name}:1x3x224x224")
+        return name, []
+    try:
+        dims = [int(p) for p in dims_text.replace(",", "x").split("x")]
+    except ValueError:
+        raise error(
+            f"{flag} {text!r}: dims must be integers (whole numbers) separated by x, like {name}:1x3x224x224"
+        ) from None
+    if positive and any(d <= 0 for d in dims):
+        raise error(f"{flag} {text!r} needs positive dims, like {name}:1x3x224x224")
+    if any(d < 0 for d in dims):
+        raise error(f"{flag} {text!r}: dims must be >= 0")
+    return name, dims

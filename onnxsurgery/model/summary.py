@@ -1,0 +1,159 @@
+"""What ``onnxsurgery inspect`` shows: opsets, producer, signature, op counts, weights."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from onnxsurgery.model.io import read_model_file, tensor_bytes
+from onnxsurgery.model.walk import op_counts
+
+__all__ = ["TensorSummary", "ModelSummary", "summarize", "dims_of"]
+
+
+def dims_of(vi: onnx.ValueInfoProto) -> list[int | str | None] | None:
+    """Dims of a value: ints, symbol names, or None for unknown; None when rank is unknown."""
+    t = vi.type.tensor_type
+    if not t.HasField("shape"):
+        return None
+    out: list[int | str | None] = []
+    for d in t.shape.dim:
+        if d.HasField("dim_value"):
+            out.append(d.dim_value)
+        elif d.HasField("dim_param"):
+            out.append(d.dim_param)
+        else:
+            out.append(None)
+    return out
+
+
+def _dtype_name(vi: onnx.ValueInfoProto) -> str:
+    if vi.type.HasField("tensor_type"):
+        return onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name if vi.type.tensor_type.elem_type else "?"
+    return vi.type.WhichOneof("value") or "?"
+
+
+def _fmt_dims(dims: list[int | str | None] | None) -> str:
+    if dims is None:
+        return "?"
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+@dataclass
+class TensorSummary:
+    name: str
+    dtype: str
+    dims: list[int | str | None] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "dims": self.dims}
+
+
+@dataclass
+class ModelSummary:
+    path: str | None
+    ir_version: int
+    opsets: dict[str, int]
+    producer: str
+    inputs: list[TensorSummary]
+    outputs: list[TensorSummary]
+    nodes: int
+    op_counts: dict[str, int]
+    initializers: int
+    initializer_bytes: int
+    external_data: bool
+    metadata: dict[str, str] = field(default_factory=dict)
+    extra: list[Any] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "path": self.path,
+            "ir_version": self.ir_version,
+            "opsets": self.opsets,
+            "producer": self.producer,
+            "inputs": [t.to_dict() for t in self.inputs],
+            "outputs": [t.to_dict() for t in self.outputs],
+            "nodes": self.nodes,
+            "op_counts": self.op_counts,
+            "initializers": self.initializers,
+            "initializer_bytes": self.initializer_bytes,
+            "external_data": self.external_data,
+            "metadata": self.metadata,
+        }
+        for item in self.extra:
+            if hasattr(item, "to_dict"):
+                out.setdefault("analysis", []).append(item.to_dict())
+        return out
+
+    def __rich__(self) -> Group:
+        head = Table.grid(padding=(0, 2))
+        head.add_row("model", self.path or "(in memory)")
+        head.add_row("producer", self.producer or "?")
+        head.add_row("ir / opsets", f"ir {self.ir_version}; " + ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in self.opsets.items()))
+        head.add_row("nodes", str(self.nodes))
+        head.add_row(
+            "weights",
+            f"{self.initializers} initializers, {self.initializer_bytes:,} bytes"
+            + (" (external data)" if self.external_data else ""),
+        )
+        io = Table(title="signature", title_justify="left")
+        io.add_column("")
+        io.add_column("name", style="bold")
+        io.add_column("dtype")
+        io.add_column("dims")
+        for kind, items in (("input", self.inputs), ("output", self.outputs)):
+            for t in items:
+                io.add_row(kind, t.name, t.dtype, _fmt_dims(t.dims))
+        ops = Table(title="ops", title_justify="left")
+        ops.add_column("op")
+        ops.add_column("count", justify="right")
+        for op, n in sorted(self.op_counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            ops.add_row(op, str(n))
+        parts: list[Any] = [head, io, ops]
+        if self.metadata:
+            meta = Table(title="metadata", title_justify="left")
+            meta.add_column("key")
+            meta.add_column("value", overflow="fold")
+            for k, v in self.metadata.items():
+                meta.add_row(k, v)
+            parts.append(meta)
+        parts.extend(self.extra)
+        if not self.extra:
+            parts.append(Text(""))
+        return Group(*parts)
+
+
+def summarize(model: onnx.ModelProto | str | os.PathLike) -> ModelSummary:
+    """Read a model (path or ModelProto) and describe it."""
+    path: Path | None = None
+    external = False
+    if not isinstance(model, onnx.ModelProto):
+        loaded = read_model_file(model)
+        path, model, external = loaded.path, loaded.model, loaded.external_data
+    graph = model.graph
+    init_names = {i.name for i in graph.initializer}
+    return ModelSummary(
+        path=str(path) if path else None,
+        ir_version=model.ir_version,
+        opsets={o.domain: o.version for o in model.opset_import},
+        producer=" ".join(x for x in (model.producer_name, model.producer_version) if x),
+        inputs=[
+            TensorSummary(i.name, _dtype_name(i), dims_of(i))
+            for i in graph.input
+            if i.name not in init_names
+        ],
+        outputs=[TensorSummary(o.name, _dtype_name(o), dims_of(o)) for o in graph.output],
+        nodes=len(graph.node),
+        op_counts=dict(sorted(op_counts(graph).items())),
+        initializers=len(graph.initializer),
+        initializer_bytes=tensor_bytes(model),
+        external_data=external,
+        metadata={p.key: p.value for p in model.metadata_props},
+    )

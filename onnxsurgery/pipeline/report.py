@@ -1,0 +1,151 @@
+"""What a pipeline run reports: per pass options, seconds, node counts, diagnostics.
+
+Reports are plain dataclasses with ``to_dict()`` (the ``--report FILE.json`` form) and
+``__rich__()`` (the terminal form), so the CLI renders them and Python users read fields.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx
+from rich.console import Group
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from onnxsurgery.pipeline.contract import Diagnostic
+
+__all__ = ["PassRecord", "PipelineReport", "write_json"]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    return repr(value)
+
+
+@dataclass
+class PassRecord:
+    """One pass as it ran."""
+
+    name: str
+    options: dict[str, Any]
+    seconds: float
+    nodes_before: int
+    nodes_after: int
+    modified: bool
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    report: Any = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "name": self.name,
+            "options": _jsonable(self.options),
+            "seconds": round(self.seconds, 6),
+            "nodes_before": self.nodes_before,
+            "nodes_after": self.nodes_after,
+            "modified": self.modified,
+            "diagnostics": [d.to_dict() for d in self.diagnostics],
+            "error": self.error,
+        }
+        if self.report is not None:
+            out["report"] = _jsonable(self.report)
+        return out
+
+
+@dataclass
+class PipelineReport:
+    """Everything a run did, in order; ``ok`` is False when it stopped on an error."""
+
+    source: str | None
+    output: str | None = None
+    passes: list[PassRecord] = field(default_factory=list)
+    validation: Any = None
+    provider: str | None = None
+    error: str | None = None
+    seconds: float = 0.0
+    model: onnx.ModelProto | None = field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def modified(self) -> bool:
+        return any(p.modified for p in self.passes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "output": self.output,
+            "ok": self.ok,
+            "error": self.error,
+            "seconds": round(self.seconds, 6),
+            "provider": self.provider,
+            "passes": [p.to_dict() for p in self.passes],
+            "validation": _jsonable(self.validation) if self.validation is not None else None,
+        }
+
+    def __rich__(self) -> Group:
+        table = Table(title=f"onnxsurgery: {self.source or 'model'}", title_justify="left")
+        table.add_column("pass", style="bold")
+        table.add_column("options")
+        table.add_column("seconds", justify="right")
+        table.add_column("nodes", justify="right")
+        table.add_column("changed")
+        table.add_column("notes")
+        for rec in self.passes:
+            opts = escape(", ".join(f"{k}={v}" for k, v in rec.options.items() if v is not None))
+            notes = escape("; ".join(str(d) for d in rec.diagnostics[:4]))
+            if len(rec.diagnostics) > 4:
+                notes += f"; ... {len(rec.diagnostics) - 4} more"
+            if rec.error:
+                notes = f"[red]{escape(rec.error)}[/red]"
+            table.add_row(
+                rec.name,
+                opts,
+                f"{rec.seconds:.3f}",
+                f"{rec.nodes_before} -> {rec.nodes_after}",
+                "[red]failed[/red]" if rec.error else ("yes" if rec.modified else "no"),
+                notes,
+            )
+        parts: list[Any] = [table]
+        blockers = [
+            (rec.name, d) for rec in self.passes for d in rec.diagnostics if d.level != "info"
+        ]
+        for name, diag in blockers:
+            colour = "red" if diag.level == "blocker" else "yellow"
+            parts.append(Text.from_markup(f"[{colour}]{name} {diag.level}:[/{colour}] ") + Text(str(diag)))
+        if self.validation is not None and hasattr(self.validation, "__rich__"):
+            parts.append(self.validation)  # it says which runtime it ran on
+        elif self.provider:
+            parts.append(Text(f"runtime: {self.provider}", style="dim"))
+        if self.output and self.ok:
+            parts.append(Text(f"wrote {self.output}", style="green"))
+        return Group(*parts)
+
+
+def write_json(data: Any, path: str | os.PathLike) -> Path:
+    """Write a report as JSON atomically (temp file + rename)."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(_jsonable(data), indent=2, sort_keys=False) + "\n", encoding="utf-8")
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target

@@ -1,0 +1,244 @@
+"""The pipeline: run passes in order, check after each, validate, then write atomically.
+
+    Pipeline([Symbolize(dynamic_axes={"x": {0: "batch"}}), ConcatOutputs()]).run("in.onnx", "out.onnx")
+    onnxsurgery.run("in.onnx", passes="symbolize, concat-outputs", output="out.onnx", references="fixtures/net")
+
+After every pass the model goes through ``onnx.checker`` and strict shape inference; each pass is
+timed and its node counts recorded. On any failure the pipeline stops, names the pass and the
+cause, and writes nothing. With references, the model is validated on ONNX Runtime after the
+last pass (unless the chain already ends in a validating pass); the output is written only when
+everything passed, so a failed run never leaves a file ``make`` would take as up to date.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from onnxsurgery.errors import (
+    OnnxSurgeryError,
+    PassError,
+    UsageError,
+    ValidationMismatch,
+)
+from onnxsurgery.model.io import check_model, infer_shapes, read_model_file, save_model
+from onnxsurgery.model.walk import count_nodes
+from onnxsurgery.pipeline.chain import PassSpec, build_passes, format_value, parse_passes
+from onnxsurgery.pipeline.contract import Pass, PassContext
+from onnxsurgery.pipeline.report import PassRecord, PipelineReport
+from onnxsurgery.validation.runtime import PROVIDERS
+
+__all__ = ["Pipeline", "run", "default_output_path", "PIPELINE_METADATA_KEY"]
+
+#: metadata_props key recording which chain produced a model (no timestamps: output stays byte-identical).
+PIPELINE_METADATA_KEY = "onnxsurgery.pipeline"
+
+
+def default_output_path(source: str | os.PathLike) -> Path:
+    """``model.onnx`` -> ``model.surgery.onnx`` beside it; never the input itself."""
+    p = Path(source)
+    stem = p.name[: -len(".onnx")] if p.name.endswith(".onnx") else p.name
+    return p.with_name(f"{stem}.surgery.onnx")
+
+
+def _describe(p: Pass) -> str:
+    given = {k: v for k, v in p.options.items() if v is not None}
+    if not given:
+        return p.name
+    inner = ", ".join(f"{k}={format_value(v)}" for k, v in given.items())
+    return f"{p.name}({inner})"
+
+
+def _stamp(model: onnx.ModelProto, chain: str) -> None:
+    from onnxsurgery import __version__
+
+    for prop in model.metadata_props:
+        if prop.key == PIPELINE_METADATA_KEY:
+            prop.value = f"{prop.value}; {chain}"
+            return
+    model.metadata_props.add(key=PIPELINE_METADATA_KEY, value=f"onnxsurgery {__version__}: {chain}")
+
+
+class Pipeline:
+    """An ordered list of passes, plus how to check and validate what they produce.
+
+    ``passes`` may hold Pass instances, :class:`PassSpec` objects or chain text
+    (``"cleanup, symbolize(x:0=batch)"``); every option of every pass is checked here, before any
+    model is read. ``check`` runs the ONNX checker and shape inference after each pass.
+    ``references`` (a folder/file of reference cases) validates the result after the last pass.
+    """
+
+    def __init__(
+        self,
+        passes: Iterable[Pass | PassSpec | str] | str,
+        *,
+        check: bool = True,
+        references: str | os.PathLike | None = None,
+        provider: str = "auto",
+        atol: float | None = None,
+        rtol: float | None = None,
+    ) -> None:
+        items = parse_passes(passes) if isinstance(passes, str) else list(passes)
+        self.passes: list[Pass] = build_passes(items)
+        if not self.passes:
+            raise UsageError("a pipeline needs at least one pass")
+        if provider not in PROVIDERS:
+            raise UsageError(f"provider {provider!r} is not one of {', '.join(PROVIDERS)}")
+        self.check = check
+        self.references = Path(references) if references is not None else None
+        self.provider = provider
+        self.atol = atol
+        self.rtol = rtol
+
+    def __repr__(self) -> str:
+        return f"Pipeline([{', '.join(map(repr, self.passes))}])"
+
+    @property
+    def chain(self) -> str:
+        return ", ".join(_describe(p) for p in self.passes)
+
+    def run(
+        self,
+        model: onnx.ModelProto | str | os.PathLike,
+        output: str | os.PathLike | None = None,
+        *,
+        external_data: bool | None = None,
+    ) -> PipelineReport:
+        """Run the chain on ``model`` (path or ModelProto); write ``output`` if given.
+
+        Returns the report (``report.model`` is the final model). Raises an
+        :class:`~onnxsurgery.errors.OnnxSurgeryError` on the first failure, with the partial
+        report attached as ``error.pipeline_report``; nothing is written then.
+        """
+        start = time.perf_counter()
+        source_path: Path | None = None
+        source_external = False
+        if isinstance(model, onnx.ModelProto):
+            current = onnx.ModelProto()
+            current.CopyFrom(model)
+        else:
+            source_path = Path(model)
+            loaded = read_model_file(source_path)
+            current, source_external = loaded.model, loaded.external_data
+        out_path = Path(output) if output is not None else None
+        if out_path is not None and source_path is not None:
+            if out_path.resolve() == source_path.resolve():
+                raise UsageError(
+                    f"{out_path}: the output would overwrite the input; give another -o path"
+                )
+        report = PipelineReport(
+            source=str(source_path) if source_path else None,
+            output=str(out_path) if out_path else None,
+        )
+        ctx = PassContext(provider=self.provider, references=self.references, source=source_path)
+        try:
+            for p in self.passes:
+                current = self._run_pass(p, current, ctx, report)
+            if self.references is not None and not any(
+                getattr(p, "validates", False) for p in self.passes
+            ):
+                self._validate(current, ctx, report)
+            _stamp(current, self.chain)
+            if out_path is not None:
+                use_external = True if source_external and external_data is None else external_data
+                save_model(current, out_path, external_data=use_external)
+        except OnnxSurgeryError as exc:
+            report.error = str(exc)
+            report.seconds = time.perf_counter() - start
+            report.output = None
+            exc.pipeline_report = report  # type: ignore[attr-defined]
+            raise
+        report.seconds = time.perf_counter() - start
+        report.model = current
+        return report
+
+    def _run_pass(
+        self, p: Pass, model: onnx.ModelProto, ctx: PassContext, report: PipelineReport
+    ) -> onnx.ModelProto:
+        before = count_nodes(model)
+        working = onnx.ModelProto()
+        working.CopyFrom(model)
+        t0 = time.perf_counter()
+        record = PassRecord(p.name, dict(p.options), 0.0, before, before, False)
+        report.passes.append(record)
+        try:
+            result = p(working, ctx)
+            if self.check:
+                where = "its output model"
+                check_model(result.model, where=where, error=PassError)
+                try:
+                    infer_shapes(result.model, data_prop=True)
+                except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
+                    first = str(exc).strip().splitlines()[0]
+                    raise PassError(f"{where} fails shape inference: {first}") from None
+        except OnnxSurgeryError as exc:
+            record.seconds = time.perf_counter() - t0
+            if isinstance(exc, PassError) and exc.pass_name is None:
+                exc.pass_name = p.name
+            record.error = str(exc)
+            report_obj = getattr(exc, "report", None)
+            if report_obj is not None:
+                record.report = report_obj
+                report.validation = report_obj if getattr(p, "validates", False) else None
+            raise
+        except Exception as exc:  # a bug: keep the traceback, but say which pass raised it
+            exc.add_note(f"raised inside onnxsurgery pass {p.name!r} ({p!r})")
+            raise
+        record.seconds = time.perf_counter() - t0
+        record.nodes_after = count_nodes(result.model)
+        record.modified = result.modified
+        record.diagnostics = list(result.diagnostics)
+        record.report = result.report
+        if getattr(p, "validates", False) and result.report is not None:
+            report.validation = result.report
+        if result.output_map is not None:
+            ctx.output_maps.append(result.output_map)
+        provider = getattr(result.report, "provider", None)
+        if provider:
+            report.provider = str(provider)
+        return result.model
+
+    def _validate(self, model: onnx.ModelProto, ctx: PassContext, report: PipelineReport) -> None:
+        from onnxsurgery.validation.against_references import validate
+
+        kwargs: dict[str, Any] = {}
+        if self.atol is not None:
+            kwargs["atol"] = self.atol
+        if self.rtol is not None:
+            kwargs["rtol"] = self.rtol
+        result = validate(
+            model, ctx.references, provider=ctx.provider, output_map=ctx.map_outputs, **kwargs
+        )
+        report.validation = result
+        provider = getattr(result, "provider", None)
+        if provider:
+            report.provider = str(provider)
+        if not result:
+            raise ValidationMismatch(
+                f"validation against {ctx.references} failed: {getattr(result, 'summary', 'mismatch')}",
+                report=result,
+            )
+
+
+def run(
+    model: onnx.ModelProto | str | os.PathLike,
+    passes: Sequence[Pass | PassSpec | str] | str,
+    *,
+    output: str | os.PathLike | None = None,
+    references: str | os.PathLike | None = None,
+    provider: str = "auto",
+    check: bool = True,
+    atol: float | None = None,
+    rtol: float | None = None,
+    external_data: bool | None = None,
+) -> PipelineReport:
+    """Run ``passes`` on ``model`` and write ``output``: the Python form of ``onnxsurgery run``."""
+    pipeline = Pipeline(
+        passes, check=check, references=references, provider=provider, atol=atol, rtol=rtol
+    )
+    return pipeline.run(model, output, external_data=external_data)

@@ -1,0 +1,321 @@
+"""What shape propagation knows about a graph: atoms, tensor infos, constraints, constant uses.
+
+:class:`ShapeAnalysis` is the state :func:`onnxsurgery.shapes.propagation.propagate` fills in and
+the per-op rules (:mod:`onnxsurgery.shapes.rules`) read and extend; the solver and symbolize's
+planner only read it.
+"""
+
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from onnxsurgery.model.walk import subgraphs
+from onnxsurgery.shapes.dims import Dim, as_dim
+
+__all__ = [
+    "Atom",
+    "TensorInfo",
+    "Constraint",
+    "ConstUse",
+    "ShapeAnalysis",
+    "MAX_VALUE_ELEMENTS",
+    "INT_TYPES",
+    "constant_info",
+    "read_constants",
+    "static_shapes",
+    "elem_type",
+    "SENTINEL_SIZE",
+]
+
+AtomKind = Literal["sym", "var", "data", "derived", "opaque"]
+#: Stand-in traced size for a symbol whose input axis is already dynamic (matches no constant).
+SENTINEL_SIZE = 1_000_003
+#: Integer tensors with at most this many elements carry symbolic values (shape vectors).
+MAX_VALUE_ELEMENTS = 64
+INT_TYPES = {
+    onnx.TensorProto.INT64,
+    onnx.TensorProto.INT32,
+    onnx.TensorProto.INT16,
+    onnx.TensorProto.INT8,
+    onnx.TensorProto.UINT8,
+    onnx.TensorProto.UINT16,
+    onnx.TensorProto.UINT32,
+    onnx.TensorProto.UINT64,
+}
+
+
+@dataclass
+class Atom:
+    """One named quantity: an input-axis symbol or an unknown with its traced value.
+
+    ``origin`` says where it comes from: for ``sym`` the list of ``(input, axis)`` it names; for
+    ``var``/``data`` the :class:`ConstUse` and the element/dim index; for ``derived``/``opaque``
+    the ``(tensor, axis)`` whose runtime dim it is (``None`` when no tensor holds it).
+    """
+
+    name: str
+    kind: AtomKind
+    traced: int
+    origin: Any = None
+    note: str = ""
+
+
+@dataclass
+class TensorInfo:
+    """What propagation knows of one tensor: shape (None: unknown rank), values, element type."""
+
+    shape: list[Dim] | None
+    dtype: int = 0
+    value: list[Dim] | None = None
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+
+@dataclass
+class Constraint:
+    """``expr == 0`` required by ``node`` (hard) or suggested by it (soft), with the reason."""
+
+    expr: Dim
+    node: str
+    op: str
+    why: str
+    soft: bool = False
+    lhs: Dim | None = None
+    rhs: Dim | None = None
+    src: list[Dim] | None = None  # a Reshape alignment hint: input dims ...
+    dst: list[Dim] | None = None  # ... and output dims, aligned by the solver
+    when_free: bool = False  # a hint taken only if ``rhs`` resolves to symbols (no unknowns)
+
+
+@dataclass
+class ConstUse:
+    """One constant read by one node input, with the unknowns created for that read.
+
+    ``kind`` is ``"size"`` (its integer elements are unknowns: ``atoms[i]`` for element ``i``,
+    ``None`` where the element is kept fixed) or ``"data"`` (its dims are unknowns).
+    ``graph`` is the path of the (sub)graph holding the node (``""`` for the main graph).
+    """
+
+    node: str
+    op: str
+    node_index: int
+    input_index: int
+    tensor: str
+    kind: Literal["size", "data"]
+    array: np.ndarray
+    atoms: list[str | None]
+    graph: str = ""
+
+
+@dataclass
+class ShapeAnalysis:
+    """The result of :func:`propagate`: per-tensor info, atoms, constraints, constant uses."""
+
+    model: onnx.ModelProto
+    symbols: dict[str, list[tuple[str, int]]]
+    tensors: dict[str, TensorInfo] = field(default_factory=dict)
+    atoms: dict[str, Atom] = field(default_factory=dict)
+    constraints: list[Constraint] = field(default_factory=list)
+    uses: list[ConstUse] = field(default_factory=list)
+    notes: list[tuple[str, str, str]] = field(default_factory=list)  # (node, op, text)
+    consts: dict[str, np.ndarray] = field(default_factory=dict)
+    static: dict[str, list[int | None]] = field(default_factory=dict)
+    producers: dict[str, tuple[int, onnx.NodeProto]] = field(default_factory=dict)
+    opset: int = 17
+    dynamic: set[str] = field(default_factory=set)  # symbols on axes that were already dynamic
+    floors: dict[tuple[str, str, int], Dim] = field(default_factory=dict)  # shared opaque divisions
+    #: (atom, num, den, plus): atom = num // den + plus, num or den holding unknowns
+    pending_floors: list[tuple[str, Dim, Dim, int]] = field(default_factory=list)
+    _counter: int = 0
+    _use_cache: dict[tuple[int, int, str], TensorInfo] = field(default_factory=dict)
+
+    # -- atoms -------------------------------------------------------------------------------
+    def traced_values(self) -> dict[str, int]:
+        return {name: a.traced for name, a in self.atoms.items()}
+
+    def traced(self, d: Dim | int) -> int:
+        d = as_dim(d)
+        v = d.value
+        if v is not None:
+            return v
+        return d.evaluate({a: self.atoms[a].traced for a in d.atoms()})
+
+    def new_atom(self, kind: AtomKind, traced: int, origin: Any = None, note: str = "") -> Dim:
+        self._counter += 1
+        prefix = {"var": "$v", "data": "$d", "derived": "$q", "opaque": "$o"}[kind]
+        name = f"{prefix}{self._counter}"
+        self.atoms[name] = Atom(name, kind, int(traced), origin, note)
+        return Dim.sym(name)
+
+    def unknowns(self, d: Dim) -> set[str]:
+        return {a for a in d.atoms() if self.atoms[a].kind in ("var", "data", "derived")}
+
+    # -- constraints -------------------------------------------------------------------------
+    def equal(self, a: Dim | int, b: Dim | int, node: onnx.NodeProto, why: str) -> None:
+        """Record that the structure requires ``a == b``."""
+        self._constrain(a, b, node, why, soft=False)
+
+    def suggest(
+        self, a: Dim | int, b: Dim | int, node: onnx.NodeProto, why: str, when_free: bool = False
+    ) -> None:
+        """Record a soft equality (applied only where hard constraints leave freedom; with
+        ``when_free``, only if ``b`` turns out to be made of symbols)."""
+        self._constrain(a, b, node, why, soft=True)
+        if when_free and self.constraints and self.constraints[-1].soft:
+            self.constraints[-1].when_free = True
+
+    def align(self, src: list[Dim], dst: list[Dim], node: onnx.NodeProto) -> None:
+        """Record that a Reshape's output dims probably keep its input's leading/trailing dims."""
+        self.constraints.append(
+            Constraint(Dim(), node.name, node.op_type, "Reshape keeps dims", True, src=src, dst=dst)
+        )
+
+    def _constrain(self, a, b, node: onnx.NodeProto, why: str, *, soft: bool) -> None:
+        expr = as_dim(a) - as_dim(b)
+        if expr.value == 0:
+            return
+        self.constraints.append(
+            Constraint(expr, node.name, node.op_type, why, soft, as_dim(a), as_dim(b))
+        )
+
+    def note(self, node: onnx.NodeProto, text: str) -> None:
+        self.notes.append((node.name, node.op_type, text))
+
+    # -- reading inputs ----------------------------------------------------------------------
+    def info(self, name: str) -> TensorInfo | None:
+        if not name:
+            return None
+        return self.tensors.get(name)
+
+    def const(self, name: str) -> np.ndarray | None:
+        return self.consts.get(name) if name else None
+
+    def use(
+        self, node_index: int, node: onnx.NodeProto, i: int, kind: str, graph: str = ""
+    ) -> TensorInfo | None:
+        """The info of input ``i`` of ``node``, with per-use unknowns if it is a constant.
+
+        ``kind="size"`` turns the integer elements of a small constant into ``var`` atoms
+        (negative and zero elements stay fixed: they are flags, never sizes); ``kind="data"``
+        turns the dims of a constant tensor into ``data`` atoms.
+        """
+        name = node.input[i] if i < len(node.input) else ""
+        base = self.info(name)
+        arr = self.const(name)
+        if arr is None or base is None:
+            return base
+        key = (node_index, i, graph + "|" + kind)
+        if key in self._use_cache:
+            return self._use_cache[key]
+        if kind == "size":
+            if base.value is None:
+                return base
+            atoms: list[str | None] = []
+            values: list[Dim] = []
+            for v in arr.reshape(-1).tolist():
+                v = int(v)
+                if v <= 0 or v >= 2**31 - 1:
+                    atoms.append(None)
+                    values.append(Dim.const(v))
+                else:
+                    d = self.new_atom("var", v)
+                    atoms.append(next(iter(d.atoms())))
+                    values.append(d)
+            if not any(atoms):
+                return base
+            info = TensorInfo(list(base.shape or []), base.dtype, values)
+        else:
+            atoms = []
+            dims: list[Dim] = []
+            for n in arr.shape:
+                d = self.new_atom("data", int(n))
+                atoms.append(next(iter(d.atoms())))
+                dims.append(d)
+            if not atoms:
+                return base
+            info = TensorInfo(dims, base.dtype, base.value)
+        use = ConstUse(node.name, node.op_type, node_index, i, name, kind, arr, atoms, graph)  # type: ignore[arg-type]
+        for k, a in enumerate(atoms):
+            if a is not None:
+                self.atoms[a].origin = (use, k)
+        self.uses.append(use)
+        self._use_cache[key] = info
+        return info
+
+
+# -- model reading -------------------------------------------------------------------------------
+
+
+def _tensor_value(arr: np.ndarray, dtype: int) -> list[Dim] | None:
+    if dtype in INT_TYPES or arr.dtype.kind in "iub":
+        if arr.size <= MAX_VALUE_ELEMENTS:
+            return [Dim.const(int(v)) for v in arr.reshape(-1).tolist()]
+    return None
+
+
+def constant_info(arr: np.ndarray, dtype: int) -> TensorInfo:
+    """A TensorInfo for a known constant array."""
+    return TensorInfo([Dim.const(int(n)) for n in arr.shape], dtype, _tensor_value(arr, dtype))
+
+
+def static_shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
+    """Traced (concrete) shapes of every tensor ONNX shape inference can give, from the input model."""
+    out: dict[str, list[int | None]] = {}
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # inference is a help here, not a requirement
+        inferred = model
+
+    def walk(graph: onnx.GraphProto) -> None:
+        for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
+            t = vi.type.tensor_type
+            if t.HasField("shape"):
+                out[vi.name] = [
+                    d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim
+                ]
+        for node in graph.node:
+            for sub in subgraphs(node):
+                walk(sub)
+
+    walk(inferred.graph)
+    return out
+
+
+def read_constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+    """Initializers and Constant-node outputs of one graph, as arrays."""
+    consts: dict[str, np.ndarray] = {}
+    for init in graph.initializer:
+        consts[init.name] = numpy_helper.to_array(init)
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            arr = _constant_node_value(node)
+            if arr is not None:
+                consts[node.output[0]] = arr
+    return consts
+
+
+def _constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
+    for attr in node.attribute:
+        if attr.name == "value":
+            return numpy_helper.to_array(attr.t)
+        if attr.name == "value_int":
+            return np.array(attr.i, dtype=np.int64)
+        if attr.name == "value_ints":
+            return np.array(list(attr.ints), dtype=np.int64)
+        if attr.name == "value_float":
+            return np.array(attr.f, dtype=np.float32)
+        if attr.name == "value_floats":
+            return np.array(list(attr.floats), dtype=np.float32)
+    return None
+
+
+def elem_type(vi: onnx.ValueInfoProto) -> int:
+    return vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0

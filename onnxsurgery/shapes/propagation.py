@@ -1,0 +1,118 @@
+"""Symbolic shape propagation with provenance over an ONNX graph.
+
+:func:`propagate` walks a model in topological order and gives every tensor a symbolic shape
+(a list of :class:`~onnxsurgery.shapes.dims.Dim`) and, for small integer tensors (shape vectors
+and the arithmetic on them), symbolic element values. The chosen input axes carry *symbols*
+(``batch``, ``seq``); everything else is derived from them by per-op rules
+(:mod:`onnxsurgery.shapes.rules.core`).
+
+Constants are where a statically exported model keeps its traced sizes, so each *use* of a
+constant gets fresh unknowns instead of fixed ints:
+
+- ``var`` atoms: the elements of an integer constant read as sizes (a Reshape shape, an Expand
+  shape, Slice ends, a Concat piece of a shape vector ...);
+- ``data`` atoms: the dims of a constant tensor used as data (a zero initial state
+  ``[layers, B, hidden]``, a broadcast mask);
+- ``derived`` atoms: dims a rule cannot write in closed form (a Reshape ``-1`` whose known part
+  holds unknowns, an op without a rule); ``opaque`` atoms: dims only known at run time (NonZero,
+  strided convolution over a symbolic length).
+
+Rules record *constraints*: equalities the graph's structure requires (elementwise operands whose
+dims are not 1, MatMul inner dims, Concat's other axes, an RNN's batch, Reshape's element count)
+and softer alignment hints. :mod:`onnxsurgery.shapes.solver` unifies them: an unknown becomes
+symbolic only when a constraint forces it, never because its value happens to match.
+"""
+
+from __future__ import annotations
+
+import onnx
+
+from onnxsurgery.model.dtypes import elem_type_of
+from onnxsurgery.model.walk import default_opset
+from onnxsurgery.shapes.analysis import (
+    SENTINEL_SIZE,
+    Atom,
+    ShapeAnalysis,
+    TensorInfo,
+    constant_info,
+    elem_type,
+    read_constants,
+    static_shapes,
+)
+from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.shapes.rules import run_node
+
+__all__ = ["propagate"]
+
+
+def propagate(model: onnx.ModelProto, axes: dict[str, dict[int, str]]) -> ShapeAnalysis:
+    """Propagate symbolic shapes through ``model`` with ``axes`` ({input: {axis: symbol}}).
+
+    Raises ValueError for an input or axis that does not exist, or for one symbol given to axes
+    of different traced sizes.
+    """
+    graph = model.graph
+    inits = {i.name for i in graph.initializer}
+    inputs = {i.name: i for i in graph.input if i.name not in inits}
+    analysis = ShapeAnalysis(model=model, symbols={}, opset=default_opset(model, missing=17))
+    analysis.static = static_shapes(model)
+    analysis.consts = read_constants(graph)
+
+    sym_traced: dict[str, tuple[int, str]] = {}
+    for name, spec in axes.items():
+        if name not in inputs:
+            raise ValueError(f"no graph input {name!r}; the model's inputs are {', '.join(inputs)}")
+        dims = inputs[name].type.tensor_type.shape.dim
+        for axis, sym in spec.items():
+            rank = len(dims)
+            ax = axis + rank if axis < 0 else axis
+            if not 0 <= ax < rank:
+                raise ValueError(f"input {name!r} has rank {rank}; axis {axis} does not exist")
+            d = dims[ax]
+            if not d.HasField("dim_value"):
+                # Already dynamic: no traced size here, so this axis matches no constant.
+                analysis.symbols.setdefault(sym, []).append((name, ax))
+                if sym not in sym_traced:
+                    sym_traced[sym] = (SENTINEL_SIZE + len(sym_traced), "")
+                continue
+            traced = d.dim_value
+            if sym in sym_traced and sym_traced[sym][1] and sym_traced[sym][0] != traced:
+                other = sym_traced[sym][1]
+                raise ValueError(
+                    f"symbol {sym!r} is given to {other} (traced size {sym_traced[sym][0]}) and to "
+                    f"{name}:{ax} (traced size {traced}); axes sharing a name must have the same size"
+                )
+            sym_traced[sym] = (traced, f"{name}:{ax}")
+            analysis.symbols.setdefault(sym, []).append((name, ax))
+    for sym, (traced, where) in sym_traced.items():
+        analysis.atoms[sym] = Atom(sym, "sym", traced, analysis.symbols[sym])
+        if not where:
+            analysis.dynamic.add(sym)
+
+    for name, vi in inputs.items():
+        spec = {
+            (a + len(vi.type.tensor_type.shape.dim)) if a < 0 else a: s
+            for a, s in axes.get(name, {}).items()
+        }
+        shape: list[Dim] = []
+        known = vi.type.tensor_type.HasField("shape")
+        for k, d in enumerate(vi.type.tensor_type.shape.dim):
+            if k in spec:
+                shape.append(Dim.sym(spec[k]))
+            elif d.HasField("dim_value"):
+                shape.append(Dim.const(d.dim_value))
+            else:
+                shape.append(analysis.new_atom("opaque", 1, (name, k), "input dim without size"))
+        analysis.tensors[name] = TensorInfo(shape if known else None, elem_type(vi))
+    for name, arr in analysis.consts.items():
+        analysis.tensors[name] = constant_info(arr, elem_type_of(arr))
+
+    for index, node in enumerate(graph.node):
+        for out in node.output:
+            if out:
+                analysis.producers[out] = (index, node)
+    for index, node in enumerate(graph.node):
+        if node.op_type == "Constant" and node.output[0] in analysis.consts:
+            continue
+        run_node(analysis, index, node, "")
+    return analysis

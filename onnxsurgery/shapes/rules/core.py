@@ -1,0 +1,414 @@
+"""The shape-rule registry and what every rule uses: :class:`NodeCtx`, broadcasting, dispatch.
+
+A rule is a function registered with :func:`rule` for one or more ops of one domain; the registry
+is keyed by ``(domain, op_type)`` and refuses a second rule for the same key. Each rule reads its inputs through a :class:`NodeCtx` (which turns constant inputs into per-use
+unknowns where the op reads them as sizes or as data), records the constraints the op's structure
+imposes, and returns one :class:`TensorInfo` (or ``None``) per output. Ops without a rule go
+through ONNX's own per-node shape inference, with each symbolic dim passed as a ``dim_param``;
+dims it cannot derive become fresh ``derived`` unknowns (and a note says so).
+
+The rules themselves live by op family beside this module (``elementwise``, ``tensor``, ``nn``,
+``control_flow``); importing :mod:`onnxsurgery.shapes.rules` registers all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+
+from onnxsurgery.model.dtypes import elem_type_of
+from onnxsurgery.model.walk import subgraphs
+from onnxsurgery.shapes.analysis import (
+    MAX_VALUE_ELEMENTS,
+    ShapeAnalysis,
+    TensorInfo,
+    constant_info,
+)
+from onnxsurgery.shapes.dims import Dim, as_dim
+
+__all__ = ["NodeCtx", "RULES", "rule", "run_node", "broadcast", "pick", "out", "fallback"]
+
+Rule = Callable[["NodeCtx"], list[TensorInfo | None]]
+#: (domain, op_type) -> rule; the default domain is ``""`` (``ai.onnx`` is read as ``""``).
+RULES: dict[tuple[str, str], Rule] = {}
+BIG = 2**31 - 1
+
+
+def _domain(domain: str) -> str:
+    return "" if domain == "ai.onnx" else domain
+
+
+def rule(*ops: str, domain: str = "") -> Callable[[Rule], Rule]:
+    """Register the decorated function as the rule for ``ops`` of ``domain``.
+
+    A second rule for the same ``(domain, op)`` is an error naming both functions.
+    """
+
+    def register(fn: Rule) -> Rule:
+        for op in ops:
+            key = (_domain(domain), op)
+            if key in RULES:
+                old = RULES[key]
+                raise ValueError(
+                    f"shape rule for {key[0] or 'ai.onnx'}::{op} registered twice: "
+                    f"{old.__module__}.{old.__qualname__} and {fn.__module__}.{fn.__qualname__}"
+                )
+            RULES[key] = fn
+        return fn
+
+    return register
+
+
+class NodeCtx:
+    """What a rule sees: the node, its inputs (with per-use unknowns on request), the analysis."""
+
+    def __init__(
+        self, analysis: ShapeAnalysis, index: int, node: onnx.NodeProto, graph: str
+    ) -> None:
+        self.a = analysis
+        self.index = index
+        self.node = node
+        self.graph = graph
+        self.attrs = {attr.name: onnx.helper.get_attribute_value(attr) for attr in node.attribute}
+
+    # inputs
+    def n_inputs(self) -> int:
+        return len(self.node.input)
+
+    def has(self, i: int) -> bool:
+        return i < len(self.node.input) and bool(self.node.input[i])
+
+    def info(self, i: int, kind: str | None = None) -> TensorInfo | None:
+        if not self.has(i):
+            return None
+        if kind is None:
+            return self.a.info(self.node.input[i])
+        return self.a.use(self.index, self.node, i, kind, self.graph)
+
+    def shape(self, i: int, data: bool = False) -> list[Dim] | None:
+        info = self.info(i, "data" if data else None)
+        return None if info is None or info.shape is None else list(info.shape)
+
+    def value(self, i: int, size: bool = False) -> list[Dim] | None:
+        info = self.info(i, "size" if size else None)
+        return None if info is None or info.value is None else list(info.value)
+
+    def ints(self, i: int) -> list[int] | None:
+        """Concrete int elements of input ``i`` (None if not all known)."""
+        vals = self.value(i)
+        if vals is None or any(v.value is None for v in vals):
+            return None
+        return [int(v.value) for v in vals]  # type: ignore[arg-type]
+
+    def dtype(self, i: int) -> int:
+        info = self.info(i)
+        return info.dtype if info else 0
+
+    def attr(self, name: str, default=None):
+        return self.attrs.get(name, default)
+
+    @property
+    def opset(self) -> int:
+        return self.a.opset
+
+    # helpers
+    def traced(self, d: Dim | int) -> int:
+        return self.a.traced(d)
+
+    def equal(self, x: Dim | int, y: Dim | int, why: str) -> None:
+        self.a.equal(x, y, self.node, why)
+
+    def suggest(self, x: Dim | int, y: Dim | int, why: str, when_free: bool = False) -> None:
+        self.a.suggest(x, y, self.node, why, when_free)
+
+    def opaque(
+        self,
+        traced: int,
+        k: int = 0,
+        axis: int | None = None,
+        value_index: int | None = None,
+        note: str = "",
+    ) -> Dim:
+        """A dim only known at run time: axis ``axis`` (or element ``value_index``) of output ``k``."""
+        out = self.node.output[k] if k < len(self.node.output) else ""
+        origin = ("dim", out, axis) if value_index is None else ("value", out, value_index)
+        return self.a.new_atom("opaque", traced, origin, note or f"{self.node.op_type} output")
+
+    def derived(self, traced: int, k: int = 0, axis: int | None = None, note: str = "") -> Dim:
+        out = self.node.output[k] if k < len(self.node.output) else ""
+        return self.a.new_atom(
+            "derived", traced, ("dim", out, axis), note or f"{self.node.op_type} output"
+        )
+
+    def div(
+        self,
+        num: Dim,
+        den: Dim | int,
+        k: int = 0,
+        axis: int | None = None,
+        ceil: bool = False,
+        plus: int = 0,
+        exact: bool = False,
+    ) -> Dim:
+        """``num // den + plus`` (ceil with ``ceil``) as a Dim: polynomial where the division is
+        exact, else an opaque runtime dim read from ``axis`` of output ``k``.
+
+        With ``exact`` (equal Split chunks, depth-to-space) a division that is exact at the traced
+        size and involves unknowns is left to the solver as a derived dim instead. Opaque dims are
+        shared by expression, so two branches computing ``(H - 1) // 2 + 1`` get the same one.
+        """
+        den = as_dim(den)
+        q = num.exact_div(den)
+        if q is not None:
+            return q + plus
+        tn, td = self.traced(num), self.traced(den)
+        if exact and td and tn % td == 0 and (self.a.unknowns(num) or self.a.unknowns(den)):
+            q = self.derived(tn // td + plus, k, axis, f"{self.node.op_type}: {num} / {den}")
+            self.equal((q - plus) * den, num, f"{self.node.op_type} divides {num} by {den} exactly")
+            return q
+        if ceil:
+            num = num + den - 1
+            q = num.exact_div(den)
+            if q is not None:
+                return q + plus
+            tn = self.traced(num)
+        if num.is_const() and den.is_const():
+            return Dim.const(tn // td + plus)
+        key = (str(num), str(den), plus)
+        cached = self.a.floors.get(key)
+        if cached is not None:
+            return cached
+        note = f"{self.node.op_type}: {num} // {den} + {plus}"
+        if self.a.unknowns(num) or self.a.unknowns(den):
+            # Decided once the unknowns are: a constant, a polynomial, or a run-time dim.
+            d = self.derived(tn // td + plus if td else 0, k, axis, note)
+            self.a.pending_floors.append((next(iter(d.atoms())), num, den, plus))
+        else:
+            d = self.opaque(tn // td + plus if td else 0, k, axis, note=note)
+        self.a.floors[key] = d
+        return d
+
+    def axis(self, a: int, rank: int) -> int:
+        return a + rank if a < 0 else a
+
+    def static_shape(self, k: int) -> list[int | None] | None:
+        out = self.node.output[k] if k < len(self.node.output) else ""
+        return self.a.static.get(out)
+
+    def symbolic_inputs(self) -> bool:
+        for name in self.node.input:
+            info = self.a.info(name) if name else None
+            if info is None:
+                continue
+            for d in (info.shape or []) + (info.value or []):
+                if not d.is_const():
+                    return True
+        return False
+
+
+def _const_value(values: list[Dim] | None, dtype: int) -> list[Dim] | None:
+    if values is None or len(values) > MAX_VALUE_ELEMENTS:
+        return None
+    return values
+
+
+def out(shape: list[Dim] | None, dtype: int = 0, value: list[Dim] | None = None) -> TensorInfo:
+    return TensorInfo(None if shape is None else list(shape), dtype, value)
+
+
+# ------------------------------------------------------------------------------------------------
+# broadcasting
+
+
+def pick(ctx: NodeCtx, dims: list[Dim]) -> Dim:
+    """The representative of dims that must be equal: prefer ones without unknowns."""
+    for d in dims:
+        if not ctx.a.unknowns(d):
+            return d
+    return dims[0]
+
+
+def broadcast(ctx: NodeCtx, shapes: list[list[Dim]], why: str = "broadcast operands") -> list[Dim]:
+    """Numpy broadcasting; dims that are not 1 at the traced size must be equal."""
+    rank = max((len(s) for s in shapes), default=0)
+    result: list[Dim] = []
+    for k in range(rank):
+        dims = [s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0]
+        big = [d for d in dims if ctx.traced(d) != 1]
+        if big:
+            rep = pick(ctx, big)
+            for d in big:
+                if d != rep:
+                    ctx.equal(d, rep, f"{why}: dim {k - rank} of {rep} and {d} must match")
+            result.append(rep)
+            continue
+        # Every operand is 1 at the traced size: the output follows a symbolic one, if any.
+        # An unknown beats a literal 1: it may still turn out to be that symbol.
+        free = [d for d in dims if not d.is_const() and not ctx.a.unknowns(d)]
+        open_ = [d for d in dims if ctx.a.unknowns(d)]
+        result.append(free[0] if free else open_[0] if open_ else Dim.const(1))
+    return result
+
+
+# ------------------------------------------------------------------------------------------------
+# dispatch and fallback
+
+
+def run_node(analysis: ShapeAnalysis, index: int, node: onnx.NodeProto, graph: str) -> None:
+    """Apply the rule for ``node`` (or the fallback) and store its outputs' infos."""
+    if _fold(analysis, node):
+        return
+    ctx = NodeCtx(analysis, index, node, graph)
+    fn = RULES.get((_domain(node.domain), node.op_type))
+    try:
+        outs = fn(ctx) if fn is not None else fallback(ctx)
+    except (IndexError, KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        analysis.note(node, f"shape rule failed ({type(exc).__name__}: {exc}); used ONNX inference")
+        outs = fallback(ctx)
+    for k, name in enumerate(node.output):
+        if name and k < len(outs) and outs[k] is not None:
+            analysis.tensors[name] = outs[k]  # type: ignore[assignment]
+
+
+_NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+            "Bernoulli", "If", "Loop", "Scan", "Constant"}  # fmt: skip
+FOLD_LIMIT = 1 << 16  # elements of input
+#: Outputs up to this many elements are folded: scalars and pads-sized vectors. Larger tables
+#: built from constants (T5's relative buckets) stay as computations on their (regenerable) inputs.
+FOLD_OUTPUT_LIMIT = 8
+
+
+def _fold(analysis: ShapeAnalysis, node: onnx.NodeProto) -> bool:
+    """Compute a node whose inputs are all constants and whose outputs are small (scalar
+    arithmetic such as ``Cast(Pow(16.0, 0.5))``, a pads vector built by Concat/Reshape/Slice);
+    its outputs become constants, whose uses get unknowns like any other constant's, so a traced
+    size they hold is still found where it is used. Returns whether it folded."""
+    names = [i for i in node.input if i]
+    if (
+        not names
+        or node.domain not in ("", "ai.onnx")
+        or node.op_type in _NO_FOLD
+        or subgraphs(node)
+        or not all(n in analysis.consts for n in names)
+        or sum(analysis.consts[n].size for n in names) > FOLD_LIMIT
+    ):
+        return False
+    from onnx.reference import ReferenceEvaluator
+
+    inputs = [
+        onnx.helper.make_tensor_value_info(
+            n,
+            elem_type_of(analysis.consts[n]),
+            analysis.consts[n].shape,
+        )
+        for n in dict.fromkeys(names)
+    ]
+    outputs = [onnx.helper.make_value_info(o, onnx.TypeProto()) for o in node.output if o]
+    graph = onnx.helper.make_graph([node], "fold", inputs, outputs)
+    model = onnx.helper.make_model(graph, opset_imports=list(analysis.model.opset_import))
+    try:
+        with np.errstate(all="ignore"):
+            values = ReferenceEvaluator(model).run(
+                None, {n: analysis.consts[n] for n in dict.fromkeys(names)}
+            )
+    except Exception:  # noqa: BLE001 - not foldable here: let the rules see it
+        return False
+    for name, value in zip([o for o in node.output if o], values, strict=False):
+        arr = np.asarray(value)
+        if arr.size > FOLD_OUTPUT_LIMIT:
+            return False
+        analysis.consts[name] = arr
+        analysis.tensors[name] = constant_info(arr, elem_type_of(arr))
+    return True
+
+
+def _type_for(info: TensorInfo | None, names: dict[str, Dim]) -> onnx.TypeProto | None:
+    if info is None:
+        return None
+    shape: list[int | str] | None = None
+    if info.shape is not None:
+        shape = []
+        for d in info.shape:
+            if d.value is not None:
+                shape.append(int(d.value))
+            else:
+                key = f"__s{len(names)}"
+                names[key] = d
+                shape.append(key)
+    return onnx.helper.make_tensor_type_proto(info.dtype or onnx.TensorProto.FLOAT, shape)
+
+
+def fallback(ctx: NodeCtx) -> list[TensorInfo | None]:
+    """ONNX's per-node shape inference with symbolic dims as dim_params; unknowns become atoms."""
+    node = ctx.node
+    names: dict[str, Dim] = {}
+    types: dict[str, onnx.TypeProto] = {}
+    data: dict[str, onnx.TensorProto] = {}
+    for name in node.input:
+        if not name or name in types:
+            continue
+        t = _type_for(ctx.a.info(name), names)
+        if t is not None:
+            types[name] = t
+        arr = ctx.a.const(name)
+        if arr is not None:
+            data[name] = onnx.numpy_helper.from_array(arr, name)
+        else:
+            info = ctx.a.info(name)
+            if (
+                info is not None
+                and info.value is not None
+                and all(v.is_const() for v in info.value)
+            ):
+                arr = np.array([int(v.value) for v in info.value], dtype=np.int64)  # type: ignore[arg-type]
+                if info.rank == 0:
+                    arr = arr.reshape(())
+                data[name] = onnx.numpy_helper.from_array(arr, name)
+    inferred: dict[str, onnx.TypeProto] = {}
+    if node.domain in ("", "ai.onnx") and not subgraphs(node):
+        try:
+            schema = onnx.defs.get_schema(node.op_type, ctx.a.opset, node.domain)
+            inferred = onnx.shape_inference.infer_node_outputs(
+                schema, node, types, data, opset_imports=list(ctx.a.model.opset_import)
+            )
+        except Exception:  # noqa: BLE001 - inference is best effort here
+            inferred = {}
+    symbolic = ctx.symbolic_inputs()
+    outs: list[TensorInfo | None] = []
+    for k, name in enumerate(node.output):
+        t = inferred.get(name)
+        static = ctx.a.static.get(name)
+        dtype = t.tensor_type.elem_type if t is not None else 0
+        dims_in: list | None = None
+        if t is not None and t.tensor_type.HasField("shape"):
+            dims_in = list(t.tensor_type.shape.dim)
+        elif static is not None:
+            dims_in = [None] * len(static)
+        if dims_in is None:
+            outs.append(None)
+            continue
+        shape: list[Dim] = []
+        ok = True
+        for axis, d in enumerate(dims_in):
+            if d is not None and d.HasField("dim_value"):
+                shape.append(Dim.const(d.dim_value))
+            elif d is not None and d.dim_param in names:
+                shape.append(names[d.dim_param])
+            else:
+                sv = static[axis] if static is not None and axis < len(static) else None
+                if sv is None:
+                    ok = False
+                    break
+                if not symbolic:
+                    shape.append(Dim.const(sv))
+                else:
+                    shape.append(ctx.derived(sv, k, axis, f"{node.op_type} output dim (no rule)"))
+        if not ok:
+            outs.append(None)
+            continue
+        outs.append(TensorInfo(shape, dtype))
+    if symbolic and node.op_type not in ("Constant",):
+        ctx.a.note(node, f"no symbolic rule for {node.op_type}; used ONNX shape inference")
+    return outs

@@ -1,0 +1,191 @@
+"""Shape rules for elementwise ops: unary, value-passing (Identity, Cast, Neg), binary
+arithmetic and comparison on shape vectors, Where, Scatter."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from onnxsurgery.shapes.analysis import INT_TYPES
+from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.shapes.rules.core import NodeCtx, broadcast, fallback, out, rule
+
+
+def _bcast_values(vals: list[list[Dim]], fn) -> list[Dim] | None:
+    n = max(len(v) for v in vals)
+    if any(len(v) not in (1, n) for v in vals):
+        return None
+    return [fn(*[v[i] if len(v) > 1 else v[0] for v in vals]) for i in range(n)]
+
+
+UNARY = (
+    "Relu Sigmoid Tanh Exp Log Sqrt Erf Gelu Softmax LogSoftmax Hardmax Not LeakyRelu Elu Selu "
+    "HardSigmoid HardSwish Softplus Softsign Sin Cos Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh "
+    "Reciprocal Floor Ceil Round Sign IsNaN IsInf Mish Celu Shrink ThresholdedRelu BitwiseNot "
+    "LRN LpNormalization MeanVarianceNormalization InstanceNormalization CumSum Trilu "
+    "ReverseSequence QuantizeLinear DequantizeLinear "
+    "DynamicQuantizeLinear Clip Bernoulli Swish"
+).split()
+
+
+@rule(*UNARY)
+def _unary(ctx: NodeCtx):
+    info = ctx.info(0, "data")
+    if info is None:
+        return [None]
+    outs = [out(info.shape, info.dtype)]
+    return outs + [out(info.shape, info.dtype) for _ in ctx.node.output[1:]]
+
+
+@rule("Identity", "Cast", "CastLike", "Dropout", "Neg", "Abs")
+def _pass_values(ctx: NodeCtx):
+    info = ctx.info(0, "data")
+    if info is None:
+        return [None]
+    value = info.value
+    base = ctx.info(0)
+    if base is not None and base.value is not None:
+        value = base.value
+        if ctx.node.op_type == "Neg":
+            value = [-v for v in value]
+        elif ctx.node.op_type == "Abs":
+            value = [v if ctx.traced(v) >= 0 else -v for v in value]
+    dtype = info.dtype
+    if ctx.node.op_type == "Cast":
+        dtype = ctx.attr("to", dtype)
+    elif ctx.node.op_type == "CastLike":
+        dtype = ctx.dtype(1) or dtype
+    result = [out(info.shape, dtype, value)]
+    if ctx.node.op_type == "Dropout" and len(ctx.node.output) > 1:
+        result.append(out(info.shape, onnx.TensorProto.BOOL))
+    return result
+
+
+@rule("ScatterElements", "Scatter", "ScatterND")
+def _scatter(ctx: NodeCtx):
+    data, idx, upd = ctx.shape(0, data=True), ctx.shape(1, data=True), ctx.shape(2, data=True)
+    if data is None:
+        return fallback(ctx)
+    if idx is not None and upd is not None and ctx.node.op_type != "ScatterND":
+        for a, b in zip(upd, idx, strict=False):
+            ctx.equal(a, b, "Scatter updates have the indices' shape")
+        for a, b in zip(data, idx, strict=False):
+            if ctx.traced(a) == ctx.traced(b):
+                ctx.suggest(a, b, "Scatter into a buffer the size of the index set")
+    return [out(data, ctx.dtype(0))]
+
+
+_ARITH = {
+    "Add": lambda x, y: x + y,
+    "Sub": lambda x, y: x - y,
+    "Mul": lambda x, y: x * y,
+}
+_COMPARE = {
+    "Equal": lambda x, y: x == y,
+    "Less": lambda x, y: x < y,
+    "Greater": lambda x, y: x > y,
+    "LessOrEqual": lambda x, y: x <= y,
+    "GreaterOrEqual": lambda x, y: x >= y,
+}
+BINARY = (
+    "Add Sub Mul Div Pow Mod Max Min Sum Mean Equal Less Greater LessOrEqual GreaterOrEqual "
+    "And Or Xor BitShift BitwiseAnd BitwiseOr BitwiseXor PRelu"
+).split()
+
+
+def _is_shape_arith(ctx: NodeCtx) -> bool:
+    """Whether this node computes on integer shape-like values (so constants are sizes)."""
+    infos = [ctx.info(i) for i in range(ctx.n_inputs())]
+    if any(i is None for i in infos):
+        return False
+    if not all(i.dtype in INT_TYPES for i in infos):  # type: ignore[union-attr]
+        return False
+    return all(i.value is not None and (i.rank or 0) <= 1 for i in infos)  # type: ignore[union-attr]
+
+
+@rule(*BINARY)
+def _binary(ctx: NodeCtx):
+    op = ctx.node.op_type
+    shape_arith = _is_shape_arith(ctx)
+    kind = (
+        "size"
+        if shape_arith and op in ("Add", "Sub", "Mul", "Div", "Max", "Min", "Equal")
+        else "data"
+    )
+    infos = [ctx.info(i, kind) for i in range(ctx.n_inputs())]
+    if any(i is None or i.shape is None for i in infos):
+        return fallback(ctx)
+    shape = broadcast(ctx, [i.shape for i in infos], f"{op} operands")  # type: ignore[union-attr,misc]
+    dtype = infos[0].dtype  # type: ignore[union-attr]
+    if op in _COMPARE or op in ("And", "Or", "Xor"):
+        dtype = onnx.TensorProto.BOOL
+    value = None
+    vals = [i.value for i in infos]  # type: ignore[union-attr]
+    if shape_arith and all(v is not None for v in vals) and len(vals) == 2:
+        value = _binary_values(ctx, op, vals)  # type: ignore[arg-type]
+    return [out(shape, dtype, value)]
+
+
+def _binary_values(ctx: NodeCtx, op: str, vals: list[list[Dim]]) -> list[Dim] | None:
+    if op in _ARITH:
+        return _bcast_values(vals, _ARITH[op])
+    if op in _COMPARE:
+        fn = _COMPARE[op]
+        return _bcast_values(vals, lambda x, y: Dim.const(int(fn(ctx.traced(x), ctx.traced(y)))))
+    if op == "Div":
+        k = [0]
+
+        def div(x: Dim, y: Dim) -> Dim:
+            k[0] += 1
+            q = x.exact_div(y)
+            if q is not None:
+                return q
+            tx, ty = ctx.traced(x), ctx.traced(y)
+            if ty and tx % ty == 0 and tx // ty >= 0 and (ctx.a.unknowns(x) or ctx.a.unknowns(y)):
+                q = ctx.a.new_atom(
+                    "derived", tx // ty, ("value", ctx.node.output[0], k[0] - 1), "Div"
+                )
+                ctx.equal(q * y, x, f"Div {x} / {y} is exact")
+                return q
+            if x.is_const() and y.is_const():
+                return Dim.const(int(np.trunc(tx / ty)) if ty else 0)
+            return ctx.opaque(tx // ty if ty else 0, value_index=k[0] - 1, note=f"Div {x} / {y}")
+
+        return _bcast_values(vals, div)
+    if op in ("Max", "Min", "Mod"):
+        k = [0]
+
+        def pick(x: Dim, y: Dim) -> Dim:
+            k[0] += 1
+            tx, ty = ctx.traced(x), ctx.traced(y)
+            if op == "Mod":
+                if x.is_const() and y.is_const():
+                    return Dim.const(tx % ty)
+                return ctx.opaque(tx % ty, value_index=k[0] - 1)
+            if x == y:
+                return x
+            if x.is_const() and y.is_const():
+                return Dim.const(max(tx, ty) if op == "Max" else min(tx, ty))
+            return ctx.opaque(max(tx, ty) if op == "Max" else min(tx, ty), value_index=k[0] - 1)
+
+        return _bcast_values(vals, pick)
+    return None
+
+
+@rule("Where")
+def _where(ctx: NodeCtx):
+    shape_arith = all(
+        (i := ctx.info(k)) is not None and i.value is not None and (i.rank or 0) <= 1
+        for k in range(3)
+    )
+    infos = [ctx.info(0, None if shape_arith else "data")]
+    infos += [ctx.info(k, "size" if shape_arith else "data") for k in (1, 2)]
+    if any(i is None or i.shape is None for i in infos):
+        return fallback(ctx)
+    shape = broadcast(ctx, [i.shape for i in infos], "Where operands")  # type: ignore[union-attr,misc]
+    value = None
+    if shape_arith:
+        vals = [i.value for i in infos]  # type: ignore[union-attr]
+        if all(v is not None for v in vals):
+            value = _bcast_values(vals, lambda c, x, y: x if ctx.traced(c) else y)  # type: ignore[arg-type]
+    return [out(shape, infos[1].dtype, value)]  # type: ignore[union-attr]

@@ -1,0 +1,303 @@
+"""Shape rules for neural-network ops (see :mod:`onnxsurgery.shapes.rules.core`).
+
+MatMul, Gemm, Conv, ConvTranspose, pooling, normalization, LSTM/GRU/RNN, Resize/Upsample,
+DepthToSpace/SpaceToDepth, Einsum. Weights (a Conv kernel, a
+Gemm matrix, RNN weights) are read as fixed constants; initial states and other data constants get
+per-use unknowns so a zero state ``[layers, B, hidden]`` can be tied to the batch.
+"""
+
+from __future__ import annotations
+
+import re
+
+import onnx
+
+from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.shapes.rules.core import NodeCtx, broadcast, fallback, out, rule
+
+__all__: list[str] = []
+
+
+@rule("MatMul", "MatMulInteger", "QLinearMatMul")
+def _matmul(ctx: NodeCtx):
+    if ctx.node.op_type == "QLinearMatMul":
+        a, b = ctx.shape(0, data=True), ctx.shape(3)
+    else:
+        a, b = ctx.shape(0, data=True), ctx.shape(1, data=ctx.a.const(ctx.node.input[1]) is None)
+    if a is None or b is None:
+        return fallback(ctx)
+    drop_a, drop_b = len(a) == 1, len(b) == 1
+    if drop_a:
+        a = [Dim.const(1)] + a
+    if drop_b:
+        b = b + [Dim.const(1)]
+    ctx.equal(a[-1], b[-2], "MatMul inner dims")
+    batch = broadcast(ctx, [a[:-2], b[:-2]], "MatMul batch dims")
+    shape = batch + ([] if drop_a else [a[-2]]) + ([] if drop_b else [b[-1]])
+    dtype = onnx.TensorProto.INT32 if ctx.node.op_type == "MatMulInteger" else ctx.dtype(0)
+    return [out(shape, dtype)]
+
+
+@rule("Gemm")
+def _gemm(ctx: NodeCtx):
+    a, b = ctx.shape(0, data=True), ctx.shape(1)
+    if a is None or b is None or len(a) != 2 or len(b) != 2:
+        return fallback(ctx)
+    m, k = (a[1], a[0]) if ctx.attr("transA", 0) else (a[0], a[1])
+    k2, n = (b[1], b[0]) if ctx.attr("transB", 0) else (b[0], b[1])
+    ctx.equal(k, k2, "Gemm inner dims")
+    if ctx.has(2):
+        c = ctx.shape(2, data=True)
+        if c is not None:
+            broadcast(ctx, [[m, n], c], "Gemm C")
+    return [out([m, n], ctx.dtype(0))]
+
+
+def _spatial(
+    ctx: NodeCtx, shape: list[Dim], kernel: list[int], transpose: bool = False
+) -> list[Dim]:
+    nsp = len(kernel)
+    strides = ctx.attr("strides") or [1] * nsp
+    dil = ctx.attr("dilations") or [1] * nsp
+    pads = ctx.attr("pads") or [0] * (2 * nsp)
+    auto = ctx.attr("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    ceil = bool(ctx.attr("ceil_mode", 0))
+    result = []
+    for i in range(nsp):
+        d = shape[2 + i]
+        axis = 2 + i
+        if transpose:
+            op = (ctx.attr("output_padding") or [0] * nsp)[i]
+            if auto in ("SAME_UPPER", "SAME_LOWER"):
+                result.append(d * strides[i])
+            else:
+                result.append(
+                    (d - 1) * strides[i]
+                    + op
+                    + (kernel[i] - 1) * dil[i]
+                    + 1
+                    - pads[i]
+                    - pads[i + nsp]
+                )
+            continue
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            result.append(ctx.div(d, strides[i], axis=axis, ceil=True))
+        elif auto == "VALID":
+            result.append(ctx.div(d - (kernel[i] - 1) * dil[i], strides[i], axis=axis, ceil=True))
+        else:
+            num = d + pads[i] + pads[i + nsp] - dil[i] * (kernel[i] - 1) - 1
+            result.append(ctx.div(num, strides[i], axis=axis, ceil=ceil, plus=1))
+    return result
+
+
+@rule("Conv", "ConvInteger", "QLinearConv")
+def _conv(ctx: NodeCtx):
+    wi = 3 if ctx.node.op_type == "QLinearConv" else 1
+    x, w = ctx.shape(0, data=True), ctx.shape(wi)
+    if x is None or w is None:
+        return fallback(ctx)
+    group = ctx.attr("group", 1)
+    kernel = ctx.attr("kernel_shape") or [int(d.value) for d in w[2:]]  # type: ignore[arg-type]
+    ctx.equal(x[1], w[1] * group, f"{ctx.node.op_type} input channels match the weight")
+    return [out([x[0], w[0]] + _spatial(ctx, x, kernel), ctx.dtype(0))]
+
+
+@rule("ConvTranspose")
+def _conv_transpose(ctx: NodeCtx):
+    x, w = ctx.shape(0, data=True), ctx.shape(1)
+    if x is None or w is None:
+        return fallback(ctx)
+    group = ctx.attr("group", 1)
+    kernel = ctx.attr("kernel_shape") or [int(d.value) for d in w[2:]]  # type: ignore[arg-type]
+    ctx.equal(x[1], w[0], "ConvTranspose input channels match the weight")
+    if ctx.attr("output_shape"):
+        spatial = [Dim.const(v) for v in ctx.attr("output_shape")]
+    else:
+        spatial = _spatial(ctx, x, kernel, transpose=True)
+    return [out([x[0], w[1] * group] + spatial, ctx.dtype(0))]
+
+
+@rule("MaxPool", "AveragePool", "LpPool")
+def _pool(ctx: NodeCtx):
+    x = ctx.shape(0, data=True)
+    if x is None or not ctx.attr("kernel_shape"):
+        return fallback(ctx)
+    shape = x[:2] + _spatial(ctx, x, list(ctx.attr("kernel_shape")))
+    outs = [out(shape, ctx.dtype(0))]
+    if len(ctx.node.output) > 1:
+        outs.append(out(shape, onnx.TensorProto.INT64))
+    return outs
+
+
+@rule("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
+def _global_pool(ctx: NodeCtx):
+    x = ctx.shape(0, data=True)
+    if x is None:
+        return fallback(ctx)
+    return [out(x[:2] + [Dim.const(1)] * (len(x) - 2), ctx.dtype(0))]
+
+
+@rule("LayerNormalization")
+def _layer_norm(ctx: NodeCtx):
+    x = ctx.shape(0, data=True)
+    if x is None:
+        return fallback(ctx)
+    ax = ctx.axis(ctx.attr("axis", -1), len(x))
+    stat = x[:ax] + [Dim.const(1)] * (len(x) - ax)
+    return [
+        out(x, ctx.dtype(0)),
+        out(stat, onnx.TensorProto.FLOAT),
+        out(stat, onnx.TensorProto.FLOAT),
+    ]
+
+
+@rule("BatchNormalization", "GroupNormalization")
+def _batch_norm(ctx: NodeCtx):
+    x = ctx.shape(0, data=True)
+    if x is None:
+        return fallback(ctx)
+    outs = [out(x, ctx.dtype(0))]
+    for _ in ctx.node.output[1:]:
+        outs.append(out(x[1:2], ctx.dtype(0)))
+    return outs
+
+
+@rule("LSTM", "GRU", "RNN")
+def _rnn(ctx: NodeCtx):
+    x = ctx.shape(0, data=True)
+    if x is None or len(x) != 3:
+        return fallback(ctx)
+    layout = ctx.attr("layout", 0)
+    hidden = Dim.const(ctx.attr("hidden_size"))
+    direction = ctx.attr("direction", b"forward")
+    direction = direction.decode() if isinstance(direction, bytes) else direction
+    ndir = Dim.const(2 if direction == "bidirectional" else 1)
+    seq, batch = (x[1], x[0]) if layout else (x[0], x[1])
+    if ctx.has(4):
+        lens = ctx.shape(4, data=True)
+        if lens is not None and lens:
+            ctx.equal(
+                lens[0], batch, f"{ctx.node.op_type} sequence_lens has one length per batch row"
+            )
+    n_states = 2 if ctx.node.op_type == "LSTM" else 1
+    for i in range(5, 5 + n_states):
+        if ctx.has(i):
+            h = ctx.shape(i, data=True)
+            if h is None or len(h) != 3:
+                continue
+            want = [batch, ndir, hidden] if layout else [ndir, batch, hidden]
+            names = (
+                ("batch", "directions", "hidden") if layout else ("directions", "batch", "hidden")
+            )
+            for got, exp, what in zip(h, want, names, strict=True):
+                ctx.equal(got, exp, f"{ctx.node.op_type} initial state's {what} dim")
+    y = [batch, seq, ndir, hidden] if layout else [seq, ndir, batch, hidden]
+    yh = [batch, ndir, hidden] if layout else [ndir, batch, hidden]
+    outs = [out(y, ctx.dtype(0)), out(yh, ctx.dtype(0))]
+    if ctx.node.op_type == "LSTM":
+        outs.append(out(yh, ctx.dtype(0)))
+    return outs
+
+
+@rule("Resize", "Upsample")
+def _resize(ctx: NodeCtx):
+    x = ctx.shape(0, data=True)
+    if x is None:
+        return fallback(ctx)
+    rank = len(x)
+    axes = ctx.attr("axes") or list(range(rank))
+    shape = list(x)
+    sizes_i = 3 if ctx.node.op_type == "Resize" and ctx.opset >= 11 else None
+    scales_i = 2 if ctx.node.op_type == "Resize" and ctx.opset >= 11 else 1
+    sizes = ctx.value(sizes_i, size=True) if sizes_i is not None and ctx.has(sizes_i) else None
+    if sizes:
+        mode = ctx.attr("mode", b"nearest")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        for a, s in zip(axes, sizes, strict=False):
+            a = ctx.axis(a, rank)
+            # Batch and channels are kept (ONNX Runtime resizes only the spatial axes in the
+            # linear and cubic modes). A spatial target equal to a symbolic input size is taken
+            # as "resize to your own size" (SegFormer's stage 0); one equal to a constant grid
+            # (a position table) is a coincidence of the traced resolution.
+            if ctx.traced(s) != ctx.traced(x[a]):
+                pass
+            elif rank >= 3 and a < 2:
+                if mode in ("linear", "cubic") and rank == 4:
+                    ctx.equal(s, x[a], f"Resize ({mode}) keeps axis {a}")
+                else:
+                    ctx.suggest(s, x[a], f"Resize keeps axis {a}")
+            elif not x[a].is_const():
+                ctx.suggest(s, x[a], f"Resize to the input's own size on axis {a}", when_free=True)
+            shape[a] = s
+        return [out(shape, ctx.dtype(0))]
+    arr = ctx.a.const(ctx.node.input[scales_i]) if ctx.has(scales_i) else None
+    if arr is None and ctx.attr("scales") is not None:
+        import numpy as np
+
+        arr = np.array(ctx.attr("scales"), dtype="float32")
+    if arr is None or arr.size == 0:
+        return fallback(ctx)
+    for a, sc in zip(axes, arr.reshape(-1).tolist(), strict=False):
+        a = ctx.axis(a, rank)
+        d = shape[a]
+        if float(sc).is_integer():
+            shape[a] = d * int(sc)
+        elif d.is_const():
+            shape[a] = Dim.const(int(ctx.traced(d) * sc))
+        else:
+            shape[a] = ctx.opaque(
+                int(ctx.traced(d) * sc), axis=a, note="Resize by a fractional scale"
+            )
+    return [out(shape, ctx.dtype(0))]
+
+
+@rule("DepthToSpace", "SpaceToDepth")
+def _depth_space(ctx: NodeCtx):
+    x = ctx.shape(0, data=True)
+    if x is None or len(x) != 4:
+        return fallback(ctx)
+    b = ctx.attr("blocksize")
+    n, c, h, w = x
+    if ctx.node.op_type == "DepthToSpace":
+        return [out([n, ctx.div(c, b * b, axis=1, exact=True), h * b, w * b], ctx.dtype(0))]
+    h2, w2 = ctx.div(h, b, axis=2, exact=True), ctx.div(w, b, axis=3, exact=True)
+    return [out([n, c * (b * b), h2, w2], ctx.dtype(0))]
+
+
+@rule("Einsum")
+def _einsum(ctx: NodeCtx):
+    eq = ctx.attr("equation")
+    eq = (eq.decode() if isinstance(eq, bytes) else eq).replace(" ", "")
+    if "->" not in eq:
+        return fallback(ctx)
+    lhs, rhs = eq.split("->")
+    terms = lhs.split(",")
+    shapes = [ctx.shape(i, data=True) for i in range(len(terms))]
+    if any(s is None for s in shapes):
+        return fallback(ctx)
+    letters: dict[str, list[Dim]] = {}
+    ellipses: list[list[Dim]] = []
+    for term, shape in zip(terms, shapes, strict=True):
+        if "..." in term:
+            pre, post = term.split("...")
+            n_ell = len(shape) - len(pre) - len(post)  # type: ignore[arg-type]
+            ellipses.append(shape[len(pre) : len(pre) + n_ell])  # type: ignore[index]
+            labels = list(pre) + [None] * n_ell + list(post)
+        else:
+            labels = list(term)
+        for lab, d in zip(labels, shape, strict=True):  # type: ignore[arg-type]
+            if lab is not None:
+                letters.setdefault(lab, []).append(d)
+    rep = {
+        lab: broadcast(ctx, [[d] for d in ds], f"Einsum label {lab!r}")[0]
+        for lab, ds in letters.items()
+    }
+    ell = broadcast(ctx, ellipses, "Einsum ellipsis") if ellipses else []
+    result: list[Dim] = []
+    for part in re.split(r"(\.\.\.)", rhs):
+        if part == "...":
+            result.extend(ell)
+        else:
+            result.extend(rep[c] for c in part)
+    return [out(result, ctx.dtype(0))]

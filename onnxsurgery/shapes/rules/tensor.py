@@ -1,0 +1,520 @@
+"""Per-op shape rules for shape vectors and layout ops (see :mod:`onnxsurgery.shapes.rules.core`).
+
+Shape, Size, ConstantOfShape, Reshape (element count kept, ``0``/``-1`` honoured, leading and
+trailing dims aligned as soft hints), Flatten, Transpose, Squeeze/Unsqueeze, Concat, Split, Slice,
+Gather/GatherElements/GatherND, Expand, Tile, Range, Pad, Reduce*, ArgMax/ArgMin, TopK, NonZero
+(a data-dependent count) and OneHot. Integer constants these ops read as sizes get per-use ``var``
+unknowns; the values of shape vectors are tracked element by element.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from onnxsurgery.shapes.analysis import INT_TYPES, MAX_VALUE_ELEMENTS
+from onnxsurgery.shapes.dims import Dim, dim_product, dim_sum
+from onnxsurgery.shapes.rules.core import NodeCtx, broadcast, fallback, out, pick, rule
+
+__all__: list[str] = []
+
+
+@rule("Shape")
+def _shape(ctx: NodeCtx):
+    shape = ctx.shape(0)
+    if shape is None:
+        return fallback(ctx)
+    rank = len(shape)
+    start = ctx.attr("start", 0)
+    end = ctx.attr("end", rank)
+    start = max(0, min(rank, start + rank if start < 0 else start))
+    end = max(0, min(rank, end + rank if end < 0 else end))
+    vals = shape[start:end]
+    return [out([Dim.const(len(vals))], onnx.TensorProto.INT64, vals)]
+
+
+@rule("Size")
+def _size(ctx: NodeCtx):
+    shape = ctx.shape(0)
+    if shape is None:
+        return fallback(ctx)
+    return [out([], onnx.TensorProto.INT64, [dim_product(shape)])]
+
+
+@rule("Constant")
+def _constant(ctx: NodeCtx):
+    return fallback(ctx)
+
+
+@rule("ConstantOfShape")
+def _constant_of_shape(ctx: NodeCtx):
+    vals = ctx.value(0, size=True)
+    dtype = onnx.TensorProto.FLOAT
+    t = ctx.attr("value")
+    if t is not None:
+        dtype = t.data_type
+    if vals is None:
+        return fallback(ctx)
+    value = None
+    if t is not None and dtype in INT_TYPES and len(vals) <= 1:
+        # A small int fill is usually a shape vector (its length a rank, not a size); its values
+        # are tracked at the traced length.
+        n = int(np.prod([ctx.traced(v) for v in vals])) if vals else 1
+        if n <= MAX_VALUE_ELEMENTS:
+            fill = int(onnx.numpy_helper.to_array(t).reshape(-1)[0])
+            value = [Dim.const(fill)] * n
+    return [out(vals, dtype, value)]
+
+
+@rule("Reshape")
+def _reshape(ctx: NodeCtx):
+    info = ctx.info(0, "data")
+    target = ctx.value(1, size=True)
+    if info is None or info.shape is None or target is None:
+        return fallback(ctx)
+    src = info.shape
+    allowzero = ctx.attr("allowzero", 0)
+    dims: list[Dim | None] = []
+    for k, v in enumerate(target):
+        if v.value == 0 and not allowzero:
+            dims.append(src[k] if k < len(src) else Dim.const(0))
+        elif v.value == -1:
+            dims.append(None)
+        else:
+            dims.append(v)
+    total = dim_product(src)
+    known = dim_product(d for d in dims if d is not None)
+    if None in dims:
+        q = total.exact_div(known)
+        if q is None:
+            tk = ctx.traced(known)
+            traced = ctx.traced(total) // tk if tk else 0
+            k = dims.index(None)
+            q = ctx.derived(traced, 0, k, "Reshape -1 dim")
+            ctx.equal(q * known, total, "Reshape keeps the element count")
+        dims = [q if d is None else d for d in dims]
+    else:
+        ctx.equal(known, total, "Reshape keeps the element count")
+    result: list[Dim] = [d for d in dims if d is not None]
+    if any(ctx.a.unknowns(d) for d in result):
+        ctx.a.align(list(src), result, ctx.node)
+    value = None
+    if info.value is not None and all(d.is_const() for d in result):
+        value = info.value
+    return [out(result, info.dtype, value)]
+
+
+@rule("Flatten")
+def _flatten(ctx: NodeCtx):
+    info = ctx.info(0, "data")
+    if info is None or info.shape is None:
+        return fallback(ctx)
+    shape = info.shape
+    ax = ctx.axis(ctx.attr("axis", 1), len(shape))
+    return [out([dim_product(shape[:ax]), dim_product(shape[ax:])], info.dtype)]
+
+
+@rule("Transpose")
+def _transpose(ctx: NodeCtx):
+    info = ctx.info(0, "data")
+    if info is None or info.shape is None:
+        return fallback(ctx)
+    perm = ctx.attr("perm") or list(range(len(info.shape)))[::-1]
+    return [out([info.shape[p] for p in perm], info.dtype)]
+
+
+def _axes_input(ctx: NodeCtx, attr: str = "axes", index: int = 1) -> list[int] | None:
+    axes = ctx.attr(attr)
+    if axes is None and ctx.has(index):
+        axes = ctx.ints(index)
+        if axes is None:
+            return None
+    return list(axes) if axes is not None else []
+
+
+@rule("Squeeze")
+def _squeeze(ctx: NodeCtx):
+    info = ctx.info(0, "data")
+    if info is None or info.shape is None:
+        return fallback(ctx)
+    shape = info.shape
+    axes = _axes_input(ctx)
+    if axes is None:
+        return fallback(ctx)
+    if not axes:
+        axes = [k for k, d in enumerate(shape) if ctx.traced(d) == 1]
+        if any(not shape[k].is_const() for k in axes):
+            ctx.a.note(
+                ctx.node, "Squeeze without axes removes a dim that is 1 only at the traced size"
+            )
+    axes = [ctx.axis(a, len(shape)) for a in axes]
+    for a in axes:
+        ctx.equal(shape[a], 1, f"Squeeze axis {a} must be 1")
+    return [out([d for k, d in enumerate(shape) if k not in axes], info.dtype, info.value)]
+
+
+@rule("Unsqueeze")
+def _unsqueeze(ctx: NodeCtx):
+    info = ctx.info(0, "data")
+    if info is None or info.shape is None:
+        return fallback(ctx)
+    axes = _axes_input(ctx)
+    if axes is None:
+        return fallback(ctx)
+    rank = len(info.shape) + len(axes)
+    axes = sorted(ctx.axis(a, rank) for a in axes)
+    shape = list(info.shape)
+    for a in axes:
+        shape.insert(a, Dim.const(1))
+    value = info.value
+    base = ctx.info(0)
+    if base is not None and base.value is not None:
+        value = base.value
+    return [out(shape, info.dtype, value)]
+
+
+@rule("Concat")
+def _concat(ctx: NodeCtx):
+    infos0 = [ctx.info(i) for i in range(ctx.n_inputs())]
+    if any(i is None or i.shape is None for i in infos0):
+        return fallback(ctx)
+    shape_vec = all(i.value is not None and (i.rank or 0) <= 1 for i in infos0)  # type: ignore[union-attr]
+    infos = [ctx.info(i, "size" if shape_vec else "data") for i in range(ctx.n_inputs())]
+    rank = len(infos[0].shape)  # type: ignore[union-attr,arg-type]
+    ax = ctx.axis(ctx.attr("axis", 0), rank)
+    first = infos[0].shape  # type: ignore[union-attr]
+    shape = list(first)  # type: ignore[arg-type]
+    for info in infos[1:]:
+        for k in range(rank):
+            if k != ax and info.shape[k] != first[k]:  # type: ignore[union-attr,index]
+                ctx.equal(info.shape[k], first[k], f"Concat inputs agree on axis {k}")  # type: ignore[union-attr,index]
+    shape[ax] = dim_sum(i.shape[ax] for i in infos)  # type: ignore[union-attr,index]
+    shape = [
+        pick(ctx, [d] + [i.shape[k] for i in infos]) if k != ax else d for k, d in enumerate(shape)
+    ]  # type: ignore[union-attr,index]
+    value = None
+    if shape_vec:
+        value = [v for i in infos for v in i.value]  # type: ignore[union-attr]
+    return [out(shape, infos[0].dtype, value)]  # type: ignore[union-attr]
+
+
+@rule("Split")
+def _split(ctx: NodeCtx):
+    info = ctx.info(0, "data")
+    if info is None or info.shape is None:
+        return fallback(ctx)
+    shape = info.shape
+    ax = ctx.axis(ctx.attr("axis", 0), len(shape))
+    n = len(ctx.node.output)
+    sizes: list[Dim] | None = None
+    if ctx.has(1):
+        sizes = ctx.value(1, size=True)
+    elif ctx.attr("split") is not None:
+        sizes = [Dim.const(s) for s in ctx.attr("split")]
+    if sizes is None:
+        d = shape[ax]
+        chunk = ctx.div(d, n, axis=ax, ceil=True, exact=True)
+        last = d - chunk * (n - 1)
+        sizes = [chunk] * (n - 1) + [last]
+    else:
+        ctx.equal(dim_sum(sizes), shape[ax], "Split sizes add up to the split axis")
+    outs = []
+    for s in sizes[:n]:
+        new = list(shape)
+        new[ax] = s
+        outs.append(out(new, info.dtype))
+    return outs
+
+
+@rule("Slice")
+def _slice(ctx: NodeCtx):
+    base = ctx.info(0)
+    if base is None or base.shape is None:
+        return fallback(ctx)
+    vector = base.value is not None and (base.rank or 0) == 1
+    info = base if vector else ctx.info(0, "data")
+    shape = list(info.shape)  # type: ignore[union-attr,arg-type]
+    if ctx.opset < 10:
+        starts = [Dim.const(v) for v in ctx.attr("starts", [])]
+        ends = [Dim.const(v) for v in ctx.attr("ends", [])]
+        axes = ctx.attr("axes") or list(range(len(starts)))
+        steps = [1] * len(starts)
+    else:
+        starts = ctx.value(1, size=not vector)
+        ends = ctx.value(2, size=not vector)
+        axes = ctx.ints(3) if ctx.has(3) else None
+        steps = ctx.ints(4) if ctx.has(4) else None
+        if (
+            starts is None
+            or ends is None
+            or (ctx.has(3) and axes is None)
+            or (ctx.has(4) and steps is None)
+        ):
+            return fallback(ctx)
+        axes = axes if axes is not None else list(range(len(starts)))
+        steps = steps if steps is not None else [1] * len(starts)
+    value = list(base.value) if vector else None
+    for s, e, a, st in zip(starts, ends, axes, steps, strict=False):
+        a = ctx.axis(a, len(shape))
+        d = shape[a]
+        if value is not None and s.is_const() and e.is_const():
+            idx = range(len(value))[slice(int(s.value), int(e.value), st)]  # type: ignore[arg-type]
+            value = [value[i] for i in idx]
+            shape[a] = Dim.const(len(value))
+            continue
+        value = None
+        shape[a] = _slice_len(ctx, d, s, e, st, a)
+    return [out(shape, info.dtype, value)]  # type: ignore[union-attr]
+
+
+def _slice_len(ctx: NodeCtx, d: Dim, s: Dim, e: Dim, step: int, axis: int) -> Dim:
+    """Length of ``x[s:e:step]`` along an axis of size ``d`` (bounds clamped as ONNX does)."""
+    td = ctx.traced(d)
+
+    def bound(x: Dim) -> Dim:
+        v = x.value
+        if v is not None:
+            if v >= 2**31 - 1:
+                return d
+            if v < 0:
+                return d + v if td + v >= 0 else Dim.const(0)
+            return d if v >= td else x
+        tx = ctx.traced(x)
+        if tx > td:
+            return d
+        if tx == td:
+            ctx.suggest(x, d, f"Slice bound equals the whole axis {axis}")
+        return x
+
+    if step > 0:
+        n = bound(e) - bound(s)
+        if step != 1:
+            n = ctx.div(n, step, axis=axis, ceil=True)
+    else:
+        sv, ev = s.value, e.value
+        if sv is not None and sv >= td:
+            s2 = d - 1
+        elif sv is not None and sv < 0:
+            s2 = d + sv
+        else:
+            s2 = s
+        if ev is not None and ev < -td:
+            e2: Dim = Dim.const(-1)
+        elif ev is not None and ev < 0:
+            e2 = d + ev
+        else:
+            e2 = e
+        n = ctx.div(s2 - e2, -step, axis=axis, ceil=True)
+    if ctx.traced(n) < 0:
+        return Dim.const(0)
+    return n
+
+
+@rule("Gather")
+def _gather(ctx: NodeCtx):
+    base = ctx.info(0)
+    idx = ctx.info(1)
+    if base is None or base.shape is None or idx is None or idx.shape is None:
+        return fallback(ctx)
+    vector = base.value is not None and (base.rank or 0) <= 1
+    info = ctx.info(0, "size") if vector else base
+    shape = info.shape  # type: ignore[union-attr]
+    ax = ctx.axis(ctx.attr("axis", 0), len(shape))  # type: ignore[arg-type]
+    # Constant indices into a tensor (positions 0..S-1) may carry a traced length in their dims.
+    idx_shape = idx.shape if vector or not idx.shape else ctx.shape(1, data=True)
+    out_shape = shape[:ax] + idx_shape + shape[ax + 1 :]  # type: ignore[index,operator]
+    value = None
+    if vector and info.value is not None and idx.value is not None:  # type: ignore[union-attr]
+        n = len(info.value)  # type: ignore[union-attr]
+        picks = []
+        for v in idx.value:
+            t = ctx.traced(v)
+            if not v.is_const() or not -n <= t < n:
+                picks = None
+                break
+            picks.append(info.value[t + n if t < 0 else t])  # type: ignore[union-attr]
+        value = picks
+    return [out(out_shape, base.dtype, value)]
+
+
+@rule("GatherElements")
+def _gather_elements(ctx: NodeCtx):
+    idx = ctx.shape(1, data=True)
+    data = ctx.shape(0, data=True)
+    if idx is None or data is None:
+        return fallback(ctx)
+    ax = ctx.axis(ctx.attr("axis", 0), len(data))
+    for k in range(len(data)):
+        # No broadcasting here: indices cover the data on every other axis.
+        if k != ax and ctx.traced(idx[k]) == ctx.traced(data[k]):
+            ctx.suggest(idx[k], data[k], "GatherElements indices span the data's other axes")
+    return [out(idx, ctx.dtype(0))]
+
+
+@rule("GatherND")
+def _gather_nd(ctx: NodeCtx):
+    data, idx, plain = ctx.shape(0), ctx.shape(1, data=True), ctx.shape(1)
+    if data is None or idx is None or plain is None or plain[-1].value is None:
+        return fallback(ctx)
+    b = ctx.attr("batch_dims", 0)
+    last = int(plain[-1].value)  # the index tuple's length is fixed
+    return [out(idx[:-1] + data[b + last :], ctx.dtype(0))]
+
+
+@rule("Expand")
+def _expand(ctx: NodeCtx):
+    info = ctx.info(0, "data")
+    target = ctx.value(1, size=True)
+    if info is None or info.shape is None or target is None:
+        return fallback(ctx)
+    shape = broadcast(ctx, [info.shape, target], "Expand input and shape")
+    value = None
+    if info.value is not None and len(info.value) == 1 and all(d.is_const() for d in shape):
+        n = int(np.prod([d.value for d in shape])) if shape else 1
+        if n <= MAX_VALUE_ELEMENTS:
+            value = info.value * n
+    return [out(shape, info.dtype, value)]
+
+
+@rule("Tile")
+def _tile(ctx: NodeCtx):
+    info = ctx.info(0, "data")
+    reps = ctx.value(1, size=True)
+    if info is None or info.shape is None or reps is None:
+        return fallback(ctx)
+    return [out([d * r for d, r in zip(info.shape, reps, strict=False)], info.dtype)]
+
+
+@rule("Range")
+def _range(ctx: NodeCtx):
+    start, limit = ctx.value(0, size=True), ctx.value(1, size=True)
+    delta = ctx.value(2)
+    if start is None or limit is None or delta is None:
+        return fallback(ctx)
+    s, lim, dl = start[0], limit[0], delta[0]
+    td = ctx.traced(dl)
+    if dl.is_const() and td == 1:
+        n = lim - s
+    elif dl.is_const() and td == -1:
+        n = s - lim
+    elif dl.is_const() and td > 0:
+        n = ctx.div(lim - s, td, axis=0, ceil=True)
+    else:
+        n = ctx.opaque(max(0, -(-(ctx.traced(lim) - ctx.traced(s)) // td)) if td else 0, axis=0)
+    value = None
+    if n.is_const() and s.is_const() and dl.is_const() and 0 <= int(n.value) <= MAX_VALUE_ELEMENTS:  # type: ignore[arg-type]
+        value = [Dim.const(int(s.value) + i * td) for i in range(int(n.value))]  # type: ignore[arg-type]
+    elif (
+        n.is_const() is False and dl.is_const() and td == 1 and ctx.traced(n) <= MAX_VALUE_ELEMENTS
+    ):
+        value = None
+    return [out([n], ctx.dtype(0), value)]
+
+
+@rule("Pad")
+def _pad(ctx: NodeCtx):
+    info = ctx.info(0, "data")
+    if info is None or info.shape is None:
+        return fallback(ctx)
+    shape = list(info.shape)
+    rank = len(shape)
+    if ctx.opset < 11:
+        pads = [Dim.const(p) for p in ctx.attr("pads", [])]
+    else:
+        pads = ctx.value(1, size=True)
+    if pads is None:
+        return fallback(ctx)
+    axes = ctx.ints(3) if ctx.has(3) else list(range(rank))
+    if axes is None:
+        return fallback(ctx)
+    n = len(axes)
+    for k, a in enumerate(axes):
+        a = ctx.axis(a, rank)
+        shape[a] = shape[a] + pads[k] + pads[k + n]
+    return [out(shape, info.dtype)]
+
+
+@rule(
+    "ReduceMean",
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceSumSquare",
+)
+def _reduce(ctx: NodeCtx):
+    info = ctx.info(0, "data")
+    if info is None or info.shape is None:
+        return fallback(ctx)
+    shape = info.shape
+    axes = ctx.attr("axes")
+    if axes is None and ctx.has(1):
+        axes = ctx.ints(1)
+        if axes is None:
+            return fallback(ctx)
+    keep = ctx.attr("keepdims", 1)
+    if not axes:
+        if ctx.attr("noop_with_empty_axes", 0):
+            return [out(shape, info.dtype, info.value)]
+        axes = list(range(len(shape)))
+    axes = {ctx.axis(a, len(shape)) for a in axes}
+    new = [Dim.const(1) if k in axes else d for k, d in enumerate(shape) if keep or k not in axes]
+    value = None
+    base = ctx.info(0)
+    if base is not None and base.value is not None and len(shape) <= 1 and not keep:
+        if ctx.node.op_type == "ReduceProd":
+            value = [dim_product(base.value)]
+        elif ctx.node.op_type == "ReduceSum":
+            value = [dim_sum(base.value)]
+    return [out(new, info.dtype, value)]
+
+
+@rule("ArgMax", "ArgMin")
+def _argmax(ctx: NodeCtx):
+    shape = ctx.shape(0)
+    if shape is None:
+        return fallback(ctx)
+    ax = ctx.axis(ctx.attr("axis", 0), len(shape))
+    keep = ctx.attr("keepdims", 1)
+    new = [Dim.const(1) if k == ax else d for k, d in enumerate(shape) if keep or k != ax]
+    return [out(new, onnx.TensorProto.INT64)]
+
+
+@rule("TopK")
+def _topk(ctx: NodeCtx):
+    shape = ctx.shape(0)
+    k = ctx.value(1, size=True) if ctx.has(1) else [Dim.const(ctx.attr("k", 1))]
+    if shape is None or k is None:
+        return fallback(ctx)
+    ax = ctx.axis(ctx.attr("axis", -1), len(shape))
+    new = list(shape)
+    new[ax] = k[0]
+    return [out(new, ctx.dtype(0)), out(new, onnx.TensorProto.INT64)]
+
+
+@rule("NonZero")
+def _nonzero(ctx: NodeCtx):
+    shape = ctx.shape(0)
+    static = ctx.static_shape(0)
+    if shape is None:
+        return fallback(ctx)
+    traced = static[1] if static and len(static) == 2 and static[1] is not None else 0
+    n = ctx.opaque(traced or 0, 0, 1, note="NonZero count (data-dependent)")
+    return [out([Dim.const(len(shape)), n], onnx.TensorProto.INT64)]
+
+
+@rule("OneHot")
+def _onehot(ctx: NodeCtx):
+    idx = ctx.shape(0)
+    depth = ctx.value(1, size=True)
+    if idx is None or depth is None:
+        return fallback(ctx)
+    rank = len(idx) + 1
+    ax = ctx.axis(ctx.attr("axis", -1), rank)
+    new = list(idx)
+    new.insert(ax, depth[0])
+    return [out(new, ctx.dtype(2))]

@@ -1,0 +1,453 @@
+"""Unification of the constraints collected by :mod:`onnxsurgery.shapes.propagation`.
+
+Unknowns are the ``var`` atoms (elements of size constants), the ``data`` atoms (dims of data
+constants) and the ``derived`` atoms (dims a rule could not write in closed form). The solver
+decides each one by structure, in this order:
+
+1. hard constraints, repeatedly: one that is linear in a single unknown fixes it
+   (``$v3 - batch == 0`` gives ``$v3 = batch``; ``$q1*$v2 - batch*64 == 0`` with ``$q1 = 64``
+   gives ``$v2 = batch``);
+2. soft hints (Reshape keeps leading/trailing dims, a Slice bound equal to its axis, a Scatter
+   buffer the size of its index set) fix what hard constraints left free, unless that
+   contradicts a hard constraint;
+3. data-constant dims nobody forced keep their traced size (masks that only broadcast); then
+   products of unknowns that must equal a product of symbols (a Resize to the patch grid) are
+   split symbol by symbol, in axis order;
+4. size elements nobody forced keep their traced value: a ``1`` that equals the traced batch but
+   only ever broadcasts stays ``1``;
+5. derived dims still free become opaque runtime dims (read back with ``Shape`` at run time;
+   listed in ``Solution.opaque``; the analysis itself is never modified, so it can be solved
+   again with more constraints).
+
+A hard constraint that still does not hold once nothing is unknown is a *conflict*: the graph
+needs that equality at every size, and it holds only at the traced one.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+
+from onnxsurgery.shapes.analysis import Constraint, ShapeAnalysis
+from onnxsurgery.shapes.dims import Dim
+
+__all__ = ["Conflict", "Solution", "solve"]
+
+
+@dataclass
+class Conflict:
+    """A hard constraint that holds only at the traced size: ``residual == 0`` is required."""
+
+    constraint: Constraint
+    residual: Dim
+
+
+@dataclass
+class Solution:
+    """What every unknown became (``values``), how (``how``: 'forced', 'kept', 'hint'), and conflicts."""
+
+    values: dict[str, Dim] = field(default_factory=dict)
+    how: dict[str, str] = field(default_factory=dict)
+    conflicts: list[Conflict] = field(default_factory=list)
+    opaque: set[str] = field(default_factory=set)  # derived dims left to be read at run time
+    assumed: list[tuple[Constraint, str, str]] = field(
+        default_factory=list
+    )  # unified run-time dims
+
+    def resolve(self, d: Dim) -> Dim:
+        """``d`` with every decided unknown replaced (cached until the next decision)."""
+        if self._cache_size != len(self.values):
+            self._cache.clear()
+            self._cache_size = len(self.values)
+        hit = self._cache.get(d)
+        if hit is None:
+            hit = d.subs(self.values) if d.atoms() & self.values.keys() else d
+            self._cache[d] = hit
+        return hit
+
+    def __post_init__(self) -> None:
+        self._cache: dict[Dim, Dim] = {}
+        self._cache_size = -1
+
+
+class _Solver:
+    def __init__(self, analysis: ShapeAnalysis) -> None:
+        self.a = analysis
+        self.traced = analysis.traced_values()
+        self.sol = Solution()
+        self.dependents: dict[str, set[str]] = defaultdict(set)
+        self.hard = [c for c in analysis.constraints if not c.soft]
+        self.soft = [c for c in analysis.constraints if c.soft]
+        self.watch: dict[str, set[int]] = defaultdict(set)
+        self.exprs: list[Dim] = [c.expr for c in self.hard]
+        self.done: set[int] = set()
+        self.queue: deque[int] = deque(range(len(self.hard)))
+        self.floor_atoms: dict[tuple[str, str, int], str] = {}
+        self.aligns: dict[str, list[Constraint]] = defaultdict(list)
+        for c in self.soft:
+            for d in c.dst or []:
+                for x in d.atoms():
+                    self.aligns[x].append(c)
+
+    def unknowns(self, d: Dim) -> set[str]:
+        return {
+            x
+            for x in d.atoms()
+            if self.a.atoms[x].kind in ("var", "data", "derived") and x not in self.sol.opaque
+        }
+
+    def resolve(self, d: Dim) -> Dim:
+        return self.sol.resolve(d)
+
+    def assign(self, atom: str, value: Dim, how: str) -> None:
+        vals = self.sol.values
+        vals[atom] = value
+        self.sol.how[atom] = how
+        for dep in self.dependents.pop(atom, set()):
+            if dep in vals:
+                vals[dep] = vals[dep].subs({atom: value})
+                for x in vals[dep].atoms():
+                    self.dependents[x].add(dep)
+        for x in value.atoms():
+            self.dependents[x].add(atom)
+        self.queue.extend(self.watch.pop(atom, set()))
+
+    def solve_for(self, expr: Dim) -> tuple[str, Dim] | None:
+        """``(u, value)`` when ``expr == 0`` can be solved for one unknown ``u``.
+
+        With one unknown, ``u`` is what ``expr`` is linear in. Two unknowns tied by a factor
+        (``$v7 == $v3``, a dim carried through a transpose) become one: the downstream one (created
+        last) is expressed in the other.
+        """
+        unknown = self.unknowns(expr)
+        if not unknown:
+            return None
+        if len(unknown) > 1:
+            # Only ``a*u - b*w == 0``: two unknowns tied by a factor, nothing else.
+            terms = expr.terms
+            if len(unknown) != 2 or len(terms) != 2 or any(len(m) != 1 for m in terms):
+                return None
+        for u in sorted(unknown, key=self._created, reverse=True)[:1]:
+            lin = expr.linear_in(u)
+            if lin is None or lin[0].value == 0:
+                continue
+            a, r = lin
+            if self.unknowns(a):
+                continue
+            value = (-r).exact_div(a)
+            if value is None:
+                continue
+            try:
+                if value.evaluate(self.traced) != self.traced[u]:
+                    continue
+            except KeyError:
+                continue
+            return u, value
+        return None
+
+    def _created(self, atom: str) -> int:
+        return int(atom[2:]) if atom[2:].isdigit() else -1
+
+    def settle_floors(self) -> None:
+        """A floor division whose operands are decided becomes a constant or a polynomial."""
+        for atom, num, den, plus in self.a.pending_floors:
+            if atom in self.sol.values:
+                continue
+            n, d = self.resolve(num), self.resolve(den)
+            if self.unknowns(n) or self.unknowns(d):
+                continue
+            q = n.exact_div(d)
+            key = (str(n), str(d), plus)
+            if q is not None:
+                self.assign(atom, q + plus, "forced")
+            elif n.is_const() and d.is_const() and d.value:
+                self.assign(atom, Dim.const(int(n.value) // int(d.value) + plus), "forced")  # type: ignore[arg-type]
+            elif key in self.floor_atoms and self.floor_atoms[key] != atom:
+                self.assign(atom, Dim.sym(self.floor_atoms[key]), "forced")  # the same division
+            elif atom not in self.sol.opaque:
+                # Symbols or run-time dims, not exact: a dim read at run time from now on.
+                self.floor_atoms[key] = atom
+                self.sol.opaque.add(atom)
+                self.queue.extend(self.watch.pop(atom, set()))
+
+    def drain(self) -> None:
+        self._drain()
+        if self.a.pending_floors:
+            self.settle_floors()
+            self._drain()
+
+    def _drain(self) -> None:
+        while self.queue:
+            cid = self.queue.popleft()
+            if cid in self.done:
+                continue
+            expr = self.resolve(self.exprs[cid])
+            self.exprs[cid] = expr
+            if expr.value == 0:
+                self.done.add(cid)
+                continue
+            unknown = self.unknowns(expr)
+            if not unknown:
+                continue  # judged at the end
+            found = self.solve_for(expr)
+            if found is not None:
+                self.done.add(cid)
+                self.assign(found[0], found[1], "forced")
+                continue
+            for x in unknown:
+                self.watch[x].add(cid)
+
+    def default(self, kind: str) -> None:
+        """Keep the traced value of each still-free unknown, in dataflow order, one at a time:
+        deciding an upstream constant first lets hard constraints carry it downstream."""
+        for name, atom in list(self.a.atoms.items()):
+            if atom.kind == kind and name not in self.sol.values:
+                # Upstream decisions may have settled a Reshape this unknown belongs to: align it
+                # again (it knows which output position the unknown holds) before giving up.
+                for c in self.aligns.get(name, ()):
+                    self.align(c)
+                if name not in self.sol.values:
+                    self.assign(name, Dim.const(atom.traced), "kept")
+                    self.drain()
+
+    def _breaks(self, atom: str, value: Dim) -> bool:
+        for cid in self.watch.get(atom, ()):
+            expr = self.resolve(self.exprs[cid]).subs({atom: value})
+            if not self.unknowns(expr) and expr.value != 0:
+                return True
+        return False
+
+    def breaks_hard(self, atom: str, value: Dim) -> bool:
+        """Whether a hint would turn a hard constraint into a conflict that keeping the traced
+        value would not (a hint no worse than the default is taken: its conflict names the
+        symbol that really cannot vary)."""
+        return self._breaks(atom, value) and not self._breaks(atom, Dim.const(self.traced[atom]))
+
+    def apply_hints(self) -> None:
+        for _ in range(2):
+            for c in self.soft:
+                if c.src is not None:
+                    self.align(c)
+                    continue
+                if c.when_free and c.rhs is not None:
+                    rhs = self.resolve(c.rhs)
+                    if rhs.is_const() or self.unknowns(rhs):
+                        continue
+                expr = self.resolve(c.expr)
+                found = self.solve_for(expr)
+                if found is None or self.breaks_hard(*found):
+                    if found is None and c.lhs is not None and c.rhs is not None:
+                        self.factor(c)
+                    continue
+                self.assign(found[0], found[1], "hint")
+                self.drain()
+
+    def try_hint(self, lhs: Dim, rhs: Dim) -> None:
+        found = self.solve_for(self.resolve(lhs - rhs))
+        if found is not None and not self.breaks_hard(*found):
+            self.assign(found[0], found[1], "hint")
+            self.drain()
+
+    def align(self, c: Constraint) -> None:
+        """Reshape hints: leading and trailing dims that keep their size stay the same dim.
+
+        A merged dim such as ``batch*seq`` is matched with a single dim only when none of its
+        symbols is 1 at the traced size (at batch 1, ``batch*seq`` and ``seq`` look alike); the
+        middle is left to a product hint, which :meth:`factor` splits symbol by symbol.
+        """
+        src = [self.resolve(d) for d in c.src]  # type: ignore[union-attr]
+        dst = [self.resolve(d) for d in c.dst]  # type: ignore[union-attr]
+        if not any(self.unknowns(d) for d in dst + src):
+            return
+
+        def merged_one(d: Dim) -> bool:
+            return (
+                not d.is_atom()
+                and not d.is_const()
+                and any(self.traced.get(x) == 1 for x in d.atoms())
+            )
+
+        def same(a: Dim, b: Dim) -> bool:
+            try:
+                if a.evaluate(self.traced) != b.evaluate(self.traced):
+                    return False
+            except KeyError:
+                return False
+            return not (merged_one(a) or merged_one(b))
+
+        lead = 0
+        while lead < min(len(src), len(dst)) and same(src[lead], dst[lead]):
+            self.try_hint(dst[lead], src[lead])
+            lead += 1
+        trail = 0
+        while (
+            len(src) - trail - 1 >= lead
+            and len(dst) - trail - 1 >= lead
+            and same(src[-1 - trail], dst[-1 - trail])
+        ):
+            self.try_hint(dst[-1 - trail], src[-1 - trail])
+            trail += 1
+        mid_src = src[lead : len(src) - trail]
+        mid_dst = dst[lead : len(dst) - trail]
+        if mid_src or mid_dst:
+            lhs, rhs = Dim.const(1), Dim.const(1)
+            for d in mid_dst:
+                lhs = lhs * d
+            for d in mid_src:
+                rhs = rhs * d
+            found = self.solve_for(self.resolve(lhs - rhs))
+            if found is not None:
+                if not self.breaks_hard(*found):
+                    self.assign(found[0], found[1], "hint")
+                    self.drain()
+            else:
+                self.factor(Constraint(lhs - rhs, c.node, c.op, c.why, True, lhs, rhs), mid_dst)
+
+    def _order(self, atom: str) -> tuple[int, int, str]:
+        """Symbols in the order of the input axes they name; then everything else."""
+        origin = self.a.atoms[atom].origin
+        if self.a.atoms[atom].kind == "sym" and origin:
+            return (0, min(axis for _, axis in origin), atom)
+        return (1, 0, atom)
+
+    def factor(self, c: Constraint, positions: list[Dim] | None = None) -> None:
+        """Split a known product over a product of unknowns, outer symbols first.
+
+        ``$v1*$v2 == batch*seq`` (a Reshape unflattening ``batch*seq`` into two dims) gives
+        ``$v1 = batch, $v2 = seq`` when the traced sizes agree, taking the symbols in the order
+        of the input axes they name (flattening keeps that order).
+        """
+        sides = [self.resolve(c.lhs), self.resolve(c.rhs)]  # type: ignore[arg-type]
+        for unknown_side, known_side in (sides, sides[::-1]):
+            if not unknown_side.is_monomial() or not known_side.is_monomial():
+                continue
+            ((umono, ucoef),) = unknown_side.terms.items() or [((), 0)]
+            ((kmono, kcoef),) = known_side.terms.items() or [((), 0)]
+            if ucoef == 0 or kcoef % ucoef or self.unknowns(known_side):
+                continue
+            if len(umono) < 2 or any(
+                self.a.atoms[x].kind not in ("var", "data", "derived") for x in umono
+            ):
+                continue
+            if len(set(umono)) != len(umono):
+                continue
+            order = sorted(umono, key=lambda x: int(x[2:]) if x[2:].isdigit() else 0)
+            if positions is not None:  # a Reshape's output dims: outer dims take outer symbols
+                rank = {x: i for i, d in enumerate(positions) for x in d.atoms()}
+                order = sorted(umono, key=lambda x: rank.get(x, len(positions)))
+            atoms = sorted(kmono, key=self._order)
+            coef = kcoef // ucoef
+            plan = self._split(order, atoms, coef)
+            if plan is None:
+                return
+            for var, value in plan.items():
+                if self.breaks_hard(var, value):
+                    return
+            for var, value in plan.items():
+                if var not in self.sol.values:
+                    self.assign(var, value, "hint")
+            self.drain()
+            return
+
+    def _split(self, order: list[str], atoms: list[str], coef: int) -> dict[str, Dim] | None:
+        """Give each unknown (in order) a sub-product of ``coef * atoms`` with its traced value.
+
+        A symbol whose traced value equals an unknown's exactly goes to that unknown first (at
+        batch 1, ``batch`` divides every size, so "takes what divides" alone would hand it to
+        whichever unknown comes first); the rest is taken greedily, outer symbols first, and the
+        last unknown takes what is left.
+        """
+        plan: dict[str, Dim] = {}
+        atoms = list(atoms)
+        for var in order:
+            want = self.traced[var]
+            exact = next((x for x in atoms if self.traced[x] == want), None)
+            if exact is not None:
+                plan[var] = Dim.sym(exact)
+                atoms.remove(exact)
+        rest = [v for v in order if v not in plan]
+        if not rest:
+            return plan if not atoms and coef == 1 else None
+        for i, var in enumerate(rest):
+            want = self.traced[var]
+            if i == len(rest) - 1:
+                value = Dim.const(coef)
+                for x in atoms:
+                    value = value * Dim.sym(x)
+            else:
+                prod, took = 1, 0
+                while took < len(atoms) and want % (prod * self.traced[atoms[took]]) == 0:
+                    prod *= self.traced[atoms[took]]
+                    took += 1
+                if want % prod or coef % (want // prod):
+                    return None
+                factor = want // prod
+                value = Dim.const(factor)
+                for x in atoms[:took]:
+                    value = value * Dim.sym(x)
+                atoms = atoms[took:]
+                coef //= factor
+            try:
+                if value.evaluate(self.traced) != want:
+                    return None
+            except KeyError:
+                return None
+            plan[var] = value
+        return plan
+
+    def factor_pending(self) -> None:
+        """Hard products of unknowns still open (``$v1*$v2 == height*width``, a Resize to the
+        patch grid) are split symbol by symbol, like a Reshape's middle dims."""
+        for cid, c in enumerate(self.hard):
+            if cid in self.done or c.lhs is None or c.rhs is None:
+                continue
+            expr = self.resolve(self.exprs[cid])
+            if len(self.unknowns(expr)) >= 2:
+                self.factor(c)
+
+    def run(self) -> Solution:
+        self.drain()
+        self.apply_hints()
+        self.default("data")
+        self.factor_pending()
+        self.default("var")
+        for name, atom in self.a.atoms.items():
+            if atom.kind == "derived" and name not in self.sol.values:
+                self.sol.opaque.add(name)
+        self.queue.extend(range(len(self.hard)))
+        self.drain()
+        self.unify_runtime()
+        for cid, c in enumerate(self.hard):
+            if cid in self.done:
+                continue
+            expr = self.resolve(self.exprs[cid])
+            if expr.value != 0:
+                self.sol.conflicts.append(Conflict(c, expr))
+        return self.sol
+
+    def unify_runtime(self) -> None:
+        """Two run-time dims the graph requires equal are one dim (ONNX Runtime checks it).
+
+        ``ceil(H/2)`` and ``ceil((H-1)/2)`` (Swin's patch merging slices) agree for every even
+        ``H``; the static graph already assumes an even height, so the symbolized one may too.
+        """
+        runtime = {n for n, a in self.a.atoms.items() if a.kind == "opaque"} | self.sol.opaque
+        for cid, c in enumerate(self.hard):
+            if cid in self.done:
+                continue
+            expr = self.resolve(self.exprs[cid])
+            terms = expr.terms
+            if len(terms) != 2 or sorted(terms.values()) != [-1, 1]:
+                continue
+            atoms = [m[0] for m in terms if len(m) == 1 and m[0] in runtime]
+            if len(atoms) != 2 or self.traced[atoms[0]] != self.traced[atoms[1]]:
+                continue
+            keep, drop = sorted(atoms, key=self._created)
+            self.assign(drop, Dim.sym(keep), "assumed")
+            self.done.add(cid)
+            self.sol.assumed.append((c, drop, keep))
+
+
+def solve(analysis: ShapeAnalysis) -> Solution:
+    """Decide every unknown of ``analysis`` (see the module docstring for the order)."""
+    return _Solver(analysis).run()

@@ -1,0 +1,106 @@
+"""Validation: run a model on ONNX Runtime over stored torch cases and compare every output.
+
+    report = validate("model.onnx", "fixtures/net/torchscript")     # a folder of test_data_set_N
+    if not report:
+        print(report.summary)   # 3 cases, 3 outputs: 1 mismatch (case test_data_set_2 output ...)
+
+Two models against each other (:func:`~onnxsurgery.validation.against_model.compare_models`)
+share the case runner (:mod:`onnxsurgery.validation.case_runner`).
+
+One session serves every case. Before a case runs, its inputs are checked against the model's
+declared inputs (a missing input, a dtype or a size the model does not accept fails that case
+with a message naming the input, the expected and the got dims); an ONNX Runtime failure while
+running a case fails that case with ORT's message and node. Every output is compared with
+:func:`onnxsurgery.validation.arrays.compare_arrays` at the tolerances of
+:mod:`onnxsurgery.validation.tolerances`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+from onnxsurgery.errors import ReferenceDataError, UsageError
+from onnxsurgery.model.signature import CaseFailure
+from onnxsurgery.validation.case_runner import Expected, ModelRunner, run_cases
+from onnxsurgery.validation.references import Case, load_cases
+from onnxsurgery.validation.report import ValidationReport
+from onnxsurgery.validation.runtime import ProviderChoice, resolve_provider
+from onnxsurgery.validation.tolerances import (
+    DEFAULT_ATOL,
+    DEFAULT_RTOL,
+    Tolerances,
+    check_global_tolerances,
+    check_tolerances,
+)
+
+__all__ = ["validate"]
+
+OutputMapFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
+
+
+
+# --------------------------------------------------------------------------------------------
+# running
+
+
+def _as_cases(references: str | os.PathLike | Sequence[Case]) -> tuple[list[Case], str | None]:
+    if references is None:
+        raise UsageError("no reference cases: give ref=PATH to the validate pass, or --ref PATH")
+    if isinstance(references, (str, os.PathLike)):
+        return load_cases(references), os.fspath(references)
+    cases = list(references)
+    if not cases:
+        raise ReferenceDataError("no reference cases to validate against")
+    for c in cases:
+        if not isinstance(c, Case):
+            raise TypeError(f"references must be a path or a list of Case, got {type(c).__name__}")
+    return cases, None
+
+
+def validate(
+    model: onnx.ModelProto | str | os.PathLike,
+    references: str | os.PathLike | Sequence[Case],
+    *,
+    provider: str | ProviderChoice = "auto",
+    atol: float = DEFAULT_ATOL,
+    rtol: float = DEFAULT_RTOL,
+    tolerances: Tolerances | None = None,
+    output_map: OutputMapFn | None = None,
+) -> ValidationReport:
+    """Run ``model`` on every reference case and compare each output with torch's.
+
+    ``references`` is a path :func:`onnxsurgery.validation.references.load_cases` reads or a list of
+    :class:`~onnxsurgery.validation.references.Case`. ``atol``/``rtol`` apply to floating outputs;
+    ``tolerances`` maps an output name to ``(atol, rtol)`` (``None`` keeps the default) and is
+    the only way to loosen bool/int outputs, which are otherwise compared exactly.
+    ``output_map`` maps each case's reference outputs onto the model's current outputs (the
+    pipeline passes ``PassContext.map_outputs``). Raises ProviderError when the provider cannot
+    run, ModelLoadError when ONNX Runtime cannot load the model, ReferenceDataError when the
+    references cannot be read; everything about a single case goes into the report.
+    """
+    check_global_tolerances(atol, rtol)
+    cases, reference = _as_cases(references)
+    choice = provider if isinstance(provider, ProviderChoice) else resolve_provider(provider)
+    runner = ModelRunner(model, choice)
+    known = set(runner.output_names) | {n for c in cases for n in c.outputs}
+    tols = check_tolerances(tolerances, known)
+    runs: list[tuple[str, Mapping[str, np.ndarray], Expected]] = []
+    for case in cases:
+        expected: Any = case.outputs
+        if output_map is not None:
+
+            def expected(case: Case = case) -> Mapping[str, np.ndarray]:
+                try:
+                    return output_map(case.outputs)
+                except (KeyError, ValueError, UsageError, ReferenceDataError) as exc:
+                    raise CaseFailure(
+                        f"mapping reference outputs onto the model's failed: {exc}"
+                    ) from None
+
+        runs.append((case.name, case.inputs, expected))
+    return run_cases(runner, runs, choice, atol, rtol, tols, reference)

@@ -1,0 +1,481 @@
+"""Comparing one output array with its reference: error statistics, NaN/Inf placement, pass/fail.
+
+An element passes when ``|actual - expected| <= atol + rtol * |expected|`` (the rule of
+``numpy.allclose``), or when both are NaN, or both are the same infinity. Defaults come from
+:mod:`onnxsurgery.validation.tolerances` (floating outputs loose, bool and integer outputs
+exact)::
+
+    result = compare_arrays(ort_out, torch_out, name="logits")
+    if not result:
+        print(result.describe())   # logits: 3/10 elements out of tolerance, max abs 2.1e-2 at [0, 3] ...
+
+Big outputs are walked in chunks of :data:`CHUNK` elements, so the temporaries (float64 work
+arrays, masks) stay a few MiB whatever the output's size; inputs are never copied whole.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from onnxsurgery.validation.tolerances import DEFAULT_ATOL, DEFAULT_RTOL, is_exact_dtype
+
+__all__ = [
+    "CHUNK",
+    "OutputComparison",
+    "compare_arrays",
+    "format_number",
+]
+
+#: Elements per chunk: bounds the temporaries of one comparison (about 8 bytes x 4 per element).
+CHUNK = 1 << 18
+
+
+def format_number(value: float | None, *, up: bool = False, digits: int = 3) -> str:
+    """Short form used in reports: ``2.13e-2``, ``1e-4``, ``0``, ``inf``; ``-`` for None.
+
+    ``digits`` significant digits, trailing zeros dropped; ``up=True`` rounds up instead of to
+    nearest (for a tolerance that must still pass).
+    """
+    if value is None:
+        return "-"
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if value == 0:
+        return "0"
+    places = max(digits - 1, 0)
+    mantissa, exponent = f"{value:.{places}e}".split("e")
+    if up and float(f"{mantissa}e{exponent}") < value:
+        exp = int(exponent)
+        scale = 10**places
+        m = math.ceil(value / 10.0**exp * scale) / scale
+        if m >= 10:
+            m, exp = m / 10, exp + 1
+        mantissa, exponent = f"{m:.{places}f}", str(exp)
+    if "." in mantissa:
+        mantissa = mantissa.rstrip("0").rstrip(".")
+    return mantissa if int(exponent) == 0 else f"{mantissa}e{int(exponent)}"
+
+
+@dataclass(frozen=True)
+class OutputComparison:
+    """One output of one case compared with its reference. Truthy when it passes.
+
+    Statistics are over elements where both sides are finite (NaN/Inf placed alike count as a
+    match with error 0); ``nonfinite_mismatches`` counts elements whose NaN/Inf placement differs
+    (NaN where the reference is finite, Inf of the other sign, ...). ``max_rel`` is
+    ``max |a - e| / |e|`` over elements whose reference is nonzero. ``worst_index`` is the element
+    furthest beyond the relative part of the tolerance, the one that decides ``min_atol``: the
+    smallest ``atol`` that would pass at this ``rtol`` (``inf`` when no atol can pass, because a
+    NaN/Inf is misplaced; then ``worst_index`` is the first such element, and it is ``None`` when
+    the arrays are identical). Statistics are ``None`` when the arrays could not be compared at all
+    (``problem`` says why: a shape mismatch, a missing output).
+    """
+
+    name: str
+    passed: bool
+    atol: float
+    rtol: float
+    exact: bool = False
+    shape: tuple[int, ...] | None = None
+    expected_shape: tuple[int, ...] | None = None
+    dtype: str | None = None
+    expected_dtype: str | None = None
+    size: int = 0
+    max_abs: float | None = None
+    max_rel: float | None = None
+    mean_abs: float | None = None
+    mismatches: int = 0
+    nonfinite_mismatches: int = 0
+    worst_index: tuple[int, ...] | None = None
+    worst_actual: Any = None
+    worst_expected: Any = None
+    min_atol: float | None = None
+    problem: str | None = None
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    @property
+    def mismatch_percent(self) -> float:
+        """Percentage of elements out of tolerance (100 when nothing could be compared)."""
+        if self.max_abs is None and self.problem:
+            return 100.0
+        return 100.0 * self.mismatches / self.size if self.size else 0.0
+
+    @property
+    def severity(self) -> float:
+        """How far beyond its own tolerance this output is (``min_atol / atol``); for sorting."""
+        if self.problem and self.max_abs is None:
+            return math.inf
+        if self.min_atol is None:
+            return 0.0
+        if self.min_atol == 0:
+            return 0.0
+        return self.min_atol / self.atol if self.atol > 0 else math.inf
+
+    @classmethod
+    def missing(
+        cls, name: str, problem: str, *, atol: float = 0.0, rtol: float = 0.0
+    ) -> OutputComparison:
+        """An output that exists on one side only."""
+        return cls(name=name, passed=False, atol=atol, rtol=rtol, problem=problem)
+
+    def tolerance_text(self) -> str:
+        if self.exact and self.atol == 0 and self.rtol == 0:
+            return "exact"
+        return f"atol {format_number(self.atol)}, rtol {format_number(self.rtol)}"
+
+    def describe(self) -> str:
+        """One line: why it failed (or that it passed), with the numbers that matter."""
+        if self.problem and self.max_abs is None:
+            return f"{self.name}: {self.problem}"
+        parts: list[str] = []
+        if self.problem:
+            parts.append(self.problem)
+        if self.nonfinite_mismatches:
+            where = (
+                f" (first at {list(self.worst_index)}: {_show(self.worst_actual)}, expected {_show(self.worst_expected)})"
+                if self.worst_index is not None
+                else ""
+            )
+            parts.append(f"{self.nonfinite_mismatches} NaN/Inf placed differently{where}")
+        finite_out = self.mismatches - self.nonfinite_mismatches
+        if finite_out:
+            where = ""
+            if self.worst_index is not None and not self.nonfinite_mismatches:
+                where = f" at {list(self.worst_index)}"
+            if self.max_abs is None:  # strings: equal or not
+                parts.append(f"{finite_out}/{self.size} elements differ (first{where})")
+            else:
+                parts.append(
+                    f"{finite_out}/{self.size} elements out of tolerance ({self.tolerance_text()}), "
+                    f"max abs {format_number(self.max_abs)}{where}"
+                )
+            if self.min_atol is not None and math.isfinite(self.min_atol):
+                parts.append(f"passes at atol >= {format_number(self.min_atol, up=True)}")
+        if not parts:
+            parts.append(f"ok, max abs {format_number(self.max_abs)} ({self.tolerance_text()})")
+        return f"{self.name}: " + "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        def num(v: float | None) -> float | None:
+            return None if v is None or not math.isfinite(v) else float(v)
+
+        return {
+            "name": self.name,
+            "passed": self.passed,
+            "problem": self.problem,
+            "shape": list(self.shape) if self.shape is not None else None,
+            "expected_shape": list(self.expected_shape)
+            if self.expected_shape is not None
+            else None,
+            "dtype": self.dtype,
+            "expected_dtype": self.expected_dtype,
+            "atol": self.atol,
+            "rtol": self.rtol,
+            "exact": self.exact,
+            "size": self.size,
+            "max_abs": num(self.max_abs),
+            "max_rel": num(self.max_rel),
+            "mean_abs": num(self.mean_abs),
+            "mismatches": self.mismatches,
+            "mismatch_percent": round(self.mismatch_percent, 6),
+            "nonfinite_mismatches": self.nonfinite_mismatches,
+            "worst_index": list(self.worst_index) if self.worst_index is not None else None,
+            "worst_actual": _scalar(self.worst_actual),
+            "worst_expected": _scalar(self.worst_expected),
+            # null when no atol passes (a NaN/Inf placed differently) or nothing was compared
+            "min_atol": num(self.min_atol),
+        }
+
+
+def _show(value: Any) -> str:
+    v = _scalar(value)
+    return format_number(v) if isinstance(v, float) else str(v)
+
+
+def _scalar(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer, int)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        v = float(value)
+        return v if math.isfinite(v) else str(v)
+    return str(value)
+
+
+def compare_arrays(
+    actual: np.ndarray,
+    expected: np.ndarray,
+    *,
+    atol: float | None = None,
+    rtol: float | None = None,
+    name: str = "output",
+) -> OutputComparison:
+    """Compare ``actual`` (the model's output) with ``expected`` (the reference).
+
+    ``atol``/``rtol`` of ``None`` take the dtype's default: :data:`DEFAULT_ATOL` /
+    :data:`DEFAULT_RTOL` for floating outputs, exact (0, 0) for bool, integer and string outputs.
+    Shapes must match exactly; a different dtype fails (the values are still compared, so the
+    report says how far off they are too).
+    """
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    exact_kind = is_exact_dtype(expected.dtype)
+    if atol is None:
+        atol = 0.0 if exact_kind else DEFAULT_ATOL
+    if rtol is None:
+        rtol = 0.0 if exact_kind else DEFAULT_RTOL
+    atol, rtol = float(atol), float(rtol)
+    if not (atol >= 0 and rtol >= 0):
+        raise ValueError(f"{name}: tolerances must be >= 0, got atol={atol}, rtol={rtol}")
+    base = {
+        "name": name,
+        "atol": atol,
+        "rtol": rtol,
+        "exact": exact_kind,
+        "shape": tuple(int(d) for d in actual.shape),
+        "expected_shape": tuple(int(d) for d in expected.shape),
+        "dtype": str(actual.dtype),
+        "expected_dtype": str(expected.dtype),
+        "size": int(expected.size),
+    }
+    if actual.shape != expected.shape:
+        return OutputComparison(
+            passed=False,
+            problem=f"shape {list(actual.shape)}, expected {list(expected.shape)}",
+            **base,
+        )
+    dtype_problem = None
+    if actual.dtype != expected.dtype:
+        dtype_problem = f"dtype {actual.dtype}, expected {expected.dtype}"
+
+    text_kinds = "OSU"
+    if actual.dtype.kind in text_kinds or expected.dtype.kind in text_kinds:
+        return _compare_text(actual, expected, base, dtype_problem)
+    stats = _Stats(actual, expected, atol, rtol, exact_kind)
+    passed = dtype_problem is None and stats.mismatches == 0
+    return OutputComparison(
+        passed=passed,
+        max_abs=stats.max_abs,
+        max_rel=stats.max_rel,
+        mean_abs=stats.mean_abs,
+        mismatches=stats.mismatches,
+        nonfinite_mismatches=stats.nonfinite,
+        worst_index=stats.worst_index(expected.shape),
+        worst_actual=stats.worst_value(actual),
+        worst_expected=stats.worst_value(expected),
+        min_atol=stats.min_atol,
+        problem=dtype_problem,
+        **base,
+    )
+
+
+def _compare_text(
+    actual: np.ndarray, expected: np.ndarray, base: dict[str, Any], dtype_problem: str | None
+) -> OutputComparison:
+    equal = np.asarray(actual == expected, dtype=bool).reshape(expected.shape)
+    mismatches = int(equal.size - np.count_nonzero(equal))
+    worst = None
+    if mismatches:
+        worst = tuple(int(i) for i in np.unravel_index(int(np.argmin(equal)), expected.shape))
+    return OutputComparison(
+        passed=dtype_problem is None and mismatches == 0,
+        mismatches=mismatches,
+        worst_index=worst,
+        worst_actual=actual[worst] if worst is not None else None,
+        worst_expected=expected[worst] if worst is not None else None,
+        problem=dtype_problem,
+        **base,
+    )
+
+
+def _work_dtype(a: np.dtype, e: np.dtype) -> np.dtype:
+    """float32 for float16/float32 pairs, float64 for float64 and integers, complex128 for complex."""
+    if a.kind == "c" or e.kind == "c":
+        return np.dtype(np.complex128)
+    if a.kind == "f" and e.kind == "f":
+        return np.result_type(a, e, np.float32)
+    return np.dtype(np.float64)
+
+
+class _Stats:
+    """Chunked pass over two same-shaped numeric arrays, gathering every statistic at once.
+
+    Work buffers of one chunk are allocated once and reused; differences are taken in the
+    inputs' own precision (float32 for float32: the same arithmetic ``numpy.allclose`` uses),
+    sums are accumulated in float64, and the worst element is re-measured in float64 so
+    ``min_atol`` is exact.
+    """
+
+    def __init__(
+        self, actual: np.ndarray, expected: np.ndarray, atol: float, rtol: float, exact_kind: bool
+    ) -> None:
+        self.max_abs = 0.0
+        self.max_rel = 0.0
+        self.mismatches = 0
+        self.nonfinite = 0
+        self._sum_abs = 0.0
+        self._finite = 0
+        self._excess = -math.inf  # max over elements of |a - e| - rtol * |e|
+        self._worst = -1  # flat index of that element
+        self._first_nonfinite = -1
+        a_flat = actual.reshape(-1)  # a view for contiguous arrays (every ORT/torch output)
+        e_flat = expected.reshape(-1)
+        work = self._work = _work_dtype(actual.dtype, expected.dtype)
+        compare_native = (
+            atol == 0 and rtol == 0 and actual.dtype.kind in "biu" and expected.dtype.kind in "biu"
+        )
+        n = min(CHUNK, e_flat.size)
+        real = np.dtype(np.float64) if work.kind == "c" else work
+        self._diff = np.empty(n, real)
+        self._mag = np.empty(n, real)
+        self._tmp = np.empty(n, real)
+        self._mask = np.empty(n, bool)
+        for start in range(0, e_flat.size, CHUNK):
+            a = a_flat[start : start + CHUNK]
+            e = e_flat[start : start + CHUNK]
+            self._chunk(a, e, start, atol, rtol, work, compare_native)
+        del self._diff, self._mag, self._tmp, self._mask
+        self.mean_abs = self._sum_abs / self._finite if self._finite else 0.0
+        if self.nonfinite:
+            self.min_atol = math.inf
+            self._worst = self._first_nonfinite
+        elif self._worst < 0 or self.max_abs == 0:
+            self.min_atol = 0.0
+            self._worst = -1  # identical: no element is worst
+        else:
+            self._settle_min_atol(a_flat, e_flat, atol, rtol)
+
+    def _chunk(
+        self,
+        a_in: np.ndarray,
+        e_in: np.ndarray,
+        start: int,
+        atol: float,
+        rtol: float,
+        work: np.dtype,
+        compare_native: bool,
+    ) -> None:
+        k = e_in.size
+        if k == 0:
+            return
+        diff, mag, tmp, mask = self._diff[:k], self._mag[:k], self._tmp[:k], self._mask[:k]
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: handled below
+            if work.kind == "c":
+                np.abs(np.subtract(a_in, e_in, dtype=work), out=diff)
+                np.abs(e_in.astype(work), out=mag)
+            else:
+                np.subtract(a_in, e_in, out=diff, dtype=work)
+                np.abs(diff, out=diff)
+                np.abs(e_in, out=mag, dtype=work)
+        chunk_max = float(diff.max())
+        skip = None  # elements left out of the finite statistics
+        if not math.isfinite(chunk_max):
+            # Only the few elements where a side is NaN/Inf (or the difference overflowed).
+            bad = np.flatnonzero(~np.isfinite(diff))
+            av, ev = a_in[bad], e_in[bad]
+            alike = (np.isnan(av) & np.isnan(ev)) | (np.isinf(av) & (av == ev))
+            diff[bad[alike]] = 0.0  # NaN where torch has NaN, same-signed Inf: a match
+            mag[bad[alike]] = 0.0
+            skip = bad[~alike]
+            both_finite = np.isfinite(av[~alike]) & np.isfinite(ev[~alike])
+            placed = skip[~both_finite]
+            if placed.size:
+                if self._first_nonfinite < 0:
+                    self._first_nonfinite = start + int(placed[0])
+                self.nonfinite += int(placed.size)
+            if both_finite.any():  # finite values whose difference overflowed: a huge error
+                self.max_abs = math.inf
+            self.mismatches += int(skip.size)
+            diff[skip] = 0.0
+            mag[skip] = 0.0
+            self._finite -= int(skip.size)
+            chunk_max = float(diff.max())
+        self._finite += k
+        self.max_abs = max(self.max_abs, chunk_max)
+        # float32 pairwise sum per chunk (relative error ~1e-7), chunks accumulated in float64
+        self._sum_abs += float(diff.sum())
+        if chunk_max > 0:  # max |a - e| / |e| over nonzero references
+            with np.errstate(divide="ignore", invalid="ignore"):
+                np.divide(diff, mag, out=tmp)
+            rel = float(np.fmax.reduce(tmp))  # 0/0 (exact match on a zero) is NaN: ignored
+            if not math.isfinite(rel):  # an error on a zero reference: leave those out
+                np.greater(mag, 0, out=mask)
+                tmp.fill(0)
+                np.divide(diff, mag, out=tmp, where=mask)
+                rel = float(tmp.max())
+            self.max_rel = max(self.max_rel, rel)
+        # numpy.allclose: |a - e| <= atol + rtol * |e|; excess > 0 is a mismatch
+        np.multiply(mag, rtol, out=mag)
+        mag += atol
+        excess = np.subtract(diff, mag, out=diff)
+        if skip is not None:
+            excess[skip] = -math.inf
+        i = int(np.argmax(excess))
+        worst = float(excess[i])
+        if compare_native:  # integers compared exactly, without a detour through float
+            out = a_in != e_in
+            if skip is not None:
+                out[skip] = False
+            self.mismatches += int(np.count_nonzero(out))
+        elif worst > 0:  # only then is there anything to count
+            self.mismatches += int(np.count_nonzero(np.greater(excess, 0, out=mask)))
+        if worst + atol > self._excess:
+            self._excess = worst + atol
+            self._worst = start + i
+
+    def _settle_min_atol(
+        self, a_flat: np.ndarray, e_flat: np.ndarray, atol: float, rtol: float
+    ) -> None:
+        """``min_atol``: the smallest atol that passes the worst element, in the arithmetic used.
+
+        float64 (and integer, complex) outputs are checked as ``d <= atol + rtol * m`` in float64;
+        float32 outputs as numpy does it for float32 arrays, with ``atol`` and ``rtol`` rounded to
+        float32, so the figure is a float32 value that passes when given back as ``atol``.
+        """
+        a, e = a_flat[self._worst], e_flat[self._worst]
+        if np.iscomplexobj(a) or np.iscomplexobj(e):
+            d, m = float(abs(complex(a) - complex(e))), float(abs(complex(e)))
+        else:
+            d, m = abs(float(a) - float(e)), abs(float(e))
+        work = self._work
+        if work != np.float32:
+            allowed = m * rtol
+            t = max(0.0, d - allowed)
+            while d > t + allowed:
+                t = math.nextafter(t, math.inf)
+            self.min_atol = t
+            return
+        f32 = np.float32
+        d32 = abs(f32(a) - f32(e))
+        allowed32 = f32(abs(f32(e))) * f32(rtol)
+
+        def passes(t: np.float32) -> bool:
+            return bool(d32 <= allowed32 + t)
+
+        t = f32(max(0.0, d - m * rtol))
+        while not passes(t):
+            t = np.nextafter(t, f32(np.inf))
+        while t > 0 and passes(np.nextafter(t, f32(0))):
+            t = np.nextafter(t, f32(0))
+        self.min_atol = float(t)
+
+    def worst_index(self, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+        if self._worst < 0:
+            return None
+        return tuple(int(i) for i in np.unravel_index(self._worst, shape))
+
+    def worst_value(self, array: np.ndarray) -> Any:
+        if self._worst < 0:
+            return None
+        return array.reshape(-1)[self._worst]

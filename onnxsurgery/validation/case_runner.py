@@ -1,0 +1,151 @@
+"""The case runner both kinds of validation share: one session per model, each case's inputs
+checked against the model's signature, every output compared with its expected value.
+
+:func:`~onnxsurgery.validation.against_references.validate` feeds it stored torch cases;
+:func:`~onnxsurgery.validation.against_model.compare_models` feeds it inputs whose expected
+outputs another model computes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+import numpy as np
+import onnx
+
+from onnxsurgery.errors import ModelLoadError
+from onnxsurgery.model.io import as_model
+from onnxsurgery.model.signature import CaseFailure, check_inputs, model_inputs
+from onnxsurgery.validation.arrays import OutputComparison, compare_arrays
+from onnxsurgery.validation.report import CaseResult, ValidationReport
+from onnxsurgery.validation.runtime import (
+    ProviderChoice,
+    create_session,
+    describe_ort_error,
+    quiet_stderr,
+)
+from onnxsurgery.validation.tolerances import tolerance_for
+
+__all__ = ["Expected", "ModelRunner", "collect_notes", "run_case", "run_cases"]
+
+#: A case's reference outputs, or a function computing them when the case runs.
+Expected = Mapping[str, np.ndarray] | Callable[[], Mapping[str, np.ndarray]]
+
+
+class ModelRunner:
+    """One model, one session, reused over every case."""
+
+    def __init__(self, model: onnx.ModelProto | str | os.PathLike, choice: ProviderChoice) -> None:
+        proto = as_model(model)
+        self.label = str(model) if not isinstance(model, onnx.ModelProto) else "model"
+        self.specs = model_inputs(proto)
+        self.output_names = [o.name for o in proto.graph.output]
+        try:
+            self.session = create_session(
+                proto if isinstance(model, onnx.ModelProto) else model, choice, spin=False
+            )
+        except Exception as exc:  # ORT rejecting the model is the user's model, not our bug
+            message, node = describe_ort_error(exc)
+            where = f" (node {node!r})" if node and node not in message else ""
+            raise ModelLoadError(
+                f"{self.label}: ONNX Runtime cannot load the model: {message}{where}"
+            ) from None
+        self.choice = choice
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            with quiet_stderr():
+                values = self.session.run(self.output_names, dict(feeds))
+        except Exception as exc:  # any ORT failure on this case is this case's failure
+            message, node = describe_ort_error(exc)
+            where = f" (node {node!r})" if node and node not in message else ""
+            raise CaseFailure(f"ONNX Runtime failed: {message}{where}", node=node) from None
+        return dict(zip(self.output_names, values, strict=True))
+
+
+def run_case(
+    runner: ModelRunner,
+    name: str,
+    inputs: Mapping[str, np.ndarray],
+    expected: Expected,
+    *,
+    atol: float,
+    rtol: float,
+    tolerances: Mapping[str, tuple[float | None, float | None]],
+) -> CaseResult:
+    result = CaseResult(
+        name=name,
+        inputs={k: (list(np.shape(v)), str(np.asarray(v).dtype)) for k, v in inputs.items()},
+    )
+    try:
+        feeds, result.notes = check_inputs(runner.specs, inputs)
+        if callable(expected):
+            expected = expected()
+        t0 = time.perf_counter()
+        actual = runner.run(feeds)
+        result.inference_seconds = time.perf_counter() - t0
+    except CaseFailure as exc:
+        result.error, result.node = str(exc), exc.node
+        return result
+    t0 = time.perf_counter()
+    produced = runner.output_names
+    for out_name in produced:
+        if out_name not in expected:
+            result.outputs.append(
+                OutputComparison.missing(
+                    out_name,
+                    f"model output with no reference (the case has {', '.join(expected) or 'none'})",
+                )
+            )
+            continue
+        ref = np.asarray(expected[out_name])
+        a, r = tolerance_for(out_name, ref, atol, rtol, tolerances)
+        result.outputs.append(compare_arrays(actual[out_name], ref, atol=a, rtol=r, name=out_name))
+    for ref_name in expected:
+        if ref_name not in actual:
+            result.outputs.append(
+                OutputComparison.missing(
+                    ref_name,
+                    f"reference output the model does not produce (model outputs: {', '.join(produced)})",
+                )
+            )
+    result.compare_seconds = time.perf_counter() - t0
+    return result
+
+
+def run_cases(
+    runner: ModelRunner,
+    runs: Iterable[tuple[str, Mapping[str, np.ndarray], Expected]],
+    choice: ProviderChoice,
+    atol: float,
+    rtol: float,
+    tolerances: dict[str, tuple[float | None, float | None]],
+    reference: str | None,
+) -> ValidationReport:
+    """Run every ``(name, inputs, expected)`` on ``runner`` and gather the report."""
+    results = [
+        run_case(runner, name, inputs, expected, atol=atol, rtol=rtol, tolerances=tolerances)
+        for name, inputs, expected in runs
+    ]
+    return ValidationReport(
+        cases=results,
+        provider=choice.note,
+        atol=float(atol),
+        rtol=float(rtol),
+        tolerances=tolerances,
+        reference=reference,
+        notes=collect_notes(results),
+    )
+
+
+def collect_notes(cases: Iterable[CaseResult]) -> list[str]:
+    seen: dict[str, list[str]] = {}
+    for c in cases:
+        for note in c.notes:
+            seen.setdefault(note, []).append(c.name)
+    return [
+        f"{note} ({len(names)} case{'s' if len(names) != 1 else ''})"
+        for note, names in seen.items()
+    ]

@@ -1,0 +1,259 @@
+"""Reference cases: named inputs and the torch outputs for them, read from and written to disk.
+
+A *case* is one set of model inputs with the outputs torch eager computed for them. A reference
+is a list of cases, usually at several sizes (the traced size and others), which is what proves a
+symbolized model dynamic.
+
+On-disk forms read by :func:`load_cases`:
+
+- the ONNX test-data layout used by the model zoo and ONNX's backend tests::
+
+      DIR/test_data_set_0/input_0.pb    TensorProto, ``name`` = graph input name
+      DIR/test_data_set_0/output_0.pb   TensorProto, ``name`` = graph output name
+      DIR/test_data_set_1/...
+
+  ``input_K`` / ``output_K`` are read in numeric order of ``K``, which is graph order. A tensor
+  whose ``name`` is empty is keyed by its file stem (``input_0``).
+- ``.npz`` files (one case per file) whose keys are ``"input:NAME"`` and ``"output:NAME"``, in
+  graph order; :func:`save_npz` writes that form. A case read from ``foo.npz`` is named ``foo``.
+
+Recording cases from a torch module is :mod:`onnxsurgery.validation.recording`.
+
+Every failure to read raises :class:`~onnxsurgery.errors.ReferenceDataError` naming the path and
+what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from onnxsurgery.errors import ReferenceDataError
+
+__all__ = [
+    "Case",
+    "load_cases",
+    "save_case",
+    "save_npz",
+    "NPZ_INPUT_PREFIX",
+    "NPZ_OUTPUT_PREFIX",
+]
+
+NPZ_INPUT_PREFIX = "input:"
+NPZ_OUTPUT_PREFIX = "output:"
+
+_CASE_DIR = re.compile(r"^test_data_set_(\d+)$")
+_TENSOR_FILE = re.compile(r"^(input|output)_(\d+)\.pb$")
+
+
+@dataclass
+class Case:
+    """One reference case: inputs keyed by graph input name, outputs keyed by output name.
+
+    Both dicts are in graph order (insertion order is what is written to disk).
+    """
+
+    name: str
+    inputs: dict[str, np.ndarray] = field(default_factory=dict)
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# reading
+
+
+def load_cases(path: str | os.PathLike[str]) -> list[Case]:
+    """Read every case under ``path``.
+
+    ``path`` may be a directory holding ``test_data_set_N/`` directories (read in numeric order
+    of ``N``), a single ``test_data_set_N`` directory (any directory holding ``input_K.pb``
+    files), an ``.npz`` file, or a directory of ``.npz`` files (read in natural name order).
+    """
+    p = Path(path)
+    if not p.exists():
+        raise ReferenceDataError(f"reference data {str(p)!r} does not exist")
+    if p.is_file():
+        if p.suffix != ".npz":
+            raise ReferenceDataError(
+                f"reference data {str(p)!r} is a file but not an .npz; give a directory holding "
+                "test_data_set_N/ directories, a test_data_set_N directory, or an .npz file"
+            )
+        return [_load_npz(p)]
+    if not p.is_dir():
+        raise ReferenceDataError(f"reference data {str(p)!r} is neither a file nor a directory")
+
+    case_dirs = sorted(
+        (c for c in p.iterdir() if c.is_dir() and _CASE_DIR.match(c.name)),
+        key=lambda c: int(_CASE_DIR.match(c.name).group(1)),  # type: ignore[union-attr]
+    )
+    if case_dirs:
+        return [_load_case_dir(c) for c in case_dirs]
+    if any(_TENSOR_FILE.match(f.name) for f in p.iterdir() if f.is_file()):
+        return [_load_case_dir(p)]
+    npz_files = sorted((f for f in p.iterdir() if f.is_file() and f.suffix == ".npz"), key=_natural)
+    if npz_files:
+        return [_load_npz(f) for f in npz_files]
+    raise ReferenceDataError(
+        f"reference data {str(p)!r} holds no cases: expected test_data_set_N/ directories, "
+        "input_K.pb/output_K.pb files, or .npz files"
+    )
+
+
+def _natural(path: Path) -> list[Any]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.name)]
+
+
+def _load_case_dir(directory: Path) -> Case:
+    tensors: dict[str, list[tuple[int, Path]]] = {"input": [], "output": []}
+    for f in directory.iterdir():
+        m = _TENSOR_FILE.match(f.name)
+        if m and f.is_file():
+            tensors[m.group(1)].append((int(m.group(2)), f))
+    if not tensors["input"]:
+        raise ReferenceDataError(f"reference case {str(directory)!r} has no input_K.pb files")
+    if not tensors["output"]:
+        raise ReferenceDataError(f"reference case {str(directory)!r} has no output_K.pb files")
+    case = Case(name=directory.name)
+    for kind, target in (("input", case.inputs), ("output", case.outputs)):
+        for _, f in sorted(tensors[kind]):
+            name, array = _read_tensor_pb(f)
+            if name in target:
+                raise ReferenceDataError(
+                    f"reference case {str(directory)!r}: two {kind} tensors are named {name!r}"
+                )
+            target[name] = array
+    return case
+
+
+def _read_tensor_pb(path: Path) -> tuple[str, np.ndarray]:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ReferenceDataError(f"cannot read reference tensor {str(path)!r}: {exc}") from exc
+    proto = onnx.TensorProto()
+    try:
+        proto.ParseFromString(data)
+    except Exception as exc:  # protobuf's DecodeError has no stable import path
+        raise ReferenceDataError(
+            f"reference tensor {str(path)!r} is not a serialized TensorProto ({exc})"
+        ) from exc
+    if proto.data_type == onnx.TensorProto.UNDEFINED:
+        raise ReferenceDataError(
+            f"reference tensor {str(path)!r} is not a TensorProto (no data type set)"
+        )
+    try:
+        array = numpy_helper.to_array(proto)
+    except Exception as exc:
+        raise ReferenceDataError(
+            f"reference tensor {str(path)!r} does not decode: {type(exc).__name__}: {exc}"
+        ) from exc
+    return proto.name or path.stem, np.asarray(array)
+
+
+def _load_npz(path: Path) -> Case:
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            items = [(key, np.asarray(npz[key])) for key in npz.files]
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise ReferenceDataError(
+            f"cannot read reference .npz {str(path)!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+    case = Case(name=path.stem)
+    for key, array in items:
+        if key.startswith(NPZ_INPUT_PREFIX):
+            case.inputs[key[len(NPZ_INPUT_PREFIX) :]] = array
+        elif key.startswith(NPZ_OUTPUT_PREFIX):
+            case.outputs[key[len(NPZ_OUTPUT_PREFIX) :]] = array
+        else:
+            raise ReferenceDataError(
+                f"reference .npz {str(path)!r} has key {key!r}; every key must start with "
+                f"{NPZ_INPUT_PREFIX!r} or {NPZ_OUTPUT_PREFIX!r}"
+            )
+    if not case.inputs:
+        raise ReferenceDataError(f"reference .npz {str(path)!r} has no 'input:NAME' arrays")
+    if not case.outputs:
+        raise ReferenceDataError(f"reference .npz {str(path)!r} has no 'output:NAME' arrays")
+    return case
+
+
+# --------------------------------------------------------------------------------------------
+# writing
+
+
+def save_case(case: Case, directory: str | os.PathLike[str], *, index: int | None = None) -> Path:
+    """Write ``case`` as ``directory/test_data_set_N`` and return that path.
+
+    ``N`` is ``index`` when given (an existing ``test_data_set_N`` is replaced), else the next
+    free number. The case directory is written beside its target and renamed into place, so a
+    failed write never leaves a half-written case. ``case.name`` is not used for the file name.
+    """
+    root = Path(directory)
+    _check_case(case)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if index is None:
+            taken = [int(m.group(1)) for c in root.iterdir() if (m := _CASE_DIR.match(c.name))]
+            index = max(taken, default=-1) + 1
+        if index < 0:
+            raise ReferenceDataError(f"case index must be >= 0, got {index}")
+        target = root / f"test_data_set_{index}"
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=root))
+        try:
+            for kind, arrays in (("input", case.inputs), ("output", case.outputs)):
+                for k, (name, array) in enumerate(arrays.items()):
+                    proto = numpy_helper.from_array(np.asarray(array), name=name)
+                    (tmp / f"{kind}_{k}.pb").write_bytes(proto.SerializeToString())
+            if target.exists():
+                shutil.rmtree(target)
+            tmp.rename(target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    except OSError as exc:
+        raise ReferenceDataError(f"cannot write reference case under {str(root)!r}: {exc}") from exc
+    return target
+
+
+def save_npz(case: Case, path: str | os.PathLike[str]) -> Path:
+    """Write ``case`` as one ``.npz`` file with keys ``"input:NAME"`` and ``"output:NAME"``.
+
+    Arrays are stored uncompressed in graph order; the file is written beside its target and
+    renamed into place. Returns the path written (exactly ``path``; no suffix is appended).
+    """
+    target = Path(path)
+    _check_case(case)
+    arrays: dict[str, np.ndarray] = {}
+    for name, array in case.inputs.items():
+        arrays[NPZ_INPUT_PREFIX + name] = np.asarray(array)
+    for name, array in case.outputs.items():
+        arrays[NPZ_OUTPUT_PREFIX + name] = np.asarray(array)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.savez(fh, **arrays)
+            os.replace(tmp_name, target)
+        except BaseException:
+            Path(tmp_name).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise ReferenceDataError(f"cannot write reference .npz {str(target)!r}: {exc}") from exc
+    return target
+
+
+def _check_case(case: Case) -> None:
+    if not case.inputs:
+        raise ReferenceDataError(f"case {case.name!r} has no inputs")
+    if not case.outputs:
+        raise ReferenceDataError(f"case {case.name!r} has no outputs")

@@ -1,0 +1,216 @@
+"""Running models on ONNX Runtime: provider choice, sessions, and readable errors.
+
+``auto`` uses CUDA when a real probe session gets it and CPU otherwise, saying why in one line;
+``cuda`` fails with :class:`~onnxsurgery.errors.ProviderError` when CUDA cannot load; ``cpu`` is
+CPU. ``get_available_providers()`` lists CUDA wherever ``onnxruntime-gpu`` is installed, even when
+its CUDA libraries are missing, so it is never trusted on its own. ONNX Runtime's own log lines
+are kept off the terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import os
+import re
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from onnxsurgery.errors import ProviderError, UsageError
+
+__all__ = [
+    "PROVIDERS",
+    "ProviderChoice",
+    "resolve_provider",
+    "create_session",
+    "run_model",
+    "describe_ort_error",
+    "quiet_stderr",
+]
+
+PROVIDERS = ("auto", "cuda", "cpu")
+_CUDA = "CUDAExecutionProvider"
+_CPU = "CPUExecutionProvider"
+
+ort.set_default_logger_severity(3)
+
+
+@dataclass(frozen=True)
+class ProviderChoice:
+    """The provider a session will use, and the one line that says why."""
+
+    requested: str
+    provider: str
+    note: str
+
+    @property
+    def providers(self) -> list[str]:
+        return [self.provider] if self.provider == _CPU else [self.provider, _CPU]
+
+    @property
+    def short(self) -> str:
+        return "cuda" if self.provider == _CUDA else "cpu"
+
+
+@contextlib.contextmanager
+def quiet_stderr() -> Iterator[list[str]]:
+    """Send what native code writes to fd 2 into a buffer (yielded lines) instead of the terminal."""
+    captured: list[str] = []
+    try:
+        saved = os.dup(2)
+    except OSError:  # no real fd 2 (some embedded hosts): nothing to silence
+        yield captured
+        return
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            captured.extend(sink.read().decode("utf-8", "replace").splitlines())
+
+
+def _probe_model() -> bytes:
+    node = onnx.helper.make_node("Add", ["a", "a"], ["b"])
+    graph = onnx.helper.make_graph(
+        [node],
+        "cuda_probe",
+        [onnx.helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [1])],
+        [onnx.helper.make_tensor_value_info("b", onnx.TensorProto.FLOAT, [1])],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _cuda_reason(lines: Sequence[str]) -> str:
+    for line in lines:
+        m = re.search(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object file", line)
+        if m:
+            return f"{m.group(1)} not found"
+    for line in lines:
+        if "CUDA" in line or "cuda" in line:
+            return re.sub(r"^.*?\] ", "", line).strip()[:160]
+    return "CUDA did not load"
+
+
+@functools.cache
+def _probe_cuda() -> tuple[bool, str]:
+    """Whether a real session gets CUDA, and if not, why. Probed once per process."""
+    if _CUDA not in ort.get_available_providers():
+        return False, f"this onnxruntime build ({ort.__version__}) has no CUDA provider"
+    with quiet_stderr() as lines:
+        preload = getattr(ort, "preload_dlls", None)
+        if preload is not None:
+            printed = io.StringIO()  # preload_dlls print()s "Failed to load ..." to stdout
+            with contextlib.suppress(Exception), contextlib.redirect_stdout(printed):
+                preload()
+            lines.extend(printed.getvalue().splitlines())
+        try:
+            options = ort.SessionOptions()
+            options.log_severity_level = 3
+            session = ort.InferenceSession(_probe_model(), options, providers=[_CUDA, _CPU])
+            got = session.get_providers()
+        except Exception as exc:  # a failed CUDA init is an answer, not an error
+            return False, f"CUDA session failed: {str(exc).splitlines()[0][:160]}"
+    if got and got[0] == _CUDA:
+        return True, "CUDA loaded"
+    return False, _cuda_reason(lines)
+
+
+def resolve_provider(requested: str = "auto") -> ProviderChoice:
+    """Decide which ONNX Runtime provider to use for ``auto``, ``cuda`` or ``cpu``."""
+    requested = (requested or "auto").lower()
+    if requested not in PROVIDERS:
+        raise UsageError(f"provider {requested!r} is not one of {', '.join(PROVIDERS)}")
+    if requested == "cpu":
+        return ProviderChoice("cpu", _CPU, "CPU (asked for)")
+    ok, reason = _probe_cuda()
+    if ok:
+        return ProviderChoice(requested, _CUDA, "CUDA (probe session loaded it)")
+    if requested == "cuda":
+        raise ProviderError(
+            f"--provider cuda: CUDA cannot load here ({reason}); install onnxsurgery[cuda] "
+            "for pip-installed CUDA libraries, or use --provider cpu"
+        )
+    return ProviderChoice("auto", _CPU, f"CPU (CUDA unavailable: {reason})")
+
+
+def create_session(
+    model: onnx.ModelProto | str | os.PathLike,
+    provider: str | ProviderChoice = "auto",
+    *,
+    threads: int | None = None,
+    spin: bool = True,
+) -> ort.InferenceSession:
+    """An InferenceSession for ``model`` (a ModelProto or a path) on the chosen provider.
+
+    ``spin=False`` stops ORT's worker threads from busy-waiting after each run, so numpy work
+    between runs (validation's comparisons) gets the CPU.
+
+    Raises whatever ONNX Runtime raises when the model is invalid; callers translate it with
+    :func:`describe_ort_error` into their own error.
+    """
+    choice = provider if isinstance(provider, ProviderChoice) else resolve_provider(provider)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads = threads
+    if not spin:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    with quiet_stderr():
+        if isinstance(model, onnx.ModelProto):
+            from onnxsurgery.model.io import is_large, save_model
+
+            if is_large(model):
+                with tempfile.TemporaryDirectory(prefix="onnxsurgery-session-") as tmp:
+                    path = save_model(model, Path(tmp) / "model.onnx", external_data=True)
+                    return ort.InferenceSession(str(path), options, providers=choice.providers)
+            return ort.InferenceSession(
+                model.SerializeToString(), options, providers=choice.providers
+            )
+        return ort.InferenceSession(str(model), options, providers=choice.providers)
+
+
+def run_model(
+    model: onnx.ModelProto | ort.InferenceSession,
+    feeds: Mapping[str, np.ndarray],
+    provider: str | ProviderChoice = "auto",
+    output_names: Sequence[str] | None = None,
+) -> dict[str, np.ndarray]:
+    """Run once and return outputs by name."""
+    session = model if isinstance(model, ort.InferenceSession) else create_session(model, provider)
+    names = list(output_names) if output_names else [o.name for o in session.get_outputs()]
+    with quiet_stderr():
+        values = session.run(names, dict(feeds))
+    return dict(zip(names, values, strict=True))
+
+
+_NODE_PATTERNS = (
+    re.compile(r"[Nn]ode \(([^)]*)\)\s*[Oo]p(?:Type)? \(([^)]*)\)"),
+    re.compile(r"Non-zero status code returned while running (\w+) node\. Name:'([^']*)'"),
+    re.compile(r"[Nn]ode:\s*([^\s]+)\s+[Oo]utput:"),
+)
+
+
+def describe_ort_error(exc: BaseException) -> tuple[str, str | None]:
+    """Turn an ONNX Runtime exception into ``(one-line message, node name or None)``."""
+    text = str(exc).strip()
+    node = None
+    for pattern in _NODE_PATTERNS:
+        m = pattern.search(text)
+        if m:
+            node = m.group(2) if pattern is _NODE_PATTERNS[1] else m.group(1)
+            break
+    message = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text).splitlines()[0]
+    message = re.sub(r"\s+", " ", message)[:400]
+    return message, node

@@ -1,0 +1,231 @@
+"""Fold constants with onnxsim, falling back to onnx-graphsurgeon, without pinning symbolic dims."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import onnx
+from onnxsurgery.passes.fold_constants.changes import format_bytes, op_delta, pinned_dims
+from onnxsurgery.passes.fold_constants.graphsurgeon import (
+    constants_to_initializers,
+    fold_with_graphsurgeon,
+)
+from onnxsurgery.passes.fold_constants.onnxsim_child import (
+    FolderFailed,
+    fork_available,
+    run_onnxsim,
+    wants_isolation,
+)
+from onnxsurgery.passes.fold_constants.options import (
+    BATCHED_GEMM,
+    OnnxsimSettings,
+    known_optimizers,
+    onnxsim_version,
+    parse_input_shapes,
+    parse_size,
+)
+
+from onnxsurgery.model.equality import same_graph
+from onnxsurgery.model.io import tensor_bytes
+from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
+
+__all__ = ["FoldConstants"]
+
+_MODEL_FIELDS = ("producer_name", "producer_version", "domain", "model_version", "doc_string")
+
+
+class FoldConstants(Pass):
+    """Fold constant subgraphs and simplify with onnxsim; symbolic dims stay symbolic.
+
+    Rules:
+    - ``onnxsim.simplify`` folds every subgraph that depends only on constants (shape arithmetic
+      on static shapes included) and runs onnx-optimizer's default fusions and eliminations;
+      ``fuse_bn=false`` keeps BatchNormalization, ``skip=[...]`` names optimizers not to run,
+      ``size_threshold=1MB`` keeps tensors larger than that unfolded (default: onnxsim's 1.5GB).
+      onnxsim's MatMul+Add -> Reshape/Gemm/Reshape rewrite of rank-3 inputs runs only with
+      ``batched_gemm=true``: on a symbolized model it adds Shape/Slice/Concat around every Gemm
+      (symbolized attention_block: 38 -> 45 nodes with it, 38 -> 29 without);
+    - input shapes are never overwritten: only ``input_shapes=[x:1x3x224x224]`` pins them.
+      Intermediate ``value_info`` is dropped before folding (onnxsim re-infers shapes), so a stale
+      static shape cannot be folded into a constant. A result in which a symbolic dim of a graph
+      input or output became a number counts as an onnxsim failure;
+    - with ``isolate=true`` onnxsim runs in a forked child process, so a crash in native code is
+      a failure of this pass (then the fallback), not the end of the program; ``isolate=auto``
+      (default) forks only models over 2 GB (below, a fork costs 2-3.5x onnxsim's own time),
+      ``isolate=false`` never. Native console output never reaches the terminal;
+    - when onnxsim fails (raises, crashes, pins a dim, fails its own ``check=N``), onnx-graphsurgeon
+      ``fold_constants`` + ``cleanup`` folds instead (never folding random ops) and a warning
+      carries onnxsim's error; ``fallback=false`` makes that failure an error;
+    - every Constant node of the main graph becomes an initializer (onnxsim writes folded values
+      as Constant nodes), so a model saved with external data keeps them in the data file;
+    - ``modified`` is false when the result computes the same graph the same way: renamed tensors
+      or nodes, reordered nodes or new ``value_info`` are no change; a Constant node turned into
+      an initializer is one.
+
+        s = Shape(w) ─ Gather(0) ─ Unsqueeze ─ Concat(-1) ─┐
+        x ──────────────────────────────────────────────── Reshape     =>   x ─ Reshape([16, -1])
+    """
+
+    name = "fold-constants"
+
+    def __init__(
+        self,
+        *,
+        fuse_bn: bool = True,
+        size_threshold: int | str | None = None,
+        skip: Sequence[str] | None = None,
+        check: int = 0,
+        input_shapes: str | Sequence[str] | Mapping[str, Sequence[int]] | None = None,
+        fallback: bool = True,
+        isolate: bool | str = "auto",
+        batched_gemm: bool = False,
+    ) -> None:
+        super().__init__(
+            fuse_bn=fuse_bn,
+            size_threshold=size_threshold,
+            skip=skip,
+            check=check,
+            input_shapes=input_shapes,
+            fallback=fallback,
+            isolate=isolate,
+            batched_gemm=batched_gemm,
+        )
+        for option, value in (
+            ("fuse_bn", fuse_bn),
+            ("fallback", fallback),
+            ("batched_gemm", batched_gemm),
+        ):
+            if not isinstance(value, bool):
+                raise ValueError(f"{option} must be true or false, got {value!r}")
+        if not isinstance(isolate, bool) and isolate != "auto":
+            raise ValueError(f"isolate must be true, false or auto, got {isolate!r}")
+        if isinstance(check, bool) or not isinstance(check, int) or check < 0:
+            raise ValueError(
+                f"check must be a number of random-input runs (0 or more), got {check!r}"
+            )
+        if isinstance(skip, str):
+            skip = [skip]
+        skip_names = tuple(skip or ())
+        if skip_names:
+            known = known_optimizers()
+            unknown = [s for s in skip_names if s not in known]
+            if unknown:
+                raise ValueError(
+                    f"skip: unknown onnx-optimizer pass(es) {', '.join(map(repr, unknown))}; "
+                    f"onnxsim runs: {', '.join(known)}"
+                )
+        if batched_gemm and BATCHED_GEMM in skip_names:
+            raise ValueError(f"batched_gemm=true contradicts skip=[{BATCHED_GEMM}]")
+        self.settings = OnnxsimSettings(
+            fuse_bn=fuse_bn,
+            size_threshold=parse_size(size_threshold) if size_threshold is not None else None,
+            skip=skip_names,
+            check=check,
+            input_shapes=parse_input_shapes(input_shapes) if input_shapes is not None else None,
+            batched_gemm=batched_gemm,
+        )
+        self.fallback = fallback
+        self.isolate = isolate
+
+    def run(self, model: onnx.ModelProto, ctx: PassContext) -> PassResult:
+        pinned_inputs = set(self.settings.input_shapes or ())
+        if pinned_inputs:
+            names = {vi.name for vi in model.graph.input}
+            missing = sorted(pinned_inputs - names)
+            if missing:
+                self.fail(
+                    f"input_shapes names {', '.join(map(repr, missing))}, but the model's inputs "
+                    f"are {', '.join(map(repr, sorted(names))) or '(none)'}"
+                )
+        diagnostics: list[Diagnostic] = []
+        folded, failure, log = self._onnxsim(model, pinned_inputs, diagnostics)
+        if folded is None:
+            if not self.fallback:
+                self.fail(f"onnxsim failed: {failure}", details=log)
+            try:
+                folded = fold_with_graphsurgeon(model, size_threshold=self.settings.size_threshold)
+            except FolderFailed as exc:
+                self.fail(
+                    f"onnxsim failed ({failure}) and the onnx-graphsurgeon fallback failed too "
+                    f"({exc})",
+                    details=log + exc.log,
+                )
+            pinned = pinned_dims(model, folded, ignore=pinned_inputs)
+            if pinned:  # pragma: no cover - graphsurgeon never rewrites the graph inputs
+                self.fail(
+                    f"onnxsim failed ({failure}) and the onnx-graphsurgeon fallback pinned "
+                    f"{'; '.join(pinned)}"
+                )
+            diagnostics.append(
+                Diagnostic.warning(
+                    f"onnxsim failed ({failure}); folded with onnx-graphsurgeon instead"
+                )
+            )
+        return self._result(model, folded, diagnostics)
+
+    # -- steps -----------------------------------------------------------------------------------
+    def _onnxsim(
+        self, model: onnx.ModelProto, pinned_inputs: set[str], diagnostics: list[Diagnostic]
+    ) -> tuple[onnx.ModelProto | None, str, list[str]]:
+        """``(onnxsim's result, "", its log)``, or ``(None, why it failed, its log)``."""
+        if not fork_available() and wants_isolation(model, self.isolate):
+            diagnostics.append(Diagnostic.info("onnxsim ran in-process: no fork on this platform"))
+        try:
+            result = run_onnxsim(model, self.settings, isolate=self.isolate)
+        except FolderFailed as exc:
+            return None, str(exc), exc.log
+        if not result.check_ok:
+            why = (
+                f"its own check with {self.settings.check} random input(s) found outputs that "
+                "differ from the original model"
+            )
+            return None, why, result.log
+        pinned = pinned_dims(model, result.model, ignore=pinned_inputs)
+        if pinned:
+            return None, f"it pinned symbolic dims: {'; '.join(pinned)}", result.log
+        diagnostics.append(
+            Diagnostic.info(f"folded with onnxsim {onnxsim_version()} ({result.where})")
+        )
+        return result.model, "", result.log
+
+    def _result(
+        self, model: onnx.ModelProto, folded: onnx.ModelProto, diagnostics: list[Diagnostic]
+    ) -> PassResult:
+        constants_to_initializers(folded)
+        if same_graph(model, folded, constant_storage=True):
+            diagnostics.append(
+                Diagnostic.info(
+                    f"nothing to fold: the folded graph computes the same thing "
+                    f"({len(model.graph.node)} nodes)"
+                )
+            )
+            return PassResult(model, modified=False, diagnostics=diagnostics)
+        # The folder's graph, opsets and functions; the model's own identity and metadata.
+        for name in _MODEL_FIELDS:
+            setattr(folded, name, getattr(model, name))
+        del folded.metadata_props[:]
+        folded.metadata_props.extend(model.metadata_props)
+        diagnostics.append(
+            Diagnostic.info(f"nodes: {len(model.graph.node)} -> {len(folded.graph.node)}")
+        )
+        if not self.settings.input_shapes:
+            # Inputs kept their symbols, yet shape inference proved an output size fixed: the
+            # graph computes it whatever the input size (a traced size baked into the graph).
+            fixed = pinned_dims(model, folded, kind="output")
+            if fixed:
+                diagnostics.append(
+                    Diagnostic.warning(
+                        f"declared symbolic, but the graph computes a fixed size: "
+                        f"{'; '.join(fixed)} (a traced size baked into the graph; symbolize it)"
+                    )
+                )
+        delta = op_delta(model, folded)
+        if delta:
+            diagnostics.append(Diagnostic.info(f"op counts: {delta}"))
+        diagnostics.append(
+            Diagnostic.info(
+                f"constant data: {format_bytes(tensor_bytes(model))} -> "
+                f"{format_bytes(tensor_bytes(folded))}"
+            )
+        )
+        return PassResult(folded, modified=True, diagnostics=diagnostics)

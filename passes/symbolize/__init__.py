@@ -1,0 +1,210 @@
+"""Make a statically exported model dynamic: name input axes and rewrite every traced size."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import onnx
+from onnxsurgery.passes.symbolize.batch_indices import batch_like_symbols
+from onnxsurgery.passes.symbolize.check import check_dynamic
+from onnxsurgery.passes.symbolize.plan import SymbolizePlan, normalize_axes, plan_symbolize
+from onnxsurgery.passes.symbolize.rewrite import apply_plan
+
+from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
+from onnxsurgery.shapes.dims import Dim
+
+__all__ = ["Symbolize"]
+
+_AXIS_KEY = re.compile(r"^(?P<input>\*|[^:]+):(?P<axis>-?\d+)$")
+
+
+class Symbolize(Pass):
+    """Give input axes symbolic names and rewrite the traced sizes left in the graph.
+
+    Options: ``INPUT:AXIS=NAME`` entries (``*`` matches every input), or ``dynamic_axes`` in
+    torch's format (``{"x": {0: "batch"}}`` or ``{"x": [0]}``); neither means ``*:0=batch``.
+    ``strict`` (default true) fails listing every blocker; false applies what it can and reports
+    the rest. ``check`` (default true) runs the result on ONNX Runtime at the traced size (same
+    outputs as the original within 1e-5) and at two other sizes per symbol.
+
+    Rules (symbolic shape propagation with provenance, decided by structure, not by value):
+    - every tensor gets a symbolic shape (``batch*16``, ``seq + 1``); each constant read as a size
+      (Reshape/Expand/Tile/Slice/Range/Resize/Split/Pad/ConstantOfShape inputs, shape arithmetic)
+      or as data (a zero initial state, a mask) gets unknowns, fixed by the equalities the graph
+      requires (broadcasting, MatMul/Gemm inner dims, Concat, RNN batch, Reshape element count);
+      a 1 that only broadcasts stays 1, a 3 that is the channel count stays 3;
+    - constants that must change become ``Shape -> ...`` computations (``0``/``-1`` in Reshape
+      where valid); data constants are regenerated from the pattern their values follow (a
+      broadcast, a Range grid, rotary cos/sin tables, a causal/sliding-window band, a per-head
+      Tile); constant indices into a batch axis enumerate the batch (at batch 1 too);
+    - what holds only at the traced size (a table cut to the traced length, a loop unrolled at
+      trace time, a size baked into a weight) is a blocker naming the node and what to do.
+
+        x[4,3,32,32] ─ ... ─ Reshape(shape=[4, -1]) ─ Gemm
+        =>
+        x[batch,3,32,32] ─ ... ─ Reshape(shape=[0, -1]) ─ Gemm      (logits [batch, 10])
+    """
+
+    name = "symbolize"
+
+    def __init__(
+        self,
+        *,
+        dynamic_axes: dict[str, Any] | None = None,
+        strict: bool = True,
+        check: bool = True,
+        **axes: str,
+    ) -> None:
+        super().__init__(
+            **({"dynamic_axes": dynamic_axes} if dynamic_axes is not None else {}),
+            **({"strict": strict} if strict is not True else {}),
+            **({"check": check} if check is not True else {}),
+            **axes,
+        )
+        for opt, value in (("strict", strict), ("check", check)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{opt} must be true or false, got {value!r}")
+        self.strict = strict
+        self.check = check
+        self.explicit: dict[str, dict[int, str]] = (
+            normalize_axes(dynamic_axes) if dynamic_axes is not None else {}
+        )
+        self.wildcard: dict[int, str] = {}
+        for key, sym in axes.items():
+            m = _AXIS_KEY.match(key)
+            if m is None:
+                raise ValueError(
+                    f"option {key!r} is not INPUT:AXIS (like x:0=batch or *:1=seq), nor one of "
+                    "dynamic_axes, strict, check"
+                )
+            if not isinstance(sym, str) or not sym.isidentifier():
+                raise ValueError(f"{key}={sym!r}: the symbol must be a name like batch or seq")
+            axis = int(m.group("axis"))
+            target = (
+                self.wildcard
+                if m.group("input") == "*"
+                else self.explicit.setdefault(m.group("input"), {})
+            )
+            if axis in target and target[axis] != sym:
+                raise ValueError(f"{key} is named twice ({target[axis]!r} and {sym!r})")
+            target[axis] = sym
+        if not self.explicit and not self.wildcard:
+            self.wildcard = {0: "batch"}
+
+    def resolve_axes(self, model: onnx.ModelProto) -> dict[str, dict[int, str]]:
+        """The {input: {axis: name}} this pass applies to ``model`` (wildcards expanded)."""
+        inits = {i.name for i in model.graph.initializer}
+        inputs = {
+            i.name: len(i.type.tensor_type.shape.dim)
+            for i in model.graph.input
+            if i.name not in inits
+        }
+        for name in self.explicit:
+            if name not in inputs:
+                self.fail(
+                    f"no graph input {name!r}; the model's inputs are {', '.join(inputs) or '(none)'}"
+                )
+        axes: dict[str, dict[int, str]] = {}
+        for name, rank in inputs.items():
+            spec = {a: s for a, s in self.wildcard.items() if -rank <= a < rank}
+            spec.update(self.explicit.get(name, {}))
+            if spec:
+                axes[name] = spec
+        return axes
+
+    def preview(self, model: onnx.ModelProto) -> SymbolizePlan:
+        """The changes and blockers symbolize would find in ``model`` (nothing is edited)."""
+        try:
+            return plan_symbolize(model, self.resolve_axes(model))
+        except ValueError as exc:
+            self.fail(str(exc))
+
+    def run(self, model: onnx.ModelProto, ctx: PassContext) -> PassResult:
+        axes = self.resolve_axes(model)
+        if not axes:
+            return PassResult(
+                model, modified=False, diagnostics=[Diagnostic.info("no input axis to symbolize")]
+            )
+        try:
+            plan = plan_symbolize(model, axes)
+        except ValueError as exc:
+            self.fail(str(exc))
+        diagnostics = [Diagnostic.warning(n) for n in plan.notes]
+        if plan.blockers:
+            if self.strict:
+                first = plan.blockers[0]
+                listing = "; ".join(f"({k}) {b}" for k, b in enumerate(plan.blockers, start=1))
+                self.fail(
+                    f"{len(plan.blockers)} blocker(s) keep the model from being symbolized: {listing}",
+                    node=first.node,
+                    details=[str(b) for b in plan.blockers],
+                )
+            diagnostics += [Diagnostic.blocker(str(b), node=b.node, op=b.op) for b in plan.blockers]
+        new = apply_plan(model, plan)
+        modified = bool(plan.changes) or _io_changed(model, new)
+        if not modified:
+            diagnostics.append(Diagnostic.info("the model is already dynamic on these axes"))
+            return PassResult(model, modified=False, diagnostics=diagnostics, report=plan)
+        diagnostics += [
+            Diagnostic.info(
+                f"input {c.input_index} ({c.input}): {c.old} -> {c.new}", node=c.node, op=c.op
+            )
+            for c in plan.changes
+        ]
+        if self.check:
+            blocked = {s for b in plan.blockers for s in b.symbols}
+            result = check_dynamic(
+                model,
+                new,
+                plan.axes,
+                plan.symbols,
+                _output_dims(plan),
+                ctx.provider,
+                dynamic=plan.analysis.dynamic,
+                fixed=blocked,
+                batch_rows=batch_like_symbols(plan.analysis),
+                steps=_size_steps(plan),
+            )
+            diagnostics.append(Diagnostic.info(f"check: {result}"))
+        syms = ", ".join(f"{s} (traced {v})" for s, v in plan.symbols.items())
+        diagnostics.insert(
+            0, Diagnostic.info(f"symbols {syms}; {len(plan.changes)} constant(s) rewritten")
+        )
+        return PassResult(new, modified=True, diagnostics=diagnostics, report=plan)
+
+
+def _size_steps(plan: SymbolizePlan) -> dict[str, int]:
+    """For symbols a strided op divides: the power of two (up to 8) dividing the traced size."""
+    divided = set()
+    for num, _, _ in plan.analysis.floors:
+        divided.update(s for s in plan.symbols if s in num)
+    steps = {}
+    for sym in divided:
+        v, step = plan.symbols[sym], 1
+        while step < 8 and v % (step * 2) == 0:
+            step *= 2
+        steps[sym] = step
+    return steps
+
+
+def _output_dims(plan: SymbolizePlan) -> dict[str, list[Dim | None] | None]:
+    out: dict[str, list[Dim | None] | None] = {}
+    for o in plan.analysis.model.graph.output:
+        info = plan.analysis.tensors.get(o.name)
+        if info is None or info.shape is None:
+            out[o.name] = None
+            continue
+        dims: list[Dim | None] = []
+        for d in info.shape:
+            r = plan.solution.resolve(d)
+            dims.append(r if all(x in plan.symbols for x in r.atoms()) else None)
+        out[o.name] = dims
+    return out
+
+
+def _io_changed(before: onnx.ModelProto, after: onnx.ModelProto) -> bool:
+    def sig(m: onnx.ModelProto) -> list[bytes]:
+        return [vi.type.SerializeToString() for vi in list(m.graph.input) + list(m.graph.output)]
+
+    return sig(before) != sig(after) or len(before.graph.node) != len(after.graph.node)

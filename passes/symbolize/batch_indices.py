@@ -1,0 +1,161 @@
+"""Constant indices that enumerate a batch.
+
+At batch 1, ``arange(batch)`` is the constant ``[0]``: an index grid such as HF's
+``attention_mask[batch_idx, kv_idx]`` folds into a constant whose batch axis has size 1 and whose
+batch component is 0, and it broadcasts against the batch exactly like a mask does. Shapes alone
+cannot tell the two apart; the use can. Batch rows are independent, so a constant that feeds the
+*indices* of a Gather/GatherND/GatherElements addressing an axis that carries the batch, through
+integer arithmetic only, can only be the enumeration of that batch: its size-1 axis is the batch
+and its zero components count up along it. :func:`find_batch_indices` finds those constants;
+:func:`onnxsurgery.passes.symbolize.plan.plan_symbolize` ties their axis to the batch and rebuilds them
+with a ``Range``. Traced at a larger batch, the values show the enumeration themselves (they
+count up by the batch's stride along one axis), and only the tie to the batch is missing when
+nothing else in the graph makes it (``as_strided`` pooling reading a flat index).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from onnxsurgery.shapes.analysis import ConstUse, ShapeAnalysis
+from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.shapes.solver import Solution
+
+__all__ = ["BatchIndex", "batch_like_symbols", "find_batch_indices"]
+
+#: Ops an index computation may pass through on its way from a constant to a gather.
+_INDEX_ARITH = {
+    "Add", "Sub", "Mul", "Cast", "Unsqueeze", "Squeeze", "Reshape", "Expand", "Identity",
+    "Concat", "Neg", "Flatten",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BatchIndex:
+    """A constant read (``use``) whose ``axis`` enumerates ``symbol`` with ``step`` per element."""
+
+    use: ConstUse
+    axis: int
+    symbol: str
+    step: np.ndarray | None  # traced at 1: the step the values cannot show; else None
+    gather: str
+
+
+def batch_like_symbols(analysis: ShapeAnalysis) -> set[str]:
+    """Symbols whose rows are independent: ``batch`` by name, else the symbol on axis 0 of every
+    input that has one."""
+    named = {s for s in analysis.symbols if "batch" in s.lower()}
+    if not named:
+        first = {s for s, places in analysis.symbols.items() if all(ax == 0 for _, ax in places)}
+        named = first if len(first) == 1 else set()
+    return {s for s in named if s not in analysis.dynamic}
+
+
+def _addressed(
+    analysis: ShapeAnalysis, sol: Solution, node: onnx.NodeProto
+) -> list[tuple[int, set[str]]]:
+    """(component, symbols) of the data axes a gather's indices address."""
+    data = analysis.tensors.get(node.input[0])
+    idx = analysis.tensors.get(node.input[1]) if len(node.input) > 1 else None
+    if data is None or data.shape is None or idx is None or idx.shape is None:
+        return []
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    rank = len(data.shape)
+    if node.op_type in ("Gather", "GatherElements"):
+        axis = attrs.get("axis", 0)
+        axis = axis + rank if axis < 0 else axis
+        return [(-1, sol.resolve(data.shape[axis]))]
+    last = idx.shape[-1].value if idx.shape else None
+    if last is None:
+        return []
+    b = attrs.get("batch_dims", 0)
+    return [(c, sol.resolve(data.shape[b + c])) for c in range(int(last)) if b + c < rank]
+
+
+def find_batch_indices(analysis: ShapeAnalysis, sol: Solution) -> list[BatchIndex]:
+    """Constants that enumerate a batch-like symbol traced at 1 (see the module docstring)."""
+    batch = batch_like_symbols(analysis)
+    if not batch:
+        return []
+    graph = analysis.model.graph
+    producers = {o: (i, n) for i, n in enumerate(graph.node) for o in n.output}
+    uses = {
+        (u.node_index, u.input_index): u for u in analysis.uses if not u.graph and u.kind == "data"
+    }
+    found: dict[int, BatchIndex] = {}
+    for index, node in enumerate(graph.node):
+        if node.op_type not in ("Gather", "GatherND", "GatherElements") or len(node.input) < 2:
+            continue
+        for component, dim in _addressed(analysis, sol, node):
+            for sym in sorted(dim.atoms() & batch):
+                stride = dim.exact_div(Dim.sym(sym))
+                direct = [uses[(index, 1)]] if (index, 1) in uses else []
+                for use in direct + _index_constants(node.input[1], producers, uses):
+                    # A flat index read directly counts in strides of the batch; one that goes
+                    # through arithmetic first (``b * seq + pos``) is the batch index itself.
+                    step = analysis.traced(stride) if use in direct and stride is not None else 1
+                    hit = _enumerating_axis(analysis, sol, use, sym, component, step)
+                    if hit is not None and id(use) not in found:
+                        found[id(use)] = BatchIndex(use, hit[0], sym, hit[1], node.name)
+    return list(found.values())
+
+
+def _index_constants(tensor: str, producers, uses) -> list[ConstUse]:
+    out: list[ConstUse] = []
+    stack, seen = [tensor], set()
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in producers:
+            continue
+        seen.add(name)
+        index, node = producers[name]
+        if node.op_type not in _INDEX_ARITH:
+            continue
+        for i, inp in enumerate(node.input):
+            if (index, i) in uses:
+                out.append(uses[(index, i)])
+            elif inp:
+                stack.append(inp)
+    return out
+
+
+def _enumerating_axis(
+    analysis: ShapeAnalysis, sol: Solution, use: ConstUse, sym: str, component: int, step: int
+) -> tuple[int, np.ndarray | None] | None:
+    """The axis of an index constant that enumerates ``sym``, with its per-element step when the
+    values cannot tell (traced at 1), else None (the values carry it, read by the generators)."""
+    arr = use.array
+    if arr.dtype.kind not in "iu" or arr.ndim == 0:
+        return None
+    n = analysis.atoms[sym].traced
+    last = arr.ndim - 1 if component >= 0 else arr.ndim  # GatherND: the tuple axis is no batch
+    for k, atom in enumerate(use.atoms[:last]):
+        if atom is None or arr.shape[k] != n:
+            continue
+        resolved = sol.resolve(Dim.sym(atom))
+        if not resolved.is_const():
+            return None  # already tied to a symbol
+        part = arr[..., component] if component >= 0 else arr
+        axis_part = k
+        if n == 1:  # the batch is the outermost size-1 axis; its index is 0 in every row
+            if np.any(part != 0) and component >= 0:
+                return None
+            if component >= 0:
+                vec = np.zeros((1,) * (arr.ndim - 1) + (arr.shape[-1],), dtype=arr.dtype)
+                vec[..., component] = 1
+                return k, vec
+            if np.all(arr == 0) or step > 1:
+                return k, np.full((1,) * arr.ndim, step, dtype=arr.dtype)
+            return None
+        # Traced at n >= 2: the values must count up by the batch's stride along this axis.
+        diff = np.diff(part.astype(np.int64), axis=axis_part)
+        if diff.size and np.all(diff == step):
+            if component >= 0:
+                others = [c for c in range(arr.shape[-1]) if c != component]
+                if any(np.any(np.diff(arr[..., c], axis=k) != 0) for c in others):
+                    return None
+            return k, None
+    return None

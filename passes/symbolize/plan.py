@@ -1,0 +1,577 @@
+"""What ``symbolize`` would change in a static model, and what blocks it, without editing it.
+
+    plan = plan_symbolize(model, {"x": {0: "batch"}})
+    for change in plan.changes:   # node, op, input, old value -> new symbolic value
+        print(change)
+    for blocker in plan.blockers:  # node, op, input, traced value, why, what to do
+        print(blocker)
+
+:func:`plan_symbolize` runs symbolic shape propagation (:mod:`onnxsurgery.shapes.propagation`)
+and unification (:mod:`onnxsurgery.shapes.solver`), then turns the result into
+:class:`Change` entries (constants that must become computations) and :class:`Blocker` entries
+(what cannot be generalized: conflicts, constants whose values differ along a symbolic axis, loops
+unrolled at trace time). :func:`onnxsurgery.passes.symbolize.rewrite.apply_plan` applies a plan.
+The plan has ``to_dict()`` for JSON reports and ``__rich__()`` for the terminal.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnxsurgery.passes.symbolize.batch_indices import (
+    BatchIndex,
+    batch_like_symbols,
+    find_batch_indices,
+)
+from onnxsurgery.passes.symbolize.generators import Generator, match_generator
+
+from onnxsurgery.shapes.analysis import Constraint, ConstUse, ShapeAnalysis
+from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.shapes.propagation import propagate
+from onnxsurgery.shapes.solver import Solution, solve
+
+__all__ = [
+    "Change",
+    "Blocker",
+    "SymbolizePlan",
+    "plan_symbolize",
+    "normalize_axes",
+    "default_axes",
+]
+
+
+def normalize_axes(dynamic_axes: dict[str, Any]) -> dict[str, dict[int, str]]:
+    """``{input: {axis: name}}`` or torch's list form ``{input: [axis, ...]}`` as one mapping.
+
+    In the list form axis 0 is named ``batch`` and axis ``k`` ``<input>_dim<k>``.
+    """
+    out: dict[str, dict[int, str]] = {}
+    if not isinstance(dynamic_axes, dict):
+        raise TypeError(
+            f"dynamic_axes must be a mapping of input name to axes, got {dynamic_axes!r}"
+        )
+    for name, spec in dynamic_axes.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"dynamic_axes keys must be input names, got {name!r}")
+        if isinstance(spec, (list, tuple)):
+            spec = {a: ("batch" if int(a) == 0 else f"{name}_dim{a}") for a in spec}
+        if not isinstance(spec, dict):
+            raise TypeError(
+                f"dynamic_axes[{name!r}] must be a list of axes or {{axis: name}}, got {spec!r}"
+            )
+        axes: dict[int, str] = {}
+        for axis, sym in spec.items():
+            try:
+                ax = int(axis)
+            except (TypeError, ValueError):
+                raise ValueError(f"dynamic_axes[{name!r}]: axis {axis!r} is not an int") from None
+            if not isinstance(sym, str) or not sym.isidentifier():
+                raise ValueError(
+                    f"dynamic_axes[{name!r}][{ax}]: symbol {sym!r} must be a name like batch or seq"
+                )
+            axes[ax] = sym
+        out[name] = axes
+    return out
+
+
+@dataclass
+class Change:
+    """One constant read that becomes a computation from the inputs' shapes."""
+
+    graph: str
+    node: str
+    op: str
+    input_index: int
+    input: str
+    kind: str  # "size": integer elements; "data": dims of a data constant
+    old: str
+    new: str
+    values: list[Dim]
+    rebuild: Generator | None = None  # data: how the constant is regenerated at run time
+    use: ConstUse | None = field(default=None, repr=False)
+
+    def __str__(self) -> str:
+        where = f"{self.op} {self.node!r} input {self.input_index} ({self.input})"
+        return f"{where}: {self.old} -> {self.new}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "graph": self.graph or None,
+            "node": self.node,
+            "op": self.op,
+            "input_index": self.input_index,
+            "input": self.input,
+            "kind": self.kind,
+            "old": self.old,
+            "new": self.new,
+        }
+
+
+@dataclass
+class Blocker:
+    """Something that holds only at the traced size and cannot be rewritten."""
+
+    node: str
+    op: str
+    input: str | None
+    traced: str
+    why: str
+    fix: str
+    symbols: tuple[str, ...] = ()  # the symbols it keeps from being generalized
+
+    def __str__(self) -> str:
+        where = f"{self.op} {self.node!r}" + (f" (input {self.input!r})" if self.input else "")
+        return f"{where}: {self.why} [traced: {self.traced}]; {self.fix}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "op": self.op,
+            "input": self.input,
+            "traced": self.traced,
+            "why": self.why,
+            "fix": self.fix,
+            "symbols": list(self.symbols),
+        }
+
+
+@dataclass
+class SymbolizePlan:
+    """The preview: symbols, changes, blockers, symbolic output shapes, notes."""
+
+    axes: dict[str, dict[int, str]]
+    symbols: dict[str, int]
+    changes: list[Change]
+    blockers: list[Blocker]
+    outputs: dict[str, list[str | int | None] | None]
+    notes: list[str]
+    analysis: ShapeAnalysis = field(repr=False)
+    solution: Solution = field(repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return not self.blockers
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "axes": {k: {str(a): s for a, s in v.items()} for k, v in self.axes.items()},
+            "symbols": dict(self.symbols),
+            "changes": [c.to_dict() for c in self.changes],
+            "blockers": [b.to_dict() for b in self.blockers],
+            "outputs": self.outputs,
+            "notes": list(self.notes),
+        }
+
+    def __rich__(self):
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        def row(*cells: object) -> list[Text]:  # plain text: shapes like [batch, -1] are no markup
+            return [Text(str(c)) for c in cells]
+
+        syms = ", ".join(f"{s} (traced {v})" for s, v in self.symbols.items())
+        parts: list[Any] = [Text(f"symbolize: {syms}", style="bold")]
+        if self.changes:
+            table = Table(title="would change", title_justify="left")
+            for col in ("node", "op", "input", "old", "new"):
+                table.add_column(col)
+            for c in self.changes:
+                table.add_row(*row(c.node, c.op, f"{c.input_index}: {c.input}", c.old, c.new))
+            parts.append(table)
+        else:
+            parts.append(Text("no constant carries a traced size"))
+        if self.blockers:
+            table = Table(title="blockers", title_justify="left", style="red")
+            for col in ("node", "op", "input", "traced", "why", "what to do"):
+                table.add_column(col)
+            for b in self.blockers:
+                table.add_row(*row(b.node, b.op, b.input or "", b.traced, b.why, b.fix))
+            parts.append(table)
+        outs = "; ".join(
+            f"{name} [{', '.join('?' if d is None else str(d) for d in dims)}]"
+            if dims is not None
+            else f"{name} [?]"
+            for name, dims in self.outputs.items()
+        )
+        parts.append(Text(f"outputs: {outs}"))
+        for note in self.notes:
+            parts.append(Text(f"note: {note}", style="dim"))
+        return Group(*parts)
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def _fmt(values: list[Dim | int]) -> str:
+    return "[" + ", ".join(str(v) for v in values) + "]"
+
+
+def _dtype_name(arr: np.ndarray) -> str:
+    return str(arr.dtype)
+
+
+def _symbol_hint(plan_syms: dict[str, list[tuple[str, int]]], atoms: set[str]) -> str:
+    names = sorted(a for a in atoms if a in plan_syms)
+    return ", ".join(names)
+
+
+def _sym_tuple(syms: str) -> tuple[str, ...]:
+    return tuple(x for x in syms.split(", ") if x)
+
+
+def _fix_text(analysis: ShapeAnalysis, syms: str) -> str:
+    if not syms:
+        return "this size is data-dependent or fixed by the model; no renaming of constants generalizes it"
+    axes = ", ".join(f"{i}:{a}" for s in syms.split(", ") for i, a in analysis.symbols.get(s, []))
+    return (
+        f"re-export with dynamic axes for {syms} (torch.onnx.export dynamic_axes=..., or "
+        f"dynamic_shapes=... with dynamo=True) so the exporter keeps this size symbolic, "
+        f"or leave {axes} out of the symbolized axes"
+    )
+
+
+def _conflict_blockers(plan_a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
+    blockers = []
+    traced = plan_a.traced_values()
+    for conflict in sol.conflicts:
+        c = conflict.constraint
+        lhs = sol.resolve(c.lhs) if c.lhs is not None else conflict.residual
+        rhs = sol.resolve(c.rhs) if c.rhs is not None else Dim.const(0)
+        lhs, rhs = _cancel(lhs, rhs)
+        atoms = lhs.atoms() | rhs.atoms()
+        syms = _symbol_hint(plan_a.symbols, atoms)
+        try:
+            tv = f"{lhs} = {lhs.evaluate(traced)}, {rhs} = {rhs.evaluate(traced)}"
+        except KeyError:
+            tv = f"{lhs}, {rhs}"
+        why = (
+            f"{c.why}: needs {_pretty(lhs)} == {_pretty(rhs)}, which holds only at the traced size"
+        )
+        blockers.append(
+            Blocker(c.node, c.op, None, tv, why, _fix_text(plan_a, syms), _sym_tuple(syms))
+        )
+    return blockers
+
+
+def _cancel(lhs: Dim, rhs: Dim) -> tuple[Dim, Dim]:
+    """Divide both sides by their common monomial factor: ``batch*12 == batch*seq*3`` is
+    ``4 == seq``, which names the symbol that cannot vary."""
+    if not (lhs.is_monomial() and rhs.is_monomial()) or lhs.value == 0 or rhs.value == 0:
+        return lhs, rhs
+    ((lm, lc),) = lhs.terms.items()
+    ((rm, rc),) = rhs.terms.items()
+    common = list(lm)
+    shared = []
+    for atom in rm:
+        if atom in common:
+            common.remove(atom)
+            shared.append(atom)
+    g = math.gcd(lc, rc)
+    factor = Dim({tuple(shared): g})
+    a, b = lhs.exact_div(factor), rhs.exact_div(factor)
+    return (a, b) if a is not None and b is not None else (lhs, rhs)
+
+
+def _pretty(d: Dim) -> str:
+    text = str(d)
+    return text.replace("$", "?")
+
+
+def _unrolled_loops(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
+    """Loops Python ran at trace time: one slice per index of a symbolic axis, or a chain of
+    identical appends along a symbolic axis."""
+    graph = a.model.graph
+    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+    for node in graph.node:
+        for name in node.input:
+            if name:
+                consumers[name].append(node)
+    blockers: list[Blocker] = []
+    for tensor, nodes in consumers.items():
+        info = a.tensors.get(tensor)
+        if info is None or info.shape is None:
+            continue
+        shape = [sol.resolve(d) for d in info.shape]
+        picks: dict[int, set[int]] = defaultdict(set)
+        first: dict[int, onnx.NodeProto] = {}
+        for node in nodes:
+            hit = _single_index(a, node, tensor, len(shape))
+            if hit is not None:
+                picks[hit[0]].add(hit[1])
+                first.setdefault(hit[0], node)
+        for axis, idx in picks.items():
+            d = shape[axis]
+            syms = {x for x in d.atoms() if x in a.symbols}
+            n = a.traced(d)
+            if syms and n >= 2 and set(range(n)) <= {i % n for i in idx}:
+                node = first[axis]
+                blockers.append(
+                    Blocker(
+                        node.name,
+                        node.op_type,
+                        tensor,
+                        f"{d} = {n}",
+                        f"a loop unrolled at trace time: {n} nodes take one index each along "
+                        f"axis {axis} ({d}) of {tensor!r}; at another size torch runs a different "
+                        "number of iterations",
+                        _fix_text(a, ", ".join(sorted(syms))),
+                        tuple(sorted(syms)),
+                    )
+                )
+    blockers.extend(_append_chains(a, sol))
+    return blockers
+
+
+def _single_index(
+    a: ShapeAnalysis, node: onnx.NodeProto, tensor: str, rank: int
+) -> tuple[int, int] | None:
+    if not node.input or node.input[0] != tensor:
+        return None
+    attrs = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+    if node.op_type == "Gather" and len(node.input) > 1:
+        idx = a.consts.get(node.input[1])
+        if idx is None or idx.size != 1:
+            return None
+        axis = attrs.get("axis", 0)
+        return (axis + rank if axis < 0 else axis, int(idx.reshape(-1)[0]))
+    if node.op_type == "Slice" and len(node.input) >= 3:
+        st, en = a.consts.get(node.input[1]), a.consts.get(node.input[2])
+        axes = a.consts.get(node.input[3]) if len(node.input) > 3 and node.input[3] else None
+        if st is None or en is None or st.size != 1 or en.size != 1:
+            return None
+        s, e = int(st.reshape(-1)[0]), int(en.reshape(-1)[0])
+        if e - s != 1 or s < 0:
+            return None
+        axis = int(axes.reshape(-1)[0]) if axes is not None and axes.size == 1 else 0
+        return (axis + rank if axis < 0 else axis, s)
+    return None
+
+
+def _append_chains(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
+    graph = a.model.graph
+    produced: dict[str, onnx.NodeProto] = {o: n for n in graph.node for o in n.output}
+    blockers = []
+    seen: set[str] = set()
+    for node in reversed(graph.node):
+        if node.op_type != "Concat" or len(node.input) != 2 or node.output[0] in seen:
+            continue
+        chain = [node]
+        cur = node
+        while True:
+            prev = produced.get(cur.input[0])
+            if prev is None or not _same_append(a, prev, cur):
+                break
+            chain.append(prev)
+            cur = prev
+        for n in chain:
+            seen.add(n.output[0])
+        if len(chain) < 2:
+            continue
+        info = a.tensors.get(node.output[0])
+        if info is None or info.shape is None:
+            continue
+        axis = onnx.helper.get_attribute_value(next(x for x in node.attribute if x.name == "axis"))
+        axis = axis + len(info.shape) if axis < 0 else axis
+        d = sol.resolve(info.shape[axis])
+        syms = {x for x in d.atoms() if x in a.symbols}
+        if not syms:
+            continue
+        first = chain[-1]
+        blockers.append(
+            Blocker(
+                first.name,
+                "Concat",
+                first.input[1],
+                f"{len(chain)} copies",
+                f"a loop unrolled at trace time: {len(chain)} identical Concat nodes append the same "
+                f"piece along axis {axis}, giving {d}; at another size torch runs a different number "
+                "of iterations",
+                _fix_text(a, ", ".join(sorted(syms))),
+                symbols=_sym_tuple(", ".join(sorted(syms))),
+            )
+        )
+    return blockers
+
+
+def _same_append(a: ShapeAnalysis, prev: onnx.NodeProto, cur: onnx.NodeProto) -> bool:
+    if prev.op_type != "Concat" or len(prev.input) != 2:
+        return False
+    if [x.SerializeToString() for x in prev.attribute] != [
+        x.SerializeToString() for x in cur.attribute
+    ]:
+        return False
+    if prev.input[1] == cur.input[1]:
+        return True
+    x, y = a.consts.get(prev.input[1]), a.consts.get(cur.input[1])
+    return x is not None and y is not None and x.shape == y.shape and np.array_equal(x, y)
+
+
+def _changes(
+    a: ShapeAnalysis, sol: Solution, forced: dict[int, BatchIndex]
+) -> tuple[list[Change], list[Blocker]]:
+    changes: list[Change] = []
+    blockers: list[Blocker] = []
+    for use in a.uses:
+        resolved = [sol.resolve(Dim.sym(x)) if x is not None else None for x in use.atoms]
+        if all(r is None or r.is_const() for r in resolved):
+            continue
+        if use.kind == "size":
+            flat = use.array.reshape(-1).tolist()
+            values = [
+                r if r is not None else Dim.const(int(v))
+                for r, v in zip(resolved, flat, strict=True)
+            ]
+            old = _fmt([int(v) for v in flat]) if use.array.ndim else str(int(flat[0]))
+            new = _fmt(values) if use.array.ndim else str(values[0])
+            changes.append(_change(use, "size", old, new, values))
+            continue
+        dims = [
+            r if r is not None else Dim.const(n)
+            for r, n in zip(resolved, use.array.shape, strict=True)
+        ]
+        sym_axes = [k for k, d in enumerate(dims) if not d.is_const()]
+        old = f"{_dtype_name(use.array)}{_fmt(list(use.array.shape))}"
+        bi = forced.get(id(use))
+        if bi is None:
+            blocks = {}
+            for k in sym_axes:
+                terms = dims[k].terms
+                if len(terms) == 1:
+                    ((mono, coef),) = terms.items()
+                    if mono and coef > 1:
+                        blocks[k] = coef
+            gen = match_generator(use.array, sym_axes, blocks)
+        else:  # a batch enumeration traced at 1: its step comes from the gather it indexes
+            rest = [k for k in sym_axes if k != bi.axis]
+            gen = (
+                match_generator(use.array, rest) if rest else Generator("affine", [], use.array, {})
+            )
+            if gen is not None and gen.kind == "affine":
+                gen.axes = sorted([*gen.axes, bi.axis])
+                gen.steps[bi.axis] = bi.step
+            else:
+                gen = None
+        if gen is None:
+            syms = _symbol_hint(a.symbols, set().union(*(dims[k].atoms() for k in sym_axes)))
+            axes_text = ", ".join(f"axis {k} ({dims[k]})" for k in sym_axes)
+            blockers.append(
+                Blocker(
+                    use.node,
+                    use.op,
+                    use.tensor,
+                    old,
+                    f"constant {use.tensor!r} {old} has the traced size on {axes_text} and its "
+                    "values follow no pattern symbolize can extend (a table or mask cut to the "
+                    "traced size), so it cannot be rebuilt at another size",
+                    _fix_text(a, syms),
+                    _sym_tuple(syms),
+                )
+            )
+            continue
+        new = f"{_dtype_name(use.array)}{_fmt(dims)} ({gen.describe()})"
+        changes.append(_change(use, "data", old, new, dims, gen))
+    return changes, blockers
+
+
+def _change(
+    use: ConstUse, kind: str, old: str, new: str, values: list[Dim], rebuild: Generator | None = None
+) -> Change:
+    """The Change of the constant read ``use``: where it is, what it was and what it becomes."""
+    return Change(
+        use.graph, use.node, use.op, use.input_index, use.tensor, kind, old, new, values, rebuild, use
+    )
+
+
+def _output_dims(a: ShapeAnalysis, sol: Solution) -> dict[str, list[str | int | None] | None]:
+    outs: dict[str, list[str | int | None] | None] = {}
+    for o in a.model.graph.output:
+        info = a.tensors.get(o.name)
+        if info is None or info.shape is None:
+            outs[o.name] = None
+            continue
+        dims: list[str | int | None] = []
+        for d in info.shape:
+            r = sol.resolve(d)
+            if r.value is not None:
+                dims.append(int(r.value))
+            elif all(x in a.symbols for x in r.atoms()):
+                dims.append(str(r))
+            else:
+                dims.append(None)
+        outs[o.name] = dims
+    return outs
+
+
+def default_axes(model: onnx.ModelProto) -> dict[str, dict[int, str]]:
+    """What ``symbolize`` alone means: axis 0 of every graph input of rank >= 1, as ``batch``."""
+    inits = {i.name for i in model.graph.initializer}
+    return {
+        vi.name: {0: "batch"}
+        for vi in model.graph.input
+        if vi.name not in inits and len(vi.type.tensor_type.shape.dim) >= 1
+    }
+
+
+def plan_symbolize(
+    model: onnx.ModelProto, dynamic_axes: dict[str, Any] | None = None
+) -> SymbolizePlan:
+    """Preview symbolize on ``model`` for ``dynamic_axes`` ({input: {axis: name}} or {input: [axes]};
+    None: axis 0 of every input as ``batch``, like ``symbolize`` alone).
+
+    Nothing is edited. Raises ValueError for an input or axis the model does not have, or one
+    name given to axes of different traced sizes.
+    """
+    axes = normalize_axes(default_axes(model) if dynamic_axes is None else dynamic_axes)
+    analysis = propagate(model, axes)
+    sol = solve(analysis)
+    batch_indices = find_batch_indices(analysis, sol)
+    if batch_indices:
+        for bi in batch_indices:
+            atom = bi.use.atoms[bi.axis]
+            analysis.constraints.append(
+                Constraint(
+                    Dim.sym(atom) - Dim.sym(bi.symbol),  # type: ignore[arg-type]
+                    bi.use.node,
+                    bi.use.op,
+                    f"constant {bi.use.tensor!r} indexes {bi.symbol} rows in {bi.gather!r}",
+                    False,
+                    Dim.sym(atom),  # type: ignore[arg-type]
+                    Dim.sym(bi.symbol),
+                )
+            )
+        sol = solve(analysis)
+    forced = {id(bi.use): bi for bi in batch_indices if bi.step is not None}
+    changes, blockers = _changes(analysis, sol, forced)
+    blockers = _conflict_blockers(analysis, sol) + blockers + _unrolled_loops(analysis, sol)
+    notes = []
+    seen: set[tuple[str, str]] = set()
+    for node, op, text in analysis.notes:
+        if (op, text) in seen:
+            continue
+        seen.add((op, text))
+        notes.append(f"{op} {node!r}: {text}")
+    symbols = {s: analysis.atoms[s].traced for s in analysis.symbols}
+    for c, drop, keep in sol.assumed:
+        notes.append(
+            f"{c.op} {c.node!r}: {c.why}: two dims computed at run time are taken as one "
+            f"({analysis.atoms[drop].note} == {analysis.atoms[keep].note}); ONNX Runtime checks it"
+        )
+    outputs = _output_dims(analysis, sol)
+    for sym in batch_like_symbols(analysis):
+        for name, dims in outputs.items():
+            if (
+                dims
+                and dims[0] == symbols[sym]
+                and not any(isinstance(d, str) and sym in d for d in dims)
+            ):
+                notes.append(
+                    f"output {name!r} keeps the traced {sym} {symbols[sym]} on axis 0 (no "
+                    f"symbolic dim follows {sym}): nothing in the graph ties it to the input"
+                )
+    return SymbolizePlan(axes, symbols, changes, blockers, outputs, notes, analysis, sol)

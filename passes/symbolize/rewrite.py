@@ -1,0 +1,538 @@
+"""Apply a :class:`~onnxsurgery.passes.symbolize.plan.SymbolizePlan`: constants become shape computations.
+
+Each symbol is read once from the input that carries it (``Shape(x, start=0, end=1)``, or
+``Shape -> Gather`` before opset 15) into a node named ``symbolize/<symbol>``; expressions are
+built from those with ``Mul``/``Add`` and shared by name, so the same plan always gives the same
+bytes. A size constant becomes the simplest vector that is right at every size: a Reshape shape
+uses ``0`` (copy the input's dim) and ``-1`` where it can, an Expand shape uses ``1`` where the
+input already has the dim, and only what is left is computed and concatenated. A data constant
+whose dims carry a symbol is rebuilt from a smaller constant plus ``Expand`` (or from ``Range``
+when it counts along the axis), and the ``Expand`` is skipped where the consuming op broadcasts it
+anyway. Then the chosen input axes get their ``dim_param``, output dims are set from the
+propagated shapes (cleared where they are not expressible in the symbols), stale intermediate
+``value_info`` is dropped, orphaned constants are removed and the graph is sorted topologically.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+from onnxsurgery.passes.symbolize.plan import Change, SymbolizePlan
+
+from onnxsurgery.model.walk import graphs_by_path, subgraphs
+from onnxsurgery.shapes.dims import Dim
+
+__all__ = ["apply_plan", "toposort_graph"]
+
+_BROADCASTING = {
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Mod",
+    "Max",
+    "Min",
+    "Where",
+    "Expand",
+    "And",
+    "Or",
+    "Xor",
+    "Equal",
+    "Less",
+    "Greater",
+    "LessOrEqual",
+    "GreaterOrEqual",
+    "PRelu",
+    "Sum",
+    "Mean",
+}
+
+
+def _safe(text: str) -> str:
+    text = text.replace(" + ", "+").replace(" - ", "-").replace(" ", "")
+    return re.sub(r"[^A-Za-z0-9_+\-*.,\[\]/]", "_", text)
+
+
+class _Rewriter:
+    def __init__(self, model: onnx.ModelProto, plan: SymbolizePlan) -> None:
+        self.m = model
+        self.plan = plan
+        self.a = plan.analysis
+        self.opset = self.a.opset
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: dict[str, onnx.TensorProto] = {}
+        self.cache: dict[str, str] = {}
+        self.graphs = graphs_by_path(model.graph)
+
+    # -- emitting ----------------------------------------------------------------------------
+    def node(self, op: str, inputs: list[str], name: str, **attrs) -> str:
+        if name in self.cache:
+            return self.cache[name]
+        self.nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
+        self.cache[name] = name
+        return name
+
+    def const(self, values: list[int], scalar: bool = False, dtype=np.int64) -> str:
+        text = ",".join(str(v) for v in values)
+        name = (
+            f"symbolize/const[{text}]"
+            + ("s" if scalar else "")
+            + ("" if dtype == np.int64 else str(np.dtype(dtype)))
+        )
+        if name not in self.inits:
+            arr = np.array(values[0] if scalar else values, dtype=dtype)
+            self.inits[name] = numpy_helper.from_array(arr, name)
+        return name
+
+    def shape_dim(self, tensor: str, axis: int, name: str) -> str:
+        if self.opset >= 15:
+            return self.node("Shape", [tensor], name, start=axis, end=axis + 1)
+        shape = self.node("Shape", [tensor], f"symbolize/{tensor}/shape")
+        return self.node("Gather", [shape, self.const([axis])], name, axis=0)
+
+    def atom(self, atom: str) -> str:
+        info = self.a.atoms[atom]
+        if info.kind == "sym":
+            tensor, axis = self.a.symbols[atom][0]
+            return self.shape_dim(tensor, axis, f"symbolize/{atom}")
+        origin = info.origin
+        runtime = info.kind == "opaque" or atom in self.plan.solution.opaque
+        if runtime and isinstance(origin, tuple) and origin and origin[0] == "dim" and origin[1]:
+            return self.shape_dim(origin[1], origin[2], f"symbolize/{origin[1]}/dim{origin[2]}")
+        if runtime and isinstance(origin, tuple) and origin and origin[0] == "value" and origin[1]:
+            flat = self.node(
+                "Reshape", [origin[1], self.const([-1])], f"symbolize/{origin[1]}/flat"
+            )
+            got = self.node(
+                "Gather",
+                [flat, self.const([origin[2]])],
+                f"symbolize/{origin[1]}/value{origin[2]}",
+                axis=0,
+            )
+            return self.node(
+                "Cast",
+                [got],
+                f"symbolize/{origin[1]}/value{origin[2]}/i64",
+                to=onnx.TensorProto.INT64,
+            )
+        raise ValueError(f"cannot compute {atom} ({info.kind}, {info.note}) at run time")
+
+    def expr(self, d: Dim) -> str:
+        """A 1-D int64 tensor of one element holding ``d``."""
+        if d.value is not None:
+            return self.const([int(d.value)])
+        key = f"symbolize/{_safe(str(d))}"
+        if key in self.cache:
+            return self.cache[key]
+        terms = []
+        for mono, coef in sorted(d.terms.items(), key=lambda t: (-len(t[0]), t[0])):
+            if not mono:
+                terms.append(self.const([coef]))
+                continue
+            prod = self.atom(mono[0])
+            for k in range(1, len(mono)):
+                sub = Dim({mono[: k + 1]: 1})
+                prod = self.node("Mul", [prod, self.atom(mono[k])], f"symbolize/{_safe(str(sub))}")
+            if coef != 1:
+                prod = self.node(
+                    "Mul", [prod, self.const([coef])], f"symbolize/{_safe(str(Dim({mono: coef})))}"
+                )
+            terms.append(prod)
+        acc = terms[0]
+        for k, t in enumerate(terms[1:], start=1):
+            name = key if k == len(terms) - 1 else f"{key}/part{k}"
+            acc = self.node("Add", [acc, t], name)
+        self.cache[key] = acc
+        return acc
+
+    def vector(self, values: list[Dim]) -> str:
+        """A 1-D int64 tensor with the given elements: constant runs plus computed pieces."""
+        if all(v.value is not None for v in values):
+            return self.const([int(v.value) for v in values])  # type: ignore[arg-type]
+        pieces: list[str] = []
+        run: list[int] = []
+        for v in values:
+            if v.value is not None:
+                run.append(int(v.value))
+                continue
+            if run:
+                pieces.append(self.const(run))
+                run = []
+            pieces.append(self.expr(v))
+        if run:
+            pieces.append(self.const(run))
+        if len(pieces) == 1:
+            return pieces[0]
+        name = "symbolize/shape[" + ",".join(_safe(str(v)) for v in values) + "]"
+        return self.node("Concat", pieces, name, axis=0)
+
+    # -- per change --------------------------------------------------------------------------
+    def resolved_shape(self, tensor: str) -> list[Dim] | None:
+        info = self.a.tensors.get(tensor)
+        if info is None or info.shape is None:
+            return None
+        return [self.plan.solution.resolve(d) for d in info.shape]
+
+    def size_change(self, change: Change, node: onnx.NodeProto) -> str:
+        values = list(change.values)
+        use = change.use
+        assert use is not None
+        if change.op == "Reshape" and change.input_index == 1:
+            values = self.simplify_reshape(node, values, use.array)
+        elif change.op == "Expand" and change.input_index == 1:
+            src = self.resolved_shape(node.input[0])
+            if src is not None:
+                off = len(values) - len(src)
+                values = [
+                    Dim.const(1)
+                    if 0 <= k - off < len(src) and not v.is_const() and src[k - off] == v
+                    else v
+                    for k, v in enumerate(values)
+                ]
+        vec = self.vector(values)
+        tag = f"symbolize/{node.name or node.output[0]}/in{change.input_index}"
+        if use.array.ndim == 0:
+            vec = self.node("Reshape", [vec, self.const([])], f"{tag}/scalar")
+        if use.array.dtype != np.int64:
+            vec = self.node(
+                "Cast", [vec], f"{tag}/cast", to=helper.np_dtype_to_tensor_dtype(use.array.dtype)
+            )
+        return vec
+
+    def simplify_reshape(
+        self, node: onnx.NodeProto, values: list[Dim], original: np.ndarray
+    ) -> list[Dim]:
+        src = self.resolved_shape(node.input[0])
+        allowzero = next((a.i for a in node.attribute if a.name == "allowzero"), 0)
+        literal_zero = allowzero and any(int(v) == 0 for v in original.reshape(-1))
+        out = list(values)
+        if src is not None and not literal_zero:
+            for k, v in enumerate(out):
+                if k < len(src) and not v.is_const() and src[k] == v:
+                    out[k] = Dim.const(0)
+            if allowzero and any(v.value == 0 for v in out):
+                for attr in node.attribute:
+                    if attr.name == "allowzero":
+                        attr.i = 0
+        symbolic = [k for k, v in enumerate(out) if not v.is_const()]
+        if len(symbolic) == 1 and not any(v.value == -1 for v in out):
+            out[symbolic[0]] = Dim.const(-1)
+        return out
+
+    def initializer(self, name: str, arr: np.ndarray) -> str:
+        if name not in self.inits:
+            self.inits[name] = numpy_helper.from_array(np.ascontiguousarray(arr), name)
+        return name
+
+    def index(self, n: Dim, axis: int, rank: int, dtype: np.dtype) -> str:
+        """``arange(n)`` laid along ``axis`` of a rank-``rank`` tensor, in ``dtype``."""
+        key = f"symbolize/arange[{_safe(str(n))}]"
+        limit = self.node("Reshape", [self.expr(n), self.const([])], f"{key}/limit")
+        rng = self.node(
+            "Range", [self.const([0], scalar=True), limit, self.const([1], scalar=True)], key
+        )
+        shape = [-1 if i == axis else 1 for i in range(rank)]
+        out = self.node("Reshape", [rng, self.const(shape)], f"{key}/axis{axis}of{rank}")
+        if np.dtype(dtype) != np.int64:
+            to = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+            out = self.node("Cast", [out], f"{key}/axis{axis}of{rank}/{np.dtype(dtype)}", to=to)
+        return out
+
+    def data_change(self, change: Change, node: onnx.NodeProto) -> str:
+        use, gen = change.use, change.rebuild
+        assert use is not None and gen is not None
+        arr = use.array
+        rank = arr.ndim
+        dims = list(change.values)
+        tag = f"symbolize/{use.tensor}[{','.join(_safe(str(v)) for v in dims)}]"
+        full: set[int] = set()  # symbolic axes the generated tensor already spans
+        if gen.kind == "affine":
+            acc = self.initializer(f"{tag}/base", gen.base)  # type: ignore[arg-type]
+            for k in gen.axes:
+                step = gen.steps[k]
+                if not np.any(step != 0):
+                    continue
+                term = self.index(dims[k], k, rank, arr.dtype)
+                if not (step.size == 1 and step.reshape(-1)[0] == 1):
+                    term = self.node(
+                        "Mul", [term, self.initializer(f"{tag}/step{k}", step)], f"{tag}/term{k}"
+                    )
+                acc = self.node("Add", [acc, term], f"{tag}/sum{k}")
+                full.add(k)
+        elif gen.kind == "tile":
+            k = gen.axes[0]
+            block = gen.base.shape[k]  # type: ignore[union-attr]
+            base = self.initializer(f"{tag}/block", gen.base)  # type: ignore[arg-type]
+            reps = [Dim.const(1)] * rank
+            reps[k] = dims[k].exact_div(block) or dims[k]
+            acc = self.node("Tile", [base, self.vector(reps)], f"{tag}/tile")
+            full.update(range(rank))
+        elif gen.kind in ("cos", "sin"):
+            k = gen.axes[0]
+            angle = self.node(
+                "Mul",
+                [
+                    self.index(dims[k], k, rank, np.float32),
+                    self.initializer(f"{tag}/freq", gen.steps[k]),
+                ],
+                f"{tag}/angle",
+            )
+            acc = self.node(gen.kind.capitalize(), [angle], f"{tag}/{gen.kind}")
+            if gen.amp is not None and not np.all(gen.amp == 1):
+                acc = self.node(
+                    "Mul",
+                    [acc, self.initializer(f"{tag}/amp", gen.amp.astype(np.float32))],
+                    f"{tag}/scaled",
+                )
+            if arr.dtype != np.float32:
+                acc = self.node(
+                    "Cast", [acc], f"{tag}/cast", to=helper.np_dtype_to_tensor_dtype(arr.dtype)
+                )
+            full.add(k)
+        else:
+            assert gen.band is not None
+            i_ax, j_ax, lo, hi, a, b = gen.band
+            diff = self.node(
+                "Sub",
+                [
+                    self.index(dims[j_ax], j_ax, rank, np.int64),
+                    self.index(dims[i_ax], i_ax, rank, np.int64),
+                ],
+                f"{tag}/diff",
+            )
+            conds = []
+            if lo is not None:
+                conds.append(
+                    self.node("GreaterOrEqual", [diff, self.const([lo], scalar=True)], f"{tag}/lo")
+                )
+            if hi is not None:
+                conds.append(
+                    self.node("LessOrEqual", [diff, self.const([hi], scalar=True)], f"{tag}/hi")
+                )
+            cond = conds[0] if len(conds) == 1 else self.node("And", conds, f"{tag}/cond")
+            if arr.dtype == np.bool_ and bool(a) and not bool(b):
+                acc = cond
+            elif arr.dtype == np.bool_ and not bool(a) and bool(b):
+                acc = self.node("Not", [cond], f"{tag}/not")
+            else:
+                va = self.initializer(f"{tag}/a", np.array(a, dtype=arr.dtype))
+                vb = self.initializer(f"{tag}/b", np.array(b, dtype=arr.dtype))
+                acc = self.node("Where", [cond, va, vb], f"{tag}/where")
+            full.update((i_ax, j_ax))
+        # The base of an affine and the frequencies of cos/sin span every other axis already.
+        if gen.kind == "affine":
+            full.update(k for k in range(rank) if k not in gen.axes)
+        elif gen.kind in ("cos", "sin"):
+            full.update(range(rank))
+        missing = [
+            k for k in range(rank) if k not in full and k not in gen.axes and arr.shape[k] != 1
+        ]
+        uniform = [k for k in gen.axes if k not in full]
+        if not missing and (not uniform or self.broadcast_covers(change, node, uniform)):
+            return acc
+        target = self.vector(dims)
+        return self.node(
+            "Expand", [acc, target], f"{tag}/{_safe(node.name or node.output[0])}/expand"
+        )
+
+    def broadcast_covers(self, change: Change, node: onnx.NodeProto, axes: list[int]) -> bool:
+        """True when the consumer broadcasts a 1 on ``axes`` to the symbolic dims anyway."""
+        if node.op_type not in _BROADCASTING:
+            return False
+        out = self.resolved_shape(node.output[0])
+        if out is None:
+            return False
+        rank = len(change.values)
+        for axis in axes:
+            d = change.values[axis]
+            k = len(out) - rank + axis
+            if k < 0 or out[k] != d:
+                return False
+            found = False
+            for i, name in enumerate(node.input):
+                if i == change.input_index or not name or name in self.a.consts:
+                    continue
+                shape = self.resolved_shape(name)
+                if shape is None:
+                    continue
+                j = len(shape) - rank + axis
+                if node.op_type == "Expand" and i == 1:
+                    vals = self.a.tensors[name].value
+                    if vals is not None:
+                        v = (
+                            self.plan.solution.resolve(vals[len(vals) - rank + axis])
+                            if len(vals) - rank + axis >= 0
+                            else None
+                        )
+                        found = found or v == d
+                    continue
+                if 0 <= j < len(shape) and shape[j] == d:
+                    found = True
+            if not found:
+                return False
+        return True
+
+    # -- whole model -------------------------------------------------------------------------
+    def run(self) -> None:
+        replaced: set[str] = set()
+        for change in self.plan.changes:
+            graph = self.graphs[change.graph]
+            node = graph.node[change.use.node_index]  # type: ignore[union-attr]
+            if change.kind == "size":
+                new = self.size_change(change, node)
+            else:
+                new = self.data_change(change, node)
+            replaced.add(node.input[change.input_index])
+            node.input[change.input_index] = new
+        g = self.m.graph
+        for init in sorted(self.inits.values(), key=lambda t: t.name):
+            g.initializer.append(init)
+        nodes = self.nodes + list(g.node)
+        del g.node[:]
+        g.node.extend(
+            toposort_graph(nodes, {i.name for i in g.input} | {i.name for i in g.initializer})
+        )
+        _remove_orphans(self.m, replaced)
+        self.graphs = graphs_by_path(self.m.graph)  # the node list was rebuilt: fresh handles
+        self.set_io()
+
+    def set_io(self) -> None:
+        g = self.m.graph
+        for vi in g.input:
+            for axis, sym in self.plan.axes.get(vi.name, {}).items():
+                dims = vi.type.tensor_type.shape.dim
+                ax = axis + len(dims) if axis < 0 else axis
+                dims[ax].Clear()
+                dims[ax].dim_param = sym
+        for vi in g.output:
+            _set_dims(vi, self.plan.outputs.get(vi.name))
+        # Subgraph outputs (If branches, Loop bodies) declare shapes too: follow the symbols.
+        for path, sub in self.graphs.items():
+            if path:
+                for vi in sub.output:
+                    _set_dims(vi, self.symbolic_dims(vi.name))
+        _drop_value_info(g)
+
+    def symbolic_dims(self, tensor: str) -> list[str | int | None] | None:
+        shape = self.resolved_shape(tensor)
+        if shape is None:
+            return None
+        out: list[str | int | None] = []
+        for d in shape:
+            if d.value is not None:
+                out.append(int(d.value))
+            elif all(x in self.a.symbols for x in d.atoms()):
+                out.append(str(d))
+            else:
+                out.append(None)
+        return out
+
+
+def _set_dims(vi: onnx.ValueInfoProto, dims_out: list[str | int | None] | None) -> None:
+    """Write ``dims_out`` into a value info: ints, symbol expressions, None clears the dim."""
+    if not vi.type.HasField("tensor_type"):
+        return
+    shape = vi.type.tensor_type.shape
+    if dims_out is None:
+        for d in shape.dim:
+            d.Clear()
+        return
+    if len(dims_out) != len(shape.dim):
+        del shape.dim[:]
+        for _ in dims_out:
+            shape.dim.add()
+    for d, new in zip(shape.dim, dims_out, strict=True):
+        d.Clear()
+        if isinstance(new, int):
+            d.dim_value = new
+        elif isinstance(new, str):
+            d.dim_param = new
+
+
+def _drop_value_info(graph: onnx.GraphProto) -> None:
+    del graph.value_info[:]
+    for node in graph.node:
+        for sub in subgraphs(node):
+            _drop_value_info(sub)
+
+
+def _outer_names(node: onnx.NodeProto) -> set[str]:
+    """Names a node reads, including those its subgraphs read from the enclosing scope."""
+    names = {i for i in node.input if i}
+    for g in subgraphs(node):
+        inner = {i.name for i in g.input} | {i.name for i in g.initializer}
+        for n in g.node:
+            inner.update(o for o in n.output if o)
+        for n in g.node:
+            names.update(x for x in _outer_names(n) if x not in inner)
+        names.update(o.name for o in g.output if o.name not in inner)
+    return names
+
+
+def toposort_graph(nodes: list[onnx.NodeProto], available: set[str]) -> list[onnx.NodeProto]:
+    """Stable topological order: among ready nodes, the earliest in ``nodes`` goes first."""
+    producer: dict[str, int] = {}
+    for i, n in enumerate(nodes):
+        for o in n.output:
+            if o:
+                producer[o] = i
+    deps: list[set[int]] = []
+    users: dict[int, list[int]] = {i: [] for i in range(len(nodes))}
+    for i, n in enumerate(nodes):
+        d = {
+            producer[x]
+            for x in _outer_names(n)
+            if x in producer and x not in available and producer[x] != i
+        }
+        deps.append(d)
+        for p in d:
+            users[p].append(i)
+    count = [len(d) for d in deps]
+    ready = [i for i, c in enumerate(count) if c == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(nodes[i])
+        for u in users[i]:
+            count[u] -= 1
+            if count[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(nodes):
+        stuck = [nodes[i].name or nodes[i].output[0] for i, c in enumerate(count) if c > 0]
+        raise ValueError(f"the rewritten graph has a cycle through {', '.join(stuck[:5])}")
+    return order
+
+
+def _remove_orphans(model: onnx.ModelProto, candidates: set[str]) -> None:
+    used: set[str] = set()
+
+    def walk(g: onnx.GraphProto) -> None:
+        for n in g.node:
+            used.update(_outer_names(n))
+        used.update(o.name for o in g.output)
+
+    walk(model.graph)
+    g = model.graph
+    dead = {c for c in candidates if c not in used}
+    keep = [i for i in g.initializer if i.name not in dead]
+    if len(keep) != len(g.initializer):
+        del g.initializer[:]
+        g.initializer.extend(keep)
+    nodes = [n for n in g.node if not (n.op_type == "Constant" and n.output[0] in dead)]
+    if len(nodes) != len(g.node):
+        del g.node[:]
+        g.node.extend(nodes)
+
+
+def apply_plan(model: onnx.ModelProto, plan: SymbolizePlan) -> onnx.ModelProto:
+    """A copy of ``model`` with ``plan``'s changes applied (blockers are not checked here)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    _Rewriter(out, plan).run()
+    return out
