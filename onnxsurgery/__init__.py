@@ -8,23 +8,26 @@ outputs, and write it atomically::
     report = onnxsurgery.run("model.onnx", passes="symbolize, concat-outputs",
                              output="model.dyn.onnx", references="fixtures/net")
 
-Where things live:
-    pipeline.py    Pipeline and run(): order, checks, timing, atomic write
-    pass_infra.py  the pass contract: Pass, PassResult, PassContext, Diagnostic
-    registry.py    pass discovery through the ``onnxsurgery.passes`` entry points
-    spec.py        the ``--passes`` grammar and TOML recipes
-    model_io.py    load/save with external data, checker, shape inference
-    runtime.py     ONNX Runtime sessions and provider choice (auto/cuda/cpu)
-    report.py      what a run reports (rich tables and JSON)
-    errors.py      the one exception tree (OnnxSurgeryError)
-    cli.py         the ``onnxsurgery`` command, a thin layer over the above
-The passes themselves live in ``onnxsurgery.passes`` (the ``passes/`` folder of the repository).
+Everything the README shows is importable from here. Where things live:
+
+    errors.py          the one exception tree (OnnxSurgeryError)
+    cli.py             the ``onnxsurgery`` command, one library call per command
+    merged_outputs.py  concat-outputs' layout record in metadata; split_outputs undoes a merge
+    pipeline/          the pass contract, registry, chain grammar and recipes, runner, report
+    model/             load/save and external data, graph walking, dtypes, signature, equality,
+                       the summary ``inspect`` shows
+    shapes/            symbolic dims, shape rules by op family, propagation, solver
+    validation/        ONNX Runtime and providers, reference cases, feeds, tolerances, array
+                       comparison, model-vs-references and model-vs-model
+
+The passes live in ``onnxsurgery.passes`` (the ``passes/`` folder of the repository), one module
+or package per pass; the engine never imports them: the pipeline finds them through the
+``onnxsurgery.passes`` entry points.
 """
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
+from onnxsurgery._version import __version__
 from onnxsurgery.errors import (
     ModelLoadError,
     ModelSaveError,
@@ -38,18 +41,39 @@ from onnxsurgery.errors import (
     UsageError,
     ValidationMismatch,
 )
-from onnxsurgery.model.io import load_model, save_model
-from onnxsurgery.pipeline.chain import PassSpec, load_recipe, parse_passes
-from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
-from onnxsurgery.pipeline.registry import create_pass, discover, get_pass
-from onnxsurgery.pipeline.report import PassRecord, PipelineReport
-from onnxsurgery.pipeline.runner import Pipeline, default_output_path, run
-from onnxsurgery.validation.runtime import create_session, resolve_provider
-
-try:
-    __version__ = version("onnxsurgery")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
+from onnxsurgery.merged_outputs import Layout, read_layout, split_outputs
+from onnxsurgery.model import load_model, save_model, summarize
+from onnxsurgery.pipeline import (
+    Diagnostic,
+    Pass,
+    PassContext,
+    PassRecord,
+    PassResult,
+    PassSpec,
+    Pipeline,
+    PipelineReport,
+    create_pass,
+    default_output_path,
+    discover,
+    get_pass,
+    load_recipe,
+    parse_passes,
+    run,
+)
+from onnxsurgery.validation import (
+    DEFAULT_ATOL,
+    DEFAULT_RTOL,
+    Case,
+    ValidationReport,
+    compare_models,
+    create_session,
+    load_cases,
+    record,
+    record_model_cases,
+    resolve_provider,
+    save_case,
+    validate,
+)
 
 __all__ = [
     "__version__",
@@ -70,9 +94,25 @@ __all__ = [
     "discover",
     "get_pass",
     "create_pass",
-    # models and runtime
+    # models
     "load_model",
     "save_model",
+    "summarize",
+    # merged outputs (concat-outputs)
+    "split_outputs",
+    "read_layout",
+    "Layout",
+    # validation and references
+    "validate",
+    "compare_models",
+    "ValidationReport",
+    "DEFAULT_ATOL",
+    "DEFAULT_RTOL",
+    "Case",
+    "load_cases",
+    "save_case",
+    "record",
+    "record_model_cases",
     "create_session",
     "resolve_provider",
     # errors

@@ -21,13 +21,29 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from onnxsurgery.errors import OnnxSurgeryError, UsageError, ValidationMismatch
-from onnxsurgery.model.io import load_model
-from onnxsurgery.pipeline.chain import build_passes, load_recipe, parse_passes
-from onnxsurgery.pipeline.registry import discover
-from onnxsurgery.pipeline.report import write_json
-from onnxsurgery.pipeline.runner import Pipeline, default_output_path
-from onnxsurgery.validation.runtime import PROVIDERS
+from onnxsurgery import (
+    DEFAULT_ATOL,
+    DEFAULT_RTOL,
+    OnnxSurgeryError,
+    Pipeline,
+    UsageError,
+    ValidationMismatch,
+    __version__,
+    compare_models,
+    default_output_path,
+    discover,
+    load_cases,
+    load_model,
+    load_recipe,
+    parse_passes,
+    record_model_cases,
+    save_model,
+    summarize,
+    validate,
+)
+from onnxsurgery.model import parse_shape_spec
+from onnxsurgery.pipeline import build_passes, write_json
+from onnxsurgery.validation import PROVIDERS, load_module, parse_tolerance_spec
 
 __all__ = ["app", "main"]
 
@@ -56,7 +72,7 @@ def _boundary(report_path: Path | None = None, quiet: bool = False) -> Iterator[
     try:
         yield
     except OnnxSurgeryError as exc:
-        pipeline_report = getattr(exc, "pipeline_report", None)
+        pipeline_report = exc.pipeline_report
         if report_path is not None and pipeline_report is not None:
             write_json(pipeline_report.to_dict(), report_path)
         if isinstance(exc, ValidationMismatch) and not quiet:
@@ -70,8 +86,6 @@ def _boundary(report_path: Path | None = None, quiet: bool = False) -> Iterator[
 
 def _version_callback(value: bool) -> None:
     if value:
-        from onnxsurgery import __version__
-
         out.print(f"onnxsurgery {__version__}")
         raise typer.Exit(0)
 
@@ -138,11 +152,11 @@ def run(
     ] = None,
     atol: Annotated[
         float | None,
-        typer.Option("--atol", help="Absolute tolerance [default: 1e-4].", rich_help_panel=_PANEL_VALIDATE),
+        typer.Option("--atol", help=f"Absolute tolerance of floating outputs (default {DEFAULT_ATOL:g}).", rich_help_panel=_PANEL_VALIDATE),
     ] = None,
     rtol: Annotated[
         float | None,
-        typer.Option("--rtol", help="Relative tolerance [default: 1e-3].", rich_help_panel=_PANEL_VALIDATE),
+        typer.Option("--rtol", help=f"Relative tolerance of floating outputs (default {DEFAULT_RTOL:g}).", rich_help_panel=_PANEL_VALIDATE),
     ] = None,
     provider: ProviderOpt = "auto",
     keep_failed: Annotated[
@@ -184,10 +198,8 @@ def run(
         try:
             result = pipeline.run(model, target)
         except ValidationMismatch as exc:
-            failed_model = getattr(getattr(exc, "pipeline_report", None), "model", None)
+            failed_model = exc.pipeline_report.model if exc.pipeline_report else None
             if keep_failed is not None and failed_model is not None:
-                from onnxsurgery.model.io import save_model
-
                 save_model(failed_model, keep_failed)
                 err.print(f"kept the failing model at {keep_failed}")
             raise
@@ -247,8 +259,6 @@ def inspect(
 ) -> None:
     """Describe MODEL: opset, producer, inputs/outputs with dims, op counts, weights, and what
     symbolize would change in it. Nothing is written."""
-    from onnxsurgery.model.summary import summarize
-
     with _boundary():
         summary = summarize(model)
         if not no_plan:
@@ -315,10 +325,10 @@ def validate_command(
     ] = 1,
     atol: Annotated[
         float, typer.Option("--atol", help="Absolute tolerance of floating outputs.", rich_help_panel=_PANEL_VALIDATE)
-    ] = 1e-4,
+    ] = DEFAULT_ATOL,
     rtol: Annotated[
         float, typer.Option("--rtol", help="Relative tolerance of floating outputs.", rich_help_panel=_PANEL_VALIDATE)
-    ] = 1e-3,
+    ] = DEFAULT_RTOL,
     tol: Annotated[
         list[str] | None,
         typer.Option(
@@ -339,10 +349,6 @@ def validate_command(
     Exit 0: every case and output within tolerance. Exit 1: a mismatch, or a case the model does
     not accept. Exit 2: bad options, or a model or reference that cannot be read.
     """
-    from onnxsurgery.model.signature import parse_shape_spec
-    from onnxsurgery.validation.against_model import compare_models
-    from onnxsurgery.validation.against_references import validate
-    from onnxsurgery.validation.tolerances import parse_tolerance_spec
 
     with _boundary(None, quiet):
         tolerances = dict(parse_tolerance_spec(t) for t in tol or [])
@@ -407,8 +413,6 @@ def reference_record(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs.")] = 0,
 ) -> None:
     """Run a torch module in eager mode on random inputs and store its outputs as reference cases."""
-    from onnxsurgery.model.signature import parse_shape_spec
-    from onnxsurgery.validation.recording import load_module, record_model_cases
 
     with _boundary():
         sizes = [dict(parse_shape_spec(part) for part in text.split(";") if part.strip()) for text in case or [""]]
@@ -425,8 +429,6 @@ def reference_show(
     path: Annotated[Path, typer.Argument(help="A folder of test_data_set_N, one such folder, or .npz.")],
 ) -> None:
     """List the cases under PATH with their inputs and outputs."""
-    from onnxsurgery.validation.references import load_cases
-
     with _boundary():
         table = Table(title=f"reference cases: {path}", title_justify="left")
         table.add_column("case", style="bold")

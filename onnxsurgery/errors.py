@@ -9,12 +9,16 @@ exception is a bug in onnxsurgery and keeps its traceback::
      |    +-- PassSpecError           a --passes string or recipe file that does not parse
      |    +-- PassOptionError         unknown pass, unknown option, option of the wrong type
      +-- PluginError                  a pass entry point that cannot be used (duplicate name, failed import)
- +-- ModelLoadError               missing, unreadable, truncated or invalid model; bad external data
+     +-- ModelLoadError               missing, unreadable, truncated or invalid model; bad external data
      +-- ModelSaveError               the output could not be written
      +-- ReferenceDataError           reference cases missing, unreadable, or not matching the model
      +-- ProviderError                the asked-for ONNX Runtime provider cannot run
      +-- PassError                    a pass could not do its job (names the pass and, where known, the node)
      +-- ValidationMismatch           exit 1: the model ran but its outputs differ from the references
+
+A pipeline run that stops on an error attaches what it had done so far as the error's
+``pipeline_report`` (a :class:`~onnxsurgery.pipeline.report.PipelineReport`), so the CLI can
+still write ``--report`` and show the failing validation.
 
 Messages say what was wrong, where (file, pass, node, input, axis) and, where there is one, what
 to do about it.
@@ -40,9 +44,13 @@ __all__ = [
 
 
 class OnnxSurgeryError(Exception):
-    """Base of every error a user can cause. ``exit_code`` is what the CLI exits with."""
+    """Base of every error a user can cause. ``exit_code`` is what the CLI exits with;
+    ``pipeline_report`` is set by the pipeline that stopped on this error."""
 
     exit_code: int = 2
+    #: The :class:`~onnxsurgery.pipeline.report.PipelineReport` of the run that stopped here
+    #: (typed ``Any``: this module is the leaf every other one imports).
+    pipeline_report: Any = None
 
 
 class UsageError(OnnxSurgeryError):
@@ -108,5 +116,6 @@ class ValidationMismatch(OnnxSurgeryError):
     exit_code = 1
 
     def __init__(self, message: str, *, report: Any = None) -> None:
+        #: The :class:`~onnxsurgery.validation.report.ValidationReport` that failed.
         self.report = report
         super().__init__(message)

@@ -51,6 +51,7 @@ import onnx
 
 from onnxsurgery.errors import ReferenceDataError, UsageError
 from onnxsurgery.model.dtypes import np_dtype, parse_dtype
+from onnxsurgery.model.io import load_model
 from onnxsurgery.shapes.dims import Dim, dim_product, dim_sum
 
 __all__ = [
@@ -506,8 +507,6 @@ def read_layout(model_or_metadata: Any) -> Layout:
     if isinstance(source, str) and source.lstrip().startswith("{"):
         return Layout.from_json(source)
     if isinstance(source, (str, os.PathLike)):
-        from onnxsurgery.model.io import load_model
-
         model = load_model(source, check=False)
         return _from_metadata({p.key: p.value for p in model.metadata_props}, str(source))
     if isinstance(source, Mapping):

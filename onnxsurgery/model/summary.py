@@ -12,6 +12,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from onnxsurgery.model.dtypes import dtype_name
 from onnxsurgery.model.io import read_model_file, tensor_bytes
 from onnxsurgery.model.walk import op_counts
 
@@ -34,9 +35,10 @@ def dims_of(vi: onnx.ValueInfoProto) -> list[int | str | None] | None:
     return out
 
 
-def _dtype_name(vi: onnx.ValueInfoProto) -> str:
+def _type_name(vi: onnx.ValueInfoProto) -> str:
     if vi.type.HasField("tensor_type"):
-        return onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name if vi.type.tensor_type.elem_type else "?"
+        elem = vi.type.tensor_type.elem_type
+        return dtype_name(elem) if elem else "?"
     return vi.type.WhichOneof("value") or "?"
 
 
@@ -145,11 +147,11 @@ def summarize(model: onnx.ModelProto | str | os.PathLike) -> ModelSummary:
         opsets={o.domain: o.version for o in model.opset_import},
         producer=" ".join(x for x in (model.producer_name, model.producer_version) if x),
         inputs=[
-            TensorSummary(i.name, _dtype_name(i), dims_of(i))
+            TensorSummary(i.name, _type_name(i), dims_of(i))
             for i in graph.input
             if i.name not in init_names
         ],
-        outputs=[TensorSummary(o.name, _dtype_name(o), dims_of(o)) for o in graph.output],
+        outputs=[TensorSummary(o.name, _type_name(o), dims_of(o)) for o in graph.output],
         nodes=len(graph.node),
         op_counts=dict(sorted(op_counts(graph).items())),
         initializers=len(graph.initializer),

@@ -5,17 +5,23 @@ wrong option fails before any model is touched) and a docstring whose first line
 help. Calling it on a model returns a :class:`PassResult`::
 
     class Cleanup(Pass):
-        \"\"\"Remove dead nodes and unused inputs/initializers; sort topologically.\"\"\"
+        \"\"\"Remove dead nodes and unused inputs/initializers; sort nodes topologically.\"\"\"
 
         name = "cleanup"
 
-        def __init__(self, *, keep_inputs: bool = True) -> None:
-            super().__init__(keep_inputs=keep_inputs)
-            self.keep_inputs = keep_inputs
+        def __init__(self, *, inputs: bool = True) -> None:
+            super().__init__(inputs=inputs)
+            if not isinstance(inputs, bool):
+                raise ValueError(f"inputs must be true or false, got {inputs!r}")
+            self.inputs = inputs
 
         def run(self, model: onnx.ModelProto, ctx: PassContext) -> PassResult:
             ...
-            return PassResult(model, modified=True, diagnostics=[Diagnostic.info("removed 3 nodes")])
+            return PassResult(cleaned, modified=True, diagnostics=[Diagnostic.info("removed 3 nodes")])
+
+(``passes/cleanup.py`` in full.) A ``ValueError`` or ``TypeError`` from ``__init__`` becomes a
+:class:`~onnxsurgery.errors.PassOptionError` naming the pass. A pass that validates the model
+sets ``validates = True`` and returns its validation report as ``PassResult.report``.
 
 A pass never edits the model it was given in place (the pipeline hands it a copy anyway) and never
 returns a half-edited graph as success: when it cannot do its job it raises
@@ -149,6 +155,10 @@ class Pass:
     """
 
     name: ClassVar[str] = ""
+    #: True for a pass that validates the model (its ``PassResult.report`` is then a
+    #: :class:`~onnxsurgery.validation.report.ValidationReport`); the pipeline then skips its own
+    #: validation after the last pass.
+    validates: ClassVar[bool] = False
 
     def __init__(self, **options: Any) -> None:
         self.options: dict[str, Any] = dict(options)

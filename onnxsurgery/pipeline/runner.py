@@ -20,6 +20,7 @@ from typing import Any
 
 import onnx
 
+from onnxsurgery._version import __version__
 from onnxsurgery.errors import (
     OnnxSurgeryError,
     PassError,
@@ -31,6 +32,7 @@ from onnxsurgery.model.walk import count_nodes
 from onnxsurgery.pipeline.chain import PassSpec, build_passes, format_value, parse_passes
 from onnxsurgery.pipeline.contract import Pass, PassContext
 from onnxsurgery.pipeline.report import PassRecord, PipelineReport
+from onnxsurgery.validation.against_references import validate
 from onnxsurgery.validation.runtime import PROVIDERS
 
 __all__ = ["Pipeline", "run", "default_output_path", "PIPELINE_METADATA_KEY"]
@@ -55,8 +57,6 @@ def _describe(p: Pass) -> str:
 
 
 def _stamp(model: onnx.ModelProto, chain: str) -> None:
-    from onnxsurgery import __version__
-
     for prop in model.metadata_props:
         if prop.key == PIPELINE_METADATA_KEY:
             prop.value = f"{prop.value}; {chain}"
@@ -139,9 +139,7 @@ class Pipeline:
         try:
             for p in self.passes:
                 current = self._run_pass(p, current, ctx, report)
-            if self.references is not None and not any(
-                getattr(p, "validates", False) for p in self.passes
-            ):
+            if self.references is not None and not any(p.validates for p in self.passes):
                 self._validate(current, ctx, report)
             _stamp(current, self.chain)
             if out_path is not None:
@@ -151,7 +149,7 @@ class Pipeline:
             report.error = str(exc)
             report.seconds = time.perf_counter() - start
             report.output = None
-            exc.pipeline_report = report  # type: ignore[attr-defined]
+            exc.pipeline_report = report
             raise
         report.seconds = time.perf_counter() - start
         report.model = current
@@ -181,10 +179,9 @@ class Pipeline:
             if isinstance(exc, PassError) and exc.pass_name is None:
                 exc.pass_name = p.name
             record.error = str(exc)
-            report_obj = getattr(exc, "report", None)
-            if report_obj is not None:
-                record.report = report_obj
-                report.validation = report_obj if getattr(p, "validates", False) else None
+            if isinstance(exc, ValidationMismatch) and exc.report is not None:
+                record.report = exc.report
+                report.validation = exc.report if p.validates else None
             raise
         except Exception as exc:  # a bug: keep the traceback, but say which pass raised it
             exc.add_note(f"raised inside onnxsurgery pass {p.name!r} ({p!r})")
@@ -194,18 +191,14 @@ class Pipeline:
         record.modified = result.modified
         record.diagnostics = list(result.diagnostics)
         record.report = result.report
-        if getattr(p, "validates", False) and result.report is not None:
+        if p.validates and result.report is not None:
             report.validation = result.report
+            report.provider = result.report.provider
         if result.output_map is not None:
             ctx.output_maps.append(result.output_map)
-        provider = getattr(result.report, "provider", None)
-        if provider:
-            report.provider = str(provider)
         return result.model
 
     def _validate(self, model: onnx.ModelProto, ctx: PassContext, report: PipelineReport) -> None:
-        from onnxsurgery.validation.against_references import validate
-
         kwargs: dict[str, Any] = {}
         if self.atol is not None:
             kwargs["atol"] = self.atol
@@ -215,13 +208,10 @@ class Pipeline:
             model, ctx.references, provider=ctx.provider, output_map=ctx.map_outputs, **kwargs
         )
         report.validation = result
-        provider = getattr(result, "provider", None)
-        if provider:
-            report.provider = str(provider)
+        report.provider = result.provider
         if not result:
             raise ValidationMismatch(
-                f"validation against {ctx.references} failed: {getattr(result, 'summary', 'mismatch')}",
-                report=result,
+                f"validation against {ctx.references} failed: {result.summary}", report=result
             )
 
 

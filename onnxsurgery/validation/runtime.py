@@ -24,6 +24,7 @@ import onnx
 import onnxruntime as ort
 
 from onnxsurgery.errors import ProviderError, UsageError
+from onnxsurgery.model.io import is_large, save_model
 
 __all__ = [
     "PROVIDERS",
@@ -169,8 +170,6 @@ def create_session(
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     with quiet_stderr():
         if isinstance(model, onnx.ModelProto):
-            from onnxsurgery.model.io import is_large, save_model
-
             if is_large(model):
                 with tempfile.TemporaryDirectory(prefix="onnxsurgery-session-") as tmp:
                     path = save_model(model, Path(tmp) / "model.onnx", external_data=True)

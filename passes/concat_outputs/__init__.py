@@ -3,35 +3,20 @@
 from __future__ import annotations
 
 import functools
-import math
-import re
-from collections.abc import Sequence
-from dataclasses import replace
 
-import numpy as np
 import onnx
 from onnxsurgery.passes.concat_outputs.graph import add_merged_output
+from onnxsurgery.passes.concat_outputs.plan import LayoutOptions, plan_layout, show_dims
 
 from onnxsurgery.errors import UsageError
-from onnxsurgery.merged_outputs import (
-    METADATA_KEY,
-    Layout,
-    PartDim,
-    PartLayout,
-    concat_references,
-    has_unknown,
-    render_dim,
-    show_symbol,
-)
-from onnxsurgery.model.dtypes import dtype_name, is_lossless_cast, np_dtype, parse_dtype
+from onnxsurgery.merged_outputs import METADATA_KEY, Layout, concat_references
+from onnxsurgery.model.dtypes import parse_dtype
 from onnxsurgery.model.io import infer_shapes
-from onnxsurgery.model.walk import all_names, default_opset
+from onnxsurgery.model.walk import all_names
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
-from onnxsurgery.shapes.dims import Dim
 
 __all__ = ["ConcatOutputs"]
 
-_GENERATED = re.compile(r"unk__\d+")
 
 
 class ConcatOutputs(Pass):
@@ -152,7 +137,11 @@ class ConcatOutputs(Pass):
                 f"{self.merged_name!r}; split_outputs gives it back once"
             ))  # fmt: skip
 
-        layout, notes = self._plan(model, [types[n] for n in chosen])
+        options = LayoutOptions(
+            name=self.merged_name, axis=self.axis, flatten=self.flatten, elem_type=self.elem_type,
+            lossy=self.lossy, pad=self.pad, keep=self.keep,
+        )  # fmt: skip
+        layout, notes = plan_layout(model, [types[n] for n in chosen], options, self.fail)
         diagnostics.extend(notes)
         taken = all_names(model.graph)
         for new in filter(None, (layout.name, layout.shapes)):
@@ -187,178 +176,8 @@ class ConcatOutputs(Pass):
         note = f"outputs already merged into {layout.name!r} by concat-outputs: model unchanged"
         return PassResult(model, modified=False, diagnostics=[Diagnostic.info(note)])
 
-    # -- planning: every check happens here, before the graph is touched ----------------------------
-    def _plan(
-        self, model: onnx.ModelProto, infos: Sequence[onnx.ValueInfoProto]
-    ) -> tuple[Layout, list[Diagnostic]]:
-        notes: list[Diagnostic] = []
-        names = [i.name for i in infos]
-        types, dims = [], []
-        ours = _dim_params(model.graph)
-        for info in infos:
-            elem, shape = _tensor_type(info, self.fail)
-            types.append(elem)
-            # ONNX shape inference names dims it cannot tell unk__N: they are unknown to us
-            dims.append([None if isinstance(d, str) and _GENERATED.fullmatch(d) and d not in ours else d
-                         for d in shape])  # fmt: skip
-        if default_opset(model) < 11:
-            self.fail(f"the model imports opset {default_opset(model)}; concat-outputs needs opset >= 11")
-        target = self.elem_type
-        if target is None:
-            first = next((i for i, t in enumerate(types) if t != types[0]), None)
-            if first is not None:
-                self.fail(
-                    f"outputs {names[0]!r} ({dtype_name(types[0])}) and {names[first]!r} "
-                    f"({dtype_name(types[first])}) have different dtypes; pass dtype= (e.g. "
-                    f"dtype={dtype_name(types[0])}) to cast every part to one type"
-                )
-            target = types[0]
-        lossy = False
-        for n, t in zip(names, types, strict=True):
-            if t != target and onnx.TensorProto.STRING in (t, target):
-                self.fail(f"output {n!r} is {dtype_name(t)}: strings and numbers cannot be cast to one type")
-            if is_lossless_cast(t, target):
-                continue
-            if not self.lossy:
-                self.fail(
-                    f"casting output {n!r} from {dtype_name(t)} to {dtype_name(target)} loses "
-                    f"information; pass lossy=true to allow it, or a dtype that holds {dtype_name(t)}"
-                )
-            lossy = True
-            notes.append(Diagnostic.warning(
-                f"cast {n!r} {dtype_name(t)} -> {dtype_name(target)} loses information "
-                "(lossy=true): split_outputs is exact only for values the merged type holds"
-            ))  # fmt: skip
-        if self.flatten is not None:
-            for n, d in zip(names, dims, strict=True):
-                if len(d) < self.flatten:
-                    self.fail(
-                        f"flatten={self.flatten} keeps {self.flatten} leading axes, but output "
-                        f"{n!r} has rank {len(d)} (dims {_show(d)})"
-                    )
-            rank = self.flatten + 1
-        else:
-            rank = max(1, *(len(d) for d in dims))
-        axis = rank - 1 if self.axis is None else self.axis
-        if not -rank <= axis < rank:
-            self.fail(
-                f"axis={self.axis} is out of range for outputs of rank {rank} after alignment "
-                f"(valid: {-rank}..{rank - 1})"
-            )
-        axis %= rank
-        parts = tuple(
-            PartLayout(n, dtype_name(t), tuple(d), cast=t != target)
-            for n, t, d in zip(names, types, dims, strict=True)
-        )
-        draft = Layout(self.merged_name, axis, rank, dtype_name(target), parts, flatten=self.flatten)
-        padded = []
-        for j in range(rank):
-            if j == axis:
-                continue
-            column = [draft.aligned(i)[j] for i in range(len(parts))]
-            known = list(dict.fromkeys(c for c in column if not has_unknown(c)))
-            if len(known) > 1:
-                if self.pad is None:
-                    i1, i2 = column.index(known[0]), column.index(known[1])
-                    self.fail(
-                        f"outputs {names[i1]!r} and {names[i2]!r} differ in dim {j} "
-                        f"({render_dim(known[0])} vs {render_dim(known[1])}; shapes after alignment "
-                        f"{_show(draft.aligned(i1))} and {_show(draft.aligned(i2))}), so they "
-                        f"cannot be concatenated on axis {axis}; pass pad=VALUE to pad to the "
-                        "largest, flatten=N, another axis=, or fewer outputs="
-                    )
-                padded.append(j)
-            elif len(known) < len(set(column)):
-                if self.pad is not None:
-                    padded.append(j)
-                else:
-                    notes.append(Diagnostic.warning(
-                        f"dim {j} is unknown for some outputs ({_show(column)}): ONNX Runtime's "
-                        "Concat checks at run time that it agrees"
-                    ))  # fmt: skip
-        if padded:
-            self._check_pad_value(target)
-            if not all(draft.aligned(i)[j].is_const() for i in range(len(parts)) for j in padded):
-                if default_opset(model) < 12:
-                    self.fail("pad= with symbolic dims needs opset >= 12 (Max on int64)")
-        bounds = draft.bounds()
-        parts = tuple(
-            replace(p, start=render_dim(b[0]), stop=render_dim(b[1]))
-            for p, b in zip(parts, bounds, strict=True)
-        )
-        layout = Layout(
-            self.merged_name, axis, rank, dtype_name(target), parts, keep=self.keep,
-            flatten=self.flatten, pad=self.pad, padded_axes=tuple(padded), lossy=lossy,
-        )  # fmt: skip
-        unresolved = layout.unresolved()
-        if unresolved:
-            layout = replace(layout, shapes=f"{self.merged_name}_shapes")
-            notes.append(Diagnostic.info(
-                f"added output {layout.shapes!r} (int64, the parts' shapes): the merged shape "
-                f"alone does not tell {', '.join(sorted(show_symbol(s) for s in unresolved))}"
-            ))  # fmt: skip
-        layout.check()
-        return layout, notes
-
-    def _check_pad_value(self, target: int) -> None:
-        value, dt = self.pad, np_dtype(target)
-        assert value is not None
-        if target == onnx.TensorProto.STRING:
-            self.fail(f"pad={value!r}: string outputs cannot be padded")
-        if dt.kind in "iub":
-            ok = float(value).is_integer() and (
-                value in (0, 1) if dt.kind == "b" else np.iinfo(dt).min <= value <= np.iinfo(dt).max
-            )
-        else:
-            with np.errstate(all="ignore"):
-                back = float(np.asarray(value, dtype=np.float64).astype(dt).astype(np.float64))
-            ok = math.isnan(value) or back == value
-        if not ok:
-            self.fail(f"pad={value!r} cannot be held exactly by the merged dtype {dtype_name(target)}")
-
-
-# -- reading types --------------------------------------------------------------------------------
-def _tensor_type(info: onnx.ValueInfoProto, fail) -> tuple[int, list[PartDim]]:
-    if not info.type.HasField("tensor_type"):
-        kind = info.type.WhichOneof("value") or "untyped"
-        fail(f"output {info.name!r} is a {kind.replace('_type', '')}, not a tensor; only tensors can be merged")
-    tt = info.type.tensor_type
-    if tt.elem_type == onnx.TensorProto.UNDEFINED:
-        fail(f"output {info.name!r} has no known element type; run infer-shapes first")
-    if not tt.HasField("shape"):
-        fail(
-            f"output {info.name!r} has unknown rank even after shape inference; concat-outputs "
-            "needs every output's rank"
-        )
-    dims: list[PartDim] = []
-    for d in tt.shape.dim:
-        if d.HasField("dim_value"):
-            dims.append(int(d.dim_value))
-        elif d.HasField("dim_param") and d.dim_param:
-            dims.append(d.dim_param)
-        else:
-            dims.append(None)
-    return tt.elem_type, dims
-
-
-def _show(dims: Sequence[PartDim | Dim]) -> str:
-    shown = [render_dim(d) if isinstance(d, Dim) else ("?" if d is None else d) for d in dims]
-    return "[" + ", ".join(map(str, shown)) + "]"
-
-
-def _dim_params(graph: onnx.GraphProto) -> set[str]:
-    """The dim_params the model itself declares (inputs, outputs, value_info)."""
-    values = [*graph.input, *graph.output, *graph.value_info]
-    return {
-        d.dim_param
-        for v in values
-        if v.type.HasField("tensor_type")
-        for d in v.type.tensor_type.shape.dim
-        if d.HasField("dim_param")
-    }
-
 
 def _summary(layout: Layout) -> str:
-    where = ", ".join(f"{p.name} {_show(list(p.dims))} at {p.start}..{p.stop}" for p in layout.parts)
-    shape = _show(layout.merged_dims())
+    where = ", ".join(f"{p.name} {show_dims(list(p.dims))} at {p.start}..{p.stop}" for p in layout.parts)
+    shape = show_dims(layout.merged_dims())
     return f"merged {len(layout.parts)} outputs into {layout.name!r} {shape} on axis {layout.axis}: {where}"

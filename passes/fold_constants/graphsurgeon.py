@@ -15,6 +15,7 @@ from onnxsurgery.passes.fold_constants.capture import (
 )
 
 from onnxsurgery.model.equality import constant_node_tensor
+from onnxsurgery.model.io import infer_shapes
 
 __all__ = ["RANDOM_OPS", "constants_to_initializers", "fold_with_graphsurgeon"]
 
@@ -40,8 +41,6 @@ def fold_with_graphsurgeon(
     :class:`FolderFailed` when graphsurgeon cannot import, fold or export the graph.
     """
     import onnx_graphsurgeon as gs
-
-    from onnxsurgery.model.io import infer_shapes
 
     with tempfile.TemporaryDirectory(prefix="onnxsurgery-gsfold-") as tmp:
         log_path = Path(tmp) / "native.log"

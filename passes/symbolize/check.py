@@ -20,22 +20,13 @@ import numpy as np
 import onnx
 
 from onnxsurgery.errors import PassError
+from onnxsurgery.model.signature import model_inputs
 from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.validation.feeds import random_array
 from onnxsurgery.validation.runtime import create_session, describe_ort_error, run_model
 
 __all__ = ["CheckResult", "check_dynamic", "check_sizes", "model_node"]
 
-_NP_TYPES = {
-    onnx.TensorProto.FLOAT: np.float32,
-    onnx.TensorProto.DOUBLE: np.float64,
-    onnx.TensorProto.FLOAT16: np.float16,
-    onnx.TensorProto.INT64: np.int64,
-    onnx.TensorProto.INT32: np.int32,
-    onnx.TensorProto.INT16: np.int16,
-    onnx.TensorProto.INT8: np.int8,
-    onnx.TensorProto.UINT8: np.uint8,
-    onnx.TensorProto.BOOL: np.bool_,
-}
 
 
 @dataclass
@@ -84,50 +75,48 @@ def _feeds(
     seed: int,
 ) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    inits = {i.name for i in model.graph.initializer}
     shapes: dict[str, list[int]] = {}
-    types: dict[str, int] = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
+    dtypes: dict[str, np.dtype] = {}
+    for spec in model_inputs(model):
+        if spec.optional:  # an initializer: the model's own value stays
             continue
-        spec = axes.get(vi.name, {})
+        axis_symbols = axes.get(spec.name, {})
+        declared = spec.dims or ()
         dims = []
-        for k, d in enumerate(vi.type.tensor_type.shape.dim):
-            ax_sym = spec.get(k) or spec.get(k - len(vi.type.tensor_type.shape.dim))
+        for k, d in enumerate(declared):
+            ax_sym = axis_symbols.get(k) or axis_symbols.get(k - len(declared))
             if ax_sym is not None:
                 dims.append(size[ax_sym])
-            elif d.HasField("dim_value"):
-                dims.append(d.dim_value)
+            elif isinstance(d, int):
+                dims.append(d)
             else:
-                dims.append(size.get(d.dim_param, 2))
-        shapes[vi.name] = dims
-        types[vi.name] = vi.type.tensor_type.elem_type
+                dims.append(size.get(d or "", 2))
+        shapes[spec.name] = dims
+        dtypes[spec.name] = spec.dtype if spec.dtype is not None else np.dtype(np.float32)
     # Lengths are at most the smallest symbolic non-batch size of the other inputs.
     seq_like = [
         size[s] for name, spec in axes.items() for a, s in spec.items() if a != 0 and s in size
     ]
     feeds: dict[str, np.ndarray] = {}
     for name, dims in shapes.items():
-        dtype = _NP_TYPES.get(types[name], np.float32)
+        dtype = dtypes[name]
         lname = name.lower()
-        if dtype == np.bool_:
-            feeds[name] = np.asarray(rng.random(dims) < 0.5)
-        elif np.issubdtype(dtype, np.floating):
-            feeds[name] = rng.standard_normal(dims).astype(dtype)
+        if dtype.kind not in "iu":  # floats, bools: the one random-feed helper's defaults
+            feeds[name] = random_array(dtype, dims, rng)
         elif "mask" in lname:  # 0/1 per position, every row attending to its first position
-            arr = rng.integers(0, 2, size=dims)
+            arr = random_array(dtype, dims, rng, int_range=(0, 2))
             if arr.ndim:
                 arr[..., 0] = 1
-            feeds[name] = arr.astype(dtype)
+            feeds[name] = arr
         elif "len" in lname and len(dims) == 1:
             top = min(seq_like) if seq_like else max(1, min((d for d in dims if d > 1), default=1))
-            arr = rng.integers(1, top + 1, size=dims)
+            arr = random_array(dtype, dims, rng, int_range=(1, top + 1))
             if arr.size:
                 arr[rng.integers(0, arr.size)] = top
-            feeds[name] = arr.astype(dtype)
+            feeds[name] = arr
         else:
             top = max(1, min((d for d in dims if d > 0), default=1))
-            feeds[name] = rng.integers(0, top, size=dims).astype(dtype)
+            feeds[name] = random_array(dtype, dims, rng, int_range=(0, top))
     return {name: np.asarray(arr) for name, arr in feeds.items()}
 
 

@@ -30,6 +30,7 @@ from onnxsurgery.passes.symbolize.batch_indices import (
 )
 from onnxsurgery.passes.symbolize.generators import Generator, match_generator
 
+from onnxsurgery.model.dtypes import dtype_name, elem_type_of
 from onnxsurgery.shapes.analysis import Constraint, ConstUse, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.propagation import propagate
@@ -210,10 +211,6 @@ class SymbolizePlan:
 
 def _fmt(values: list[Dim | int]) -> str:
     return "[" + ", ".join(str(v) for v in values) + "]"
-
-
-def _dtype_name(arr: np.ndarray) -> str:
-    return str(arr.dtype)
 
 
 def _symbol_hint(plan_syms: dict[str, list[tuple[str, int]]], atoms: set[str]) -> str:
@@ -436,7 +433,7 @@ def _changes(
             for r, n in zip(resolved, use.array.shape, strict=True)
         ]
         sym_axes = [k for k, d in enumerate(dims) if not d.is_const()]
-        old = f"{_dtype_name(use.array)}{_fmt(list(use.array.shape))}"
+        old = f"{dtype_name(elem_type_of(use.array))}{_fmt(list(use.array.shape))}"
         bi = forced.get(id(use))
         if bi is None:
             blocks = {}
@@ -474,7 +471,7 @@ def _changes(
                 )
             )
             continue
-        new = f"{_dtype_name(use.array)}{_fmt(dims)} ({gen.describe()})"
+        new = f"{dtype_name(elem_type_of(use.array))}{_fmt(dims)} ({gen.describe()})"
         changes.append(_change(use, "data", old, new, dims, gen))
     return changes, blockers
 
