@@ -24,9 +24,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
-from onnxsurgery.passes.concat_outputs import ConcatOutputs
 
 from onnxsurgery.merged_outputs import read_layout
+from onnxsurgery.passes.concat_outputs import ConcatOutputs
 from onnxsurgery.validation.runtime import create_session, resolve_provider
 
 #: (label, batch, input features, output widths)

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
 from onnxsurgery.passes.fold_constants import FoldConstants
 
 REPO = Path(__file__).resolve().parent.parent
@@ -417,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import onnxsim
+
     from onnxsurgery.passes.fold_constants.options import onnxsim_version
 
     tools, missing = other_tools()

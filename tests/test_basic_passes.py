@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 from conftest import parse
-from onnxsurgery.passes.cleanup import Cleanup
-from onnxsurgery.passes.infer_shapes import InferShapes
 
 from onnxsurgery import PassContext
+from onnxsurgery.passes.cleanup import Cleanup
+from onnxsurgery.passes.infer_shapes import InferShapes
 from onnxsurgery.validation.runtime import run_model
 
 

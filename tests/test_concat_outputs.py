@@ -9,12 +9,12 @@ import numpy as np
 import onnx
 import pytest
 from fixture_manifest import load_manifest
-from onnxsurgery.passes.concat_outputs import ConcatOutputs
 
 import onnxsurgery
 from onnxsurgery.errors import PassError, PassOptionError, ReferenceDataError
 from onnxsurgery.merged_outputs import METADATA_KEY, read_layout, split_outputs
 from onnxsurgery.model.io import infer_shapes
+from onnxsurgery.passes.concat_outputs import ConcatOutputs
 from onnxsurgery.pipeline.chain import build_passes
 from onnxsurgery.pipeline.contract import PassResult
 from onnxsurgery.validation.references import Case, load_cases, save_case

@@ -8,6 +8,11 @@ import numpy as np
 import onnx
 import onnx.parser
 import pytest
+
+import onnxsurgery
+from onnxsurgery.errors import PassError, PassOptionError
+from onnxsurgery.model.equality import same_graph
+from onnxsurgery.model.io import tensor_bytes
 from onnxsurgery.passes.fold_constants import (
     FoldConstants,
     changes,
@@ -15,11 +20,6 @@ from onnxsurgery.passes.fold_constants import (
     onnxsim_child,
     options,
 )
-
-import onnxsurgery
-from onnxsurgery.errors import PassError, PassOptionError
-from onnxsurgery.model.equality import same_graph
-from onnxsurgery.model.io import tensor_bytes
 from onnxsurgery.pipeline.registry import get_pass
 from onnxsurgery.validation.runtime import run_model
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnxsurgery.passes.symbolize.generators import match_generator
 
+from onnxsurgery.passes.symbolize.generators import match_generator
 from onnxsurgery.shapes.dims import Dim, dim_product
 from onnxsurgery.shapes.propagation import propagate
 from onnxsurgery.shapes.solver import solve

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnxsurgery.passes.symbolize import Symbolize
-from onnxsurgery.passes.symbolize.plan import SymbolizePlan, plan_symbolize
 
 import onnxsurgery
 from onnxsurgery.errors import PassError, PassOptionError
+from onnxsurgery.passes.symbolize import Symbolize
+from onnxsurgery.passes.symbolize.plan import SymbolizePlan, plan_symbolize
 from onnxsurgery.pipeline.contract import Pass
 from onnxsurgery.pipeline.registry import get_pass
 from onnxsurgery.validation.runtime import run_model

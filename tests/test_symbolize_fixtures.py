@@ -7,10 +7,10 @@ import numpy as np
 import onnx
 import pytest
 from fixture_manifest import load_manifest
-from onnxsurgery.passes.symbolize import Symbolize
 
 import onnxsurgery
 from onnxsurgery.errors import PassError
+from onnxsurgery.passes.symbolize import Symbolize
 from onnxsurgery.validation.references import load_cases
 from onnxsurgery.validation.runtime import create_session, run_model
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnxsurgery.passes.symbolize import Symbolize
 
 import onnxsurgery
+from onnxsurgery.passes.symbolize import Symbolize
 from onnxsurgery.validation.runtime import run_model
 
 torch = pytest.importorskip("torch")

@@ -12,7 +12,6 @@ import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
-from onnxsurgery.passes.validate import Validate
 from rich.console import Console
 
 import onnxsurgery
@@ -26,6 +25,7 @@ from onnxsurgery.errors import (
     ValidationMismatch,
 )
 from onnxsurgery.model.signature import parse_shape_spec
+from onnxsurgery.passes.validate import Validate
 from onnxsurgery.pipeline.contract import PassContext
 from onnxsurgery.validation.against_model import compare_models
 from onnxsurgery.validation.against_references import validate

@@ -22,6 +22,7 @@ from google.protobuf.message import DecodeError
 from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_model
 
 from onnxsurgery.errors import ModelLoadError, ModelSaveError
+from onnxsurgery.model.dtypes import np_dtype
 from onnxsurgery.model.walk import subgraphs
 
 __all__ = [
@@ -182,7 +183,7 @@ def tensor_nbytes(tensor: onnx.TensorProto) -> int:
     if tensor.data_type in _SUB_BYTE_BITS:
         return (count * _SUB_BYTE_BITS[tensor.data_type] + 7) // 8
     try:
-        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        itemsize = np_dtype(tensor.data_type).itemsize
     except (KeyError, TypeError, ValueError):
         itemsize = 1
     return count * itemsize

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 
 from onnxsurgery.errors import UsageError
+from onnxsurgery.model.dtypes import np_dtype
 
 __all__ = ["InputSpec", "CaseFailure", "model_inputs", "check_inputs", "parse_shape_spec"]
 
@@ -43,7 +44,7 @@ def model_inputs(model: onnx.ModelProto) -> list[InputSpec]:
             tt = vi.type.tensor_type
             if tt.elem_type:
                 try:
-                    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+                    dtype = np_dtype(tt.elem_type)
                 except (KeyError, TypeError, ValueError):
                     dtype = None
             if tt.HasField("shape"):

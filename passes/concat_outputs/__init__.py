@@ -1,18 +1,25 @@
-"""Concatenate a model's outputs into one output, in the graph, recording how to undo it."""
+"""Concatenate a model's outputs into one output, in the graph, recording how to undo it.
+
+    plan.py   read each output's type and check everything: the Layout, before the graph is touched
+    graph.py  emit the nodes that pack each output into the merged one
+
+The layout record itself (metadata, ``split_outputs``) is in the engine,
+:mod:`onnxsurgery.merged_outputs`, so users undo a merge without importing the pass.
+"""
 
 from __future__ import annotations
 
 import functools
 
 import onnx
-from onnxsurgery.passes.concat_outputs.graph import add_merged_output
-from onnxsurgery.passes.concat_outputs.plan import LayoutOptions, plan_layout, show_dims
 
 from onnxsurgery.errors import UsageError
 from onnxsurgery.merged_outputs import METADATA_KEY, Layout, concat_references
 from onnxsurgery.model.dtypes import parse_dtype
 from onnxsurgery.model.io import infer_shapes
 from onnxsurgery.model.walk import all_names
+from onnxsurgery.passes.concat_outputs.graph import add_merged_output
+from onnxsurgery.passes.concat_outputs.plan import LayoutOptions, plan_layout, show_dims
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 
 __all__ = ["ConcatOutputs"]

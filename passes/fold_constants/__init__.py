@@ -1,10 +1,20 @@
-"""Fold constants with onnxsim, falling back to onnx-graphsurgeon, without pinning symbolic dims."""
+"""Fold constants with onnxsim, falling back to onnx-graphsurgeon, without pinning symbolic dims.
+
+    options.py        onnxsim settings; size, input-shape and optimizer-name checks
+    capture.py        native console output to a log; FolderFailed
+    onnxsim_child.py  onnxsim in a forked child (or in-process), by path for models near 2 GB
+    graphsurgeon.py   the fallback folder; Constant nodes to initializers
+    changes.py        what a fold changed: pinned dims, op counts, sizes
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
 import onnx
+
+from onnxsurgery.model.equality import same_graph
+from onnxsurgery.model.io import tensor_bytes
 from onnxsurgery.passes.fold_constants.changes import format_bytes, op_delta, pinned_dims
 from onnxsurgery.passes.fold_constants.graphsurgeon import (
     constants_to_initializers,
@@ -24,9 +34,6 @@ from onnxsurgery.passes.fold_constants.options import (
     parse_input_shapes,
     parse_size,
 )
-
-from onnxsurgery.model.equality import same_graph
-from onnxsurgery.model.io import tensor_bytes
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 
 __all__ = ["FoldConstants"]

@@ -7,15 +7,15 @@ import tempfile
 from pathlib import Path
 
 import onnx
+
+from onnxsurgery.model.equality import constant_node_tensor
+from onnxsurgery.model.io import infer_shapes
 from onnxsurgery.passes.fold_constants.capture import (
     FolderFailed,
     captured_output,
     first_line,
     read_log,
 )
-
-from onnxsurgery.model.equality import constant_node_tensor
-from onnxsurgery.model.io import infer_shapes
 
 __all__ = ["RANDOM_OPS", "constants_to_initializers", "fold_with_graphsurgeon"]
 

@@ -31,6 +31,8 @@ from typing import Any
 
 import onnx
 from onnx import numpy_helper
+
+from onnxsurgery.model.io import LARGE_MODEL_BYTES, is_large, tensor_bytes, tensor_nbytes
 from onnxsurgery.passes.fold_constants.capture import (
     FolderFailed,
     captured_output,
@@ -38,8 +40,6 @@ from onnxsurgery.passes.fold_constants.capture import (
     read_log,
 )
 from onnxsurgery.passes.fold_constants.options import OnnxsimSettings
-
-from onnxsurgery.model.io import LARGE_MODEL_BYTES, is_large, tensor_bytes, tensor_nbytes
 
 __all__ = [
     "AUTO_ISOLATE_BYTES",

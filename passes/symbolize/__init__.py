@@ -1,4 +1,16 @@
-"""Make a statically exported model dynamic: name input axes and rewrite every traced size."""
+"""Make a statically exported model dynamic: name input axes and rewrite every traced size.
+
+The pass reads as stages, each a module that only reads what the one before it produced:
+
+    onnxsurgery.shapes  propagate symbolic shapes with provenance, then solve the constraints
+    generators.py       how a constant was generated along its traced axes (Range grids, tables)
+    batch_indices.py    constant indices that enumerate the batch
+    plan.py             the plan: every change (constant -> shape computation) and every blocker
+    rewrite.py          apply the plan to a copy of the graph
+    check.py            run the result on ONNX Runtime at the traced size and at other sizes
+
+:class:`Symbolize` below ties them together: options -> plan -> rewrite -> check.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +18,11 @@ import re
 from typing import Any
 
 import onnx
+
 from onnxsurgery.passes.symbolize.batch_indices import batch_like_symbols
 from onnxsurgery.passes.symbolize.check import check_dynamic
 from onnxsurgery.passes.symbolize.plan import SymbolizePlan, normalize_axes, plan_symbolize
 from onnxsurgery.passes.symbolize.rewrite import apply_plan
-
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 from onnxsurgery.shapes.dims import Dim
 

@@ -23,14 +23,14 @@ from typing import Any
 
 import numpy as np
 import onnx
+
+from onnxsurgery.model.dtypes import dtype_name, elem_type_of
 from onnxsurgery.passes.symbolize.batch_indices import (
     BatchIndex,
     batch_like_symbols,
     find_batch_indices,
 )
 from onnxsurgery.passes.symbolize.generators import Generator, match_generator
-
-from onnxsurgery.model.dtypes import dtype_name, elem_type_of
 from onnxsurgery.shapes.analysis import Constraint, ConstUse, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.propagation import propagate

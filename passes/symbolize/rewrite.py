@@ -21,9 +21,10 @@ import re
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
-from onnxsurgery.passes.symbolize.plan import Change, SymbolizePlan
 
+from onnxsurgery.model.dtypes import elem_type_of
 from onnxsurgery.model.walk import graphs_by_path, subgraphs
+from onnxsurgery.passes.symbolize.plan import Change, SymbolizePlan
 from onnxsurgery.shapes.dims import Dim
 
 __all__ = ["apply_plan", "toposort_graph"]
@@ -200,7 +201,7 @@ class _Rewriter:
             vec = self.node("Reshape", [vec, self.const([])], f"{tag}/scalar")
         if use.array.dtype != np.int64:
             vec = self.node(
-                "Cast", [vec], f"{tag}/cast", to=helper.np_dtype_to_tensor_dtype(use.array.dtype)
+                "Cast", [vec], f"{tag}/cast", to=elem_type_of(use.array)
             )
         return vec
 
@@ -239,7 +240,7 @@ class _Rewriter:
         shape = [-1 if i == axis else 1 for i in range(rank)]
         out = self.node("Reshape", [rng, self.const(shape)], f"{key}/axis{axis}of{rank}")
         if np.dtype(dtype) != np.int64:
-            to = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+            to = elem_type_of(np.dtype(dtype))
             out = self.node("Cast", [out], f"{key}/axis{axis}of{rank}/{np.dtype(dtype)}", to=to)
         return out
 
@@ -291,7 +292,7 @@ class _Rewriter:
                 )
             if arr.dtype != np.float32:
                 acc = self.node(
-                    "Cast", [acc], f"{tag}/cast", to=helper.np_dtype_to_tensor_dtype(arr.dtype)
+                    "Cast", [acc], f"{tag}/cast", to=elem_type_of(arr)
                 )
             full.add(k)
         else:
