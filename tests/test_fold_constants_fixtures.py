@@ -23,7 +23,7 @@ pytestmark = pytest.mark.e2e
 
 EXPORTED = [e for e in load_manifest() if e.exported]
 DATA_DEPENDENT = [e for e in EXPORTED if e.name in ("nonzero", "bool_mask", "pad_loop")]
-# The project's default validation tolerances (onnxsurgery.validation.against_references).
+# The project's default validation tolerances (onnxsurgery.validation.tolerances).
 ATOL, RTOL = 1e-4, 1e-3
 
 
