@@ -12,7 +12,7 @@ Everything the README shows is importable from here. Where things live:
 
     errors.py          the one exception tree (OnnxSurgeryError)
     cli.py             the ``onnxsurgery`` command, one library call per command
-    merged_outputs.py  concat-outputs' layout record in metadata; split_outputs undoes a merge
+    merged_outputs/   concat-outputs' layout record in metadata; split_outputs undoes a merge
     pipeline/          the pass contract, registry, chain grammar and recipes, runner, report
     model/             load/save and external data, graph walking, dtypes, signature, equality,
                        the summary ``inspect`` shows

@@ -1,57 +1,21 @@
-"""The layout of a merged output: how concat-outputs packed several outputs into one, and back.
+"""The :class:`Layout` record of a merged output: its parts, their dims and extents, and its JSON.
 
-``concat-outputs`` concatenates a model's outputs into one tensor and records a :class:`Layout`
-in the model's ``metadata_props`` under :data:`METADATA_KEY` (deterministic JSON). This module
-reads that record and undoes the merge without the pass::
-
-    session = onnxruntime.InferenceSession("model.merged.onnx")
-    merged, = session.run(["merged"], feeds)
-    outputs = split_outputs("model.merged.onnx", merged)     # {"logits": ..., "score": ...}
-    outputs = split_outputs(session.get_modelmeta().custom_metadata_map, merged)
-
-How a part is packed (in this order): Cast to the merged dtype (``dtype=``); Reshape to rank
-``flatten+1`` keeping its first ``flatten`` axes (``flatten=N``); Unsqueeze trailing axes up to
-the merged rank; Pad at the end of every axis in ``padded_axes`` with ``pad`` up to the largest
-part (``pad=VALUE``); then Concat on ``axis``. Parts sit at index 0 of every padded axis, so the
-padding is stripped by slicing each part to its true extent.
-
-Recovering the parts from the merged array alone: every part's original dims are ints, symbols
-(``dim_param`` strings such as ``"batch"``) or unknown (``null``). Symbols are bound from the
-merged array's extents: a non-concat axis that was not padded gives its extent to every part's
-dim there, and the concat axis gives the sum of the part extents (one unknown at a time, solved
-as a linear equation, e.g. ``2*seq + 5 = 11``). When some dim cannot be bound that way (two
-independent unknowns along the concat axis, a flattened product of two symbols, a padded dim
-that appears nowhere else), concat-outputs adds a second, small output ``<name>_shapes``: int64,
-every part's original shape one after another; :func:`split_outputs` then takes the model's
-outputs as a mapping holding both. The metadata names that output in ``"shapes"``.
-
-The JSON record (keys sorted; ``start``/``stop`` and ``shape`` are ints, or expressions in the
-symbols when the dims are symbolic, e.g. ``"batch*5"``; an unknown dim appears as
-``name.shape[1]``)::
-
-    {"axis": 1, "dtype": "float32", "flatten": null, "keep": false, "lossy": false,
-     "name": "merged", "pad": null, "padded_axes": [], "rank": 2, "shape": ["batch", 6],
-     "shapes": null, "version": 1,
-     "parts": [{"cast": false, "dims": ["batch", 5], "dtype": "float32", "name": "logits",
-                "start": 0, "stop": 5}, ...]}
+See :mod:`onnxsurgery.merged_outputs` for how parts are packed and what the JSON holds.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import onnx
 
-from onnxsurgery.errors import ReferenceDataError, UsageError
+from onnxsurgery.errors import UsageError
 from onnxsurgery.model.dtypes import np_dtype, parse_dtype
-from onnxsurgery.model.io import load_model
 from onnxsurgery.shapes.dims import Dim, dim_product, dim_sum
 
 __all__ = [
@@ -61,11 +25,8 @@ __all__ = [
     "PartDim",
     "PartLayout",
     "has_unknown",
-    "read_layout",
     "render_dim",
     "show_symbol",
-    "split_outputs",
-    "concat_references",
 ]
 
 #: ``metadata_props`` key holding the layout JSON.
@@ -483,171 +444,3 @@ def _pad_from_json(value: Any) -> float | int | None:
     if isinstance(value, str) and value in ("nan", "inf", "-inf"):
         return float(value)
     raise ValueError(f"pad {value!r} is not a number")
-
-
-# --------------------------------------------------------------------------------------------
-# reading the record
-
-
-def read_layout(model_or_metadata: Any) -> Layout:
-    """The layout recorded by concat-outputs.
-
-    Accepts a ModelProto, a path to an .onnx file, a metadata mapping (``{key: json}``, such as
-    ``session.get_modelmeta().custom_metadata_map``), an ONNX Runtime session, the JSON text,
-    the parsed JSON object, or a Layout.
-    """
-    source = model_or_metadata
-    if isinstance(source, Layout):
-        return source
-    if hasattr(source, "get_modelmeta"):  # an onnxruntime.InferenceSession
-        source = dict(source.get_modelmeta().custom_metadata_map)
-    if isinstance(source, onnx.ModelProto):
-        meta = {p.key: p.value for p in source.metadata_props}
-        return _from_metadata(meta, f"model {source.graph.name!r}")
-    if isinstance(source, str) and source.lstrip().startswith("{"):
-        return Layout.from_json(source)
-    if isinstance(source, (str, os.PathLike)):
-        model = load_model(source, check=False)
-        return _from_metadata({p.key: p.value for p in model.metadata_props}, str(source))
-    if isinstance(source, Mapping):
-        if "parts" in source:
-            return Layout.from_json(source)
-        return _from_metadata(source, "metadata")
-    raise TypeError(
-        "split_outputs/read_layout take a ModelProto, a model path, a metadata mapping, an "
-        f"InferenceSession, layout JSON or a Layout, not {type(source).__name__}"
-    )
-
-
-def _from_metadata(meta: Mapping[str, Any], where: str) -> Layout:
-    if METADATA_KEY not in meta:
-        keys = ", ".join(sorted(map(str, meta))) or "none"
-        raise UsageError(
-            f"{where} has no {METADATA_KEY!r} metadata (its keys: {keys}); only a model merged "
-            "by concat-outputs can be split"
-        )
-    return Layout.from_json(meta[METADATA_KEY])
-
-
-# --------------------------------------------------------------------------------------------
-# splitting and merging arrays
-
-
-def split_outputs(
-    model_or_metadata: Any, merged: np.ndarray | Mapping[str, np.ndarray]
-) -> dict[str, np.ndarray]:
-    """Give back the original outputs of a model merged by concat-outputs, exactly.
-
-    ``merged`` is the merged array, or the model's outputs by name (needed when the layout has a
-    shapes output, see the module docstring). Each output comes back with its original dtype and
-    shape, bit for bit (when the merge cast it, exact as long as the cast was lossless; the
-    layout's ``lossy`` says otherwise), as a new array that does not share memory with ``merged``.
-    A name merged twice appears once.
-    """
-    layout = read_layout(model_or_metadata)
-    shapes = None
-    if isinstance(merged, Mapping):
-        if layout.name not in merged:
-            raise UsageError(
-                f"the outputs given hold no {layout.name!r} (they hold {', '.join(merged) or 'nothing'})"
-            )
-        if layout.shapes is not None:
-            shapes = merged.get(layout.shapes)
-        merged = merged[layout.name]
-    array = np.asarray(merged)
-    if array.ndim != layout.rank:
-        raise UsageError(
-            f"{layout.name!r} should have rank {layout.rank} (shape {layout.merged_dims()}), "
-            f"got an array of shape {array.shape}"
-        )
-    if array.dtype != layout.np_dtype():
-        raise UsageError(
-            f"{layout.name!r} should be {layout.dtype}, got an array of dtype {array.dtype}"
-        )
-    part_shapes = layout.part_shapes(array.shape, shapes)
-    out: dict[str, np.ndarray] = {}
-    for part, shape, (start, _) in zip(layout.parts, part_shapes, layout.bounds(), strict=True):
-        if part.name in out:
-            continue
-        aligned = layout.aligned_shape(shape)
-        index: list[slice] = [slice(None)] * layout.rank
-        begin = start.evaluate(_bindings(layout, part_shapes))
-        index[layout.axis] = slice(begin, begin + aligned[layout.axis])
-        for j in layout.padded_axes:
-            index[j] = slice(0, aligned[j])
-        block = array[tuple(index)].reshape(shape)
-        out[part.name] = block.astype(np_dtype(part.dtype), copy=True)
-    return out
-
-
-def _bindings(layout: Layout, shapes: list[tuple[int, ...]]) -> dict[str, int]:
-    values: dict[str, int] = {}
-    for part, shape in zip(layout.parts, shapes, strict=True):
-        for i, d in enumerate(part.dims):
-            if d is None:
-                values[unknown_symbol(part.name, i)] = shape[i]
-            elif isinstance(d, str):
-                values[d] = shape[i]
-    return values
-
-
-def concat_references(
-    layout: Layout | Any, outputs: Mapping[str, np.ndarray]
-) -> dict[str, np.ndarray]:
-    """Map one case's outputs (by original name) onto the merged model's outputs, exactly as
-    the graph does: Cast, flatten, unsqueeze, pad, concatenate. This is concat-outputs'
-    ``output_map``; outputs it did not merge pass through, merged ones stay only with ``keep``.
-    """
-    layout = read_layout(layout)
-    missing = [n for n in layout.part_names if n not in outputs]
-    if missing:
-        raise ReferenceDataError(
-            f"concat-outputs merged {', '.join(map(repr, missing))}, but the reference outputs "
-            f"hold only {', '.join(map(repr, outputs)) or 'nothing'}"
-        )
-    target = layout.np_dtype()
-    blocks = []
-    for part in layout.parts:
-        array = np.asarray(outputs[part.name])
-        if array.ndim != part.rank:
-            raise ReferenceDataError(
-                f"reference output {part.name!r} has shape {array.shape}; the model's is "
-                f"{list(part.dims)} (rank {part.rank})"
-            )
-        if array.dtype != target:
-            array = array.astype(target)
-        blocks.append(array.reshape(layout.aligned_shape(array.shape)))
-    if layout.padded_axes:
-        top = [max(b.shape[j] for b in blocks) for j in range(layout.rank)]
-        blocks = [
-            np.pad(
-                b,
-                [
-                    (0, top[j] - b.shape[j] if j in layout.padded_axes else 0)
-                    for j in range(layout.rank)
-                ],
-                constant_values=np.asarray(layout.pad).astype(target),
-            )
-            for b in blocks
-        ]
-    try:
-        merged = np.concatenate(blocks, axis=layout.axis)
-    except ValueError as exc:
-        shapes = ", ".join(f"{p.name} {b.shape}" for p, b in zip(layout.parts, blocks, strict=True))
-        raise ReferenceDataError(
-            f"reference outputs do not concatenate on axis {layout.axis} ({shapes}): {exc}"
-        ) from None
-    new: dict[str, np.ndarray] = {layout.name: merged}
-    if layout.shapes is not None:
-        dims = [d for p in layout.parts for d in np.shape(outputs[p.name])]
-        new[layout.shapes] = np.asarray(dims, dtype=np.int64)
-    result: dict[str, np.ndarray] = {}
-    merged_in = set(layout.part_names)
-    for key, value in outputs.items():
-        if key in merged_in and not layout.keep:
-            result.update(new)
-            new = {}
-            continue
-        result[key] = value
-    result.update(new)
-    return result
