@@ -19,12 +19,13 @@ from typing import Any
 
 import onnx
 
-from onnxsurgery.passes.symbolize.batch_indices import batch_like_symbols
-from onnxsurgery.passes.symbolize.check import check_dynamic
+from onnxsurgery.errors import OnnxSurgeryError
+from onnxsurgery.passes.symbolize.check import LEVELS, check_dynamic, traced_only
 from onnxsurgery.passes.symbolize.plan import SymbolizePlan, normalize_axes, plan_symbolize
 from onnxsurgery.passes.symbolize.rewrite import apply_plan
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.validation.references import load_cases
 
 __all__ = ["Symbolize"]
 
@@ -38,7 +39,14 @@ class Symbolize(Pass):
     torch's format (``{"x": {0: "batch"}}`` or ``{"x": [0]}``); neither means ``*:0=batch``.
     ``strict`` (default true) fails listing every blocker; false applies what it can and reports
     the rest. ``check`` (default true) runs the result on ONNX Runtime at the traced size (same
-    outputs as the original within 1e-5) and at two other sizes per symbol.
+    outputs as the original within 1e-5), at two other sizes per symbol, and on the reference
+    cases given to the run (``--ref``). Each symbol ends verified to a level: ``references``
+    (matched stored torch outputs at other sizes), ``rows`` (batch rows shown independent),
+    ``runs`` (ran at other sizes, values unverified) or ``traced-only``; ``verify=LEVEL`` makes
+    anything less an error (``verify=references`` for builds that must not ship unverified
+    models). ``rows`` names the symbols whose rows are independent (``rows=batch``, several
+    separated by ``+``); by default the graph decides (the one symbol on axis 0 of every input,
+    along which no node mixes rows), never a symbol's name.
 
     Rules (symbolic shape propagation with provenance, decided by structure, not by value):
     - every tensor gets a symbolic shape (``batch*16``, ``seq + 1``); each constant read as a size
@@ -66,19 +74,35 @@ class Symbolize(Pass):
         dynamic_axes: dict[str, Any] | None = None,
         strict: bool = True,
         check: bool = True,
+        verify: str | None = None,
+        rows: str | list[str] | None = None,
         **axes: str,
     ) -> None:
         super().__init__(
             **({"dynamic_axes": dynamic_axes} if dynamic_axes is not None else {}),
             **({"strict": strict} if strict is not True else {}),
             **({"check": check} if check is not True else {}),
+            **({"verify": verify} if verify is not None else {}),
+            **({"rows": rows} if rows is not None else {}),
             **axes,
         )
         for opt, value in (("strict", strict), ("check", check)):
             if not isinstance(value, bool):
                 raise TypeError(f"{opt} must be true or false, got {value!r}")
+        if verify is not None and verify not in LEVELS:
+            raise ValueError(f"verify must be one of {', '.join(LEVELS)}, got {verify!r}")
+        if verify is not None and verify != "traced-only" and not check:
+            raise ValueError(f"verify={verify} needs the check; drop check=false")
         self.strict = strict
         self.check = check
+        self.verify = verify
+        names = rows.split("+") if isinstance(rows, str) else rows
+        if names is not None and (
+            not isinstance(names, (list, tuple))
+            or not all(isinstance(n, str) and n.strip().isidentifier() for n in names)
+        ):
+            raise ValueError(f"rows must name symbols like batch (several: a+b), got {rows!r}")
+        self.rows: set[str] | None = None if names is None else {n.strip() for n in names}
         self.explicit: dict[str, dict[int, str]] = (
             normalize_axes(dynamic_axes) if dynamic_axes is not None else {}
         )
@@ -88,7 +112,7 @@ class Symbolize(Pass):
             if m is None:
                 raise ValueError(
                     f"option {key!r} is not INPUT:AXIS (like x:0=batch or *:1=seq), nor one of "
-                    "dynamic_axes, strict, check"
+                    "dynamic_axes, strict, check, verify, rows"
                 )
             if not isinstance(sym, str) or not sym.isidentifier():
                 raise ValueError(f"{key}={sym!r}: the symbol must be a name like batch or seq")
@@ -128,7 +152,7 @@ class Symbolize(Pass):
     def preview(self, model: onnx.ModelProto) -> SymbolizePlan:
         """The changes and blockers symbolize would find in ``model`` (nothing is edited)."""
         try:
-            return plan_symbolize(model, self.resolve_axes(model))
+            return plan_symbolize(model, self.resolve_axes(model), self.rows)
         except ValueError as exc:
             self.fail(str(exc))
 
@@ -139,7 +163,7 @@ class Symbolize(Pass):
                 model, modified=False, diagnostics=[Diagnostic.info("no input axis to symbolize")]
             )
         try:
-            plan = plan_symbolize(model, axes)
+            plan = plan_symbolize(model, axes, self.rows)
         except ValueError as exc:
             self.fail(str(exc))
         diagnostics = [Diagnostic.warning(n) for n in plan.notes]
@@ -164,8 +188,8 @@ class Symbolize(Pass):
             )
             for c in plan.changes
         ]
+        blocked = {s for b in plan.blockers for s in b.symbols}
         if self.check:
-            blocked = {s for b in plan.blockers for s in b.symbols}
             result = check_dynamic(
                 model,
                 new,
@@ -175,15 +199,54 @@ class Symbolize(Pass):
                 ctx.provider,
                 dynamic=plan.analysis.dynamic,
                 fixed=blocked,
-                batch_rows=batch_like_symbols(plan.analysis),
+                batch_rows=plan.rows,
                 steps=_size_steps(plan),
+                references=self._references(ctx),
+                output_map=ctx.map_outputs if ctx.output_maps else None,
             )
             diagnostics.append(Diagnostic.info(f"check: {result}"))
+        else:
+            result = traced_only(plan.symbols)
+        plan.verification = result
+        diagnostics += self._verified(result)
         syms = ", ".join(f"{s} (traced {v})" for s, v in plan.symbols.items())
         diagnostics.insert(
             0, Diagnostic.info(f"symbols {syms}; {len(plan.changes)} constant(s) rewritten")
         )
         return PassResult(new, modified=True, diagnostics=diagnostics, report=plan)
+
+
+    def _references(self, ctx: PassContext) -> list:
+        """The run's reference cases, or none."""
+        if ctx.references is None:
+            return []
+        try:
+            return load_cases(ctx.references)
+        except OnnxSurgeryError as exc:
+            self.fail(f"reading the references for the check: {exc}")
+
+    def _verified(self, result) -> list[Diagnostic]:
+        """One line when a symbol ends below ``references`` (how to fix it); an error when below
+        ``verify``."""
+        below = {s: lv for s, lv in result.levels.items() if lv != "references"}
+        if self.verify is not None:
+            floor = LEVELS.index(self.verify)
+            short = {s: lv for s, lv in result.levels.items() if LEVELS.index(lv) > floor}
+            if short:
+                listing = ", ".join(f"{s} to {lv}" for s, lv in short.items())
+                self.fail(
+                    f"verify={self.verify}: {listing} only; give reference cases at other sizes "
+                    "(--ref DIR, made by `onnxsurgery reference record`)"
+                )
+        if not below:
+            return []
+        listing = ", ".join(f"{s}: {lv}" for s, lv in below.items())
+        return [
+            Diagnostic.warning(
+                f"values at other sizes not verified against torch ({listing}); to verify, pass "
+                "--ref with cases at other sizes (record them with `onnxsurgery reference record`)"
+            )
+        ]
 
 
 def _size_steps(plan: SymbolizePlan) -> dict[str, int]:

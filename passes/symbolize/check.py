@@ -13,7 +13,7 @@ into the node that broke (:func:`~onnxsurgery.validation.runtime.describe_ort_er
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,25 +22,60 @@ import onnx
 from onnxsurgery.errors import PassError
 from onnxsurgery.model.signature import model_inputs
 from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.validation.arrays import compare_arrays
 from onnxsurgery.validation.feeds import random_array
+from onnxsurgery.validation.references import Case
 from onnxsurgery.validation.runtime import create_session, describe_ort_error, run_model
 
-__all__ = ["CheckResult", "check_dynamic", "check_sizes", "model_node"]
+__all__ = ["LEVELS", "CheckResult", "check_dynamic", "check_sizes", "model_node", "traced_only"]
 
+
+
+#: How far a symbol was verified, best first (see :class:`CheckResult`).
+LEVELS = ("references", "rows", "runs", "traced-only")
 
 
 @dataclass
 class CheckResult:
-    """The sizes checked, and the largest difference from the original at the traced size."""
+    """The sizes checked, the largest difference from the original at the traced size, and how
+    far each symbol was verified (``levels``; the oracle behind each in ``oracles``):
+
+    - ``references``: the model matched stored torch outputs at sizes of the symbol other than
+      the traced one;
+    - ``rows``: at other sizes each batch row equals a run of that row alone (rows independent),
+      values otherwise unverified;
+    - ``runs``: ran at other sizes with the output shapes the symbols give, values unverified;
+    - ``traced-only``: checked at the traced size only (kept there by a blocker, or no check).
+    """
 
     sizes: list[dict[str, int]] = field(default_factory=list)
     max_abs_diff: float = 0.0
     rows_checked: bool = False
+    levels: dict[str, str] = field(default_factory=dict)
+    oracles: dict[str, str] = field(default_factory=dict)
+    reference_cases: int = 0
 
     def __str__(self) -> str:
         text = "; ".join(", ".join(f"{k}={v}" for k, v in s.items()) for s in self.sizes)
         rows = "; batch rows independent" if self.rows_checked else ""
-        return f"ran at {text}; traced-size outputs within {self.max_abs_diff:.2g} of the original{rows}"
+        refs = (
+            f"; matched {self.reference_cases} reference case(s)" if self.reference_cases else ""
+        )
+        levels = ", ".join(f"{s}: {lv}" for s, lv in self.levels.items())
+        return (
+            f"ran at {text}; traced-size outputs within {self.max_abs_diff:.2g} of the original"
+            f"{rows}{refs}; verified {levels}"
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "sizes": self.sizes,
+            "max_abs_diff": self.max_abs_diff,
+            "reference_cases": self.reference_cases,
+            "levels": {
+                s: {"level": lv, "oracle": self.oracles.get(s, "")} for s, lv in self.levels.items()
+            },
+        }
 
 
 def check_sizes(
@@ -68,15 +103,52 @@ def check_sizes(
     return sizes
 
 
+#: Ops an integer input may pass through on its way to the gather it indexes.
+_INDEX_PATH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Expand"}
+
+
+def _index_range(model: onnx.ModelProto, name: str) -> int | None:
+    """The size of the data axis that input ``name`` indexes (Gather/GatherElements indices,
+    directly or through reshaping ops), from an initializer's or a declared static shape."""
+    shapes = {t.name: list(t.dims) for t in model.graph.initializer}
+    for vi in list(model.graph.input) + list(model.graph.value_info):
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+        shapes.setdefault(vi.name, dims)
+    stack, seen, sizes = [name], set(), []
+    while stack:
+        tensor = stack.pop()
+        if tensor in seen:
+            continue
+        seen.add(tensor)
+        for node in model.graph.node:
+            if tensor not in node.input:
+                continue
+            if node.op_type in ("Gather", "GatherElements") and list(node.input[1:2]) == [tensor]:
+                data = shapes.get(node.input[0])
+                axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                if data and -len(data) <= axis < len(data) and data[axis]:
+                    sizes.append(int(data[axis]))
+            elif node.op_type in _INDEX_PATH and node.input[0] == tensor:
+                stack.extend(node.output)
+    return min(sizes) if sizes else None
+
+
 def _feeds(
     model: onnx.ModelProto,
     axes: Mapping[str, Mapping[int, str]],
     size: Mapping[str, int],
     seed: int,
+    rows: Set[str] = frozenset(),
 ) -> dict[str, np.ndarray]:
+    """Random inputs at ``size``, shaped by the graph, never by input names: floats, bools and
+    strings from the one random-feed helper; integers that index a gather cover its data axis
+    (token ids over the whole vocabulary); a vector of integers along a batch (one per row:
+    lengths) lies in [1, the smallest other symbolic size], reaching it once; other integers
+    are 0/1 with the first position 1 (a valid attention mask, a valid index). Initializers
+    listed as graph inputs (IR < 4) are never fed: the model's own values stay."""
     rng = np.random.default_rng(seed)
-    shapes: dict[str, list[int]] = {}
-    dtypes: dict[str, np.dtype] = {}
+    feeds: dict[str, np.ndarray] = {}
+    others = [size[s] for spec in axes.values() for s in spec.values() if s in size and s not in rows]
     for spec in model_inputs(model):
         if spec.optional:  # an initializer: the model's own value stays
             continue
@@ -91,32 +163,24 @@ def _feeds(
                 dims.append(d)
             else:
                 dims.append(size.get(d or "", 2))
-        shapes[spec.name] = dims
-        dtypes[spec.name] = spec.dtype if spec.dtype is not None else np.dtype(np.float32)
-    # Lengths are at most the smallest symbolic non-batch size of the other inputs.
-    seq_like = [
-        size[s] for name, spec in axes.items() for a, s in spec.items() if a != 0 and s in size
-    ]
-    feeds: dict[str, np.ndarray] = {}
-    for name, dims in shapes.items():
-        dtype = dtypes[name]
-        lname = name.lower()
-        if dtype.kind not in "iu":  # floats, bools: the one random-feed helper's defaults
-            feeds[name] = random_array(dtype, dims, rng)
-        elif "mask" in lname:  # 0/1 per position, every row attending to its first position
-            arr = random_array(dtype, dims, rng, int_range=(0, 2))
-            if arr.ndim:
-                arr[..., 0] = 1
-            feeds[name] = arr
-        elif "len" in lname and len(dims) == 1:
-            top = min(seq_like) if seq_like else max(1, min((d for d in dims if d > 1), default=1))
-            arr = random_array(dtype, dims, rng, int_range=(1, top + 1))
+        dtype = spec.dtype if spec.dtype is not None else np.dtype(np.float32)
+        if dtype.kind not in "iu":
+            feeds[spec.name] = random_array(dtype, dims, rng)
+            continue
+        top = _index_range(model, spec.name)
+        per_row = len(dims) == 1 and axis_symbols.get(0) in rows
+        if top is not None:
+            feeds[spec.name] = random_array(dtype, dims, rng, int_range=(0, top))
+        elif per_row and others:
+            arr = random_array(dtype, dims, rng, int_range=(1, min(others) + 1))
             if arr.size:
-                arr[rng.integers(0, arr.size)] = top
-            feeds[name] = arr
+                arr[rng.integers(0, arr.size)] = min(others)
+            feeds[spec.name] = arr
         else:
-            top = max(1, min((d for d in dims if d > 0), default=1))
-            feeds[name] = random_array(dtype, dims, rng, int_range=(0, top))
+            arr = random_array(dtype, dims, rng, int_range=(0, 2))
+            if arr.ndim and arr.size:
+                arr[..., 0] = 1
+            feeds[spec.name] = arr
     return {name: np.asarray(arr) for name, arr in feeds.items()}
 
 
@@ -165,6 +229,8 @@ def check_dynamic(
     fixed: Set[str] = frozenset(),
     batch_rows: Set[str] = frozenset(),
     steps: Mapping[str, int] | None = None,
+    references: Sequence[Case] = (),
+    output_map: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None = None,
     atol: float = 1e-5,
     rtol: float = 1e-5,
 ) -> CheckResult:
@@ -176,12 +242,15 @@ def check_dynamic(
     ``batch_rows`` (batches, whose rows are independent) each row's outputs must also equal a run
     of that row alone: a constant that still carries the traced batch (a mask or an index read at
     row 0) shows up there even when every shape is right. ``output_dims`` gives each output's symbolic
-    dims (None where unknown).
+    dims (None where unknown). ``references`` (stored torch cases; ``output_map`` maps their
+    outputs onto the model's) are run too: any mismatch fails the check, and a symbol whose other
+    sizes they cover is verified to ``references``. Cases that move a symbol in ``fixed`` are
+    outside what the model claims and are left out.
     """
     base = {s: (2 if s in dynamic else v) for s, v in traced.items()}
     result = CheckResult()
     where = ", ".join(f"{k}={v}" for k, v in base.items())
-    feeds = _feeds(model, axes, base, 0)
+    feeds = _feeds(model, axes, base, 0, batch_rows)
     try:
         expected = run_model(original, feeds, provider)
     except Exception as exc:  # noqa: BLE001 - ORT raises several types
@@ -218,17 +287,21 @@ def check_dynamic(
                 f"check at the traced size {where}: output {name!r} differs from the original"
             )
     result.sizes.append(base)
+    rows_shown: set[str] = set()
     for k, size in enumerate(check_sizes(base, fixed, steps)[1:], start=1):
         text = ", ".join(f"{s}={v}" for s, v in size.items())
-        inputs = _feeds(model, axes, size, k)
+        inputs = _feeds(model, axes, size, k, batch_rows)
         try:
             outs = run_model(session, inputs)
         except Exception as exc:  # noqa: BLE001
             raise _fail(f"at {text}", exc, model) from None
         for sym in batch_rows:
             if size[sym] >= 2 and size[sym] != base[sym]:
-                _check_rows(model, session, axes, output_dims, sym, inputs, outs, text, atol, rtol)
-                result.rows_checked = True
+                if _check_rows(
+                    model, session, axes, output_dims, sym, inputs, outs, text, atol, rtol
+                ):
+                    result.rows_checked = True
+                    rows_shown.add(sym)
         for name, dims in output_dims.items():
             if dims is None or name not in outs:
                 continue
@@ -249,7 +322,83 @@ def check_dynamic(
                     "from the symbols"
                 )
         result.sizes.append(size)
+    covered = _check_references(model, session, axes, base, fixed, references, output_map, result)
+    for sym in base:
+        if sym in fixed:
+            result.levels[sym], result.oracles[sym] = "traced-only", "kept at its traced size"
+        elif sym in covered:
+            result.levels[sym] = "references"
+            result.oracles[sym] = "stored torch outputs at " + ", ".join(
+                f"{sym}={v}" for v in sorted(covered[sym])
+            )
+        elif sym in rows_shown:
+            result.levels[sym] = "rows"
+            result.oracles[sym] = "each row equals a run of that row alone"
+        else:
+            result.levels[sym] = "runs"
+            result.oracles[sym] = "ran with the output shapes the symbols give; values unverified"
     return result
+
+
+def traced_only(traced: Mapping[str, int]) -> CheckResult:
+    """The result when no check ran: every symbol verified at its traced size at most."""
+    result = CheckResult(sizes=[dict(traced)])
+    for sym in traced:
+        result.levels[sym], result.oracles[sym] = "traced-only", "no check ran"
+    return result
+
+
+def _case_sizes(
+    axes: Mapping[str, Mapping[int, str]], inputs: Mapping[str, np.ndarray]
+) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, spec in axes.items():
+        arr = inputs.get(name)
+        if arr is None:
+            continue
+        for axis, sym in spec.items():
+            if -arr.ndim <= axis < arr.ndim:
+                out.setdefault(sym, int(arr.shape[axis]))
+    return out
+
+
+def _check_references(
+    model: onnx.ModelProto,
+    session,
+    axes: Mapping[str, Mapping[int, str]],
+    base: Mapping[str, int],
+    fixed: Set[str],
+    references: Sequence[Case],
+    output_map: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None,
+    result: CheckResult,
+) -> dict[str, set[int]]:
+    """Run every reference case the model claims; a mismatch fails the check. Returns, per
+    symbol, the sizes other than the traced one that matching cases covered."""
+    covered: dict[str, set[int]] = {}
+    for case in references:
+        sizes = _case_sizes(axes, case.inputs)
+        if any(sizes.get(s, base[s]) != base[s] for s in fixed):
+            continue
+        where = f"reference case {case.name} ({', '.join(f'{k}={v}' for k, v in sizes.items())})"
+        try:
+            got = run_model(session, case.inputs)
+        except Exception as exc:  # noqa: BLE001
+            raise _fail(f"at {where}", exc, model) from None
+        want = output_map(case.outputs) if output_map is not None else case.outputs
+        for name, ref in want.items():
+            if name not in got:
+                continue
+            cmp = compare_arrays(got[name], np.asarray(ref), name=name)
+            if not cmp:
+                raise PassError(
+                    f"check at {where}: output {name!r} does not match the stored torch outputs: "
+                    f"{cmp.describe()}"
+                )
+        result.reference_cases += 1
+        for sym, v in sizes.items():
+            if sym in base and v != base[sym]:
+                covered.setdefault(sym, set()).add(v)
+    return covered
 
 
 def _check_rows(
@@ -263,8 +412,9 @@ def _check_rows(
     text: str,
     atol: float,
     rtol: float,
-) -> None:
-    """Each row of a batch run must equal running that row alone (rows are independent)."""
+) -> bool:
+    """Each row of a batch run must equal running that row alone (rows are independent).
+    False when no output follows ``sym`` (nothing to compare)."""
     in_axis = {name: a for name, spec in axes.items() for a, s in spec.items() if s == sym}
     out_axis = {}
     for name, dims in output_dims.items():
@@ -273,7 +423,7 @@ def _check_rows(
             if len(hits) == 1:
                 out_axis[name] = hits[0]
     if not out_axis or not in_axis:
-        return
+        return False
     n = next(inputs[name].shape[a] for name, a in in_axis.items() if name in inputs)
     for row in (0, n - 1):
         alone = {
@@ -300,3 +450,4 @@ def _check_rows(
                     f"{name!r} differs from running that row alone; a constant still carries the "
                     f"traced {sym} (a mask or an index that reads one row)"
                 )
+    return True
