@@ -63,6 +63,13 @@ EXPECTED_BLOCKERS: dict[Key, str] = {
     ),
 }
 
+#: What an expected blocker says: a constant whose values exist only at the traced size, a size
+#: that holds only there, or a loop unrolled at trace time.
+BLOCKER_REASON = (
+    r"follow no pattern|too few points|one point cannot tell|holds only at the traced size|"
+    r"loop unrolled at trace time"
+)
+
 #: Cases symbolize should handle and does not yet (what breaks, for whoever fixes it).
 KNOWN_FAILURES: dict[Key, str] = {}
 
@@ -149,8 +156,15 @@ def test_symbolize_refuses_what_cannot_generalize(
 
     _require_symbolize()
     model = _static(name, exporter, batch)
-    with pytest.raises(PassError):
+    with pytest.raises(PassError) as info:
         symbolize_model(model, ARCHITECTURES[name].dynamic_axes_for(axes))
+    # The refusal must be the planned one: a blocker found in the graph (not a failed check or
+    # an ORT error), naming a node of this model, for a reason of the kind the table gives.
+    exc = info.value
+    text = "\n".join([str(exc), *exc.details])
+    assert "blocker(s) keep the model from being symbolized" in text, text[:500]
+    assert exc.node in {n.name for n in model.graph.node}, f"names {exc.node!r}: {text[:300]}"
+    assert re.search(BLOCKER_REASON, text), f"not a traced-size table/size: {text[:500]}"
 
 
 @pytest.mark.parametrize(
