@@ -22,8 +22,9 @@ more points along each symbolic axis than the pattern has parameters there. A mo
 axis (base and step: two points fit any line), ``cos``/``sin`` (amplitude or phase, and the
 frequency) and a ``band`` (its values and bounds) need 3 points; a broadcast or a ``tile`` needs
 2 (one traced row repeats nothing). The exceptions are structural, never from the values: an
-axis whose symbols have independent rows (a batch) repeats its one traced row, and a constant the
-graph shows to index the batch (:mod:`.batch_indices`) counts along it.
+axis whose symbols have independent rows (a batch) repeats its one traced row, and what counts
+along it can only enumerate the rows (an index: the check then runs rows alone), shown by two
+points or by the graph (:mod:`.batch_indices`).
 """
 
 from __future__ import annotations
@@ -227,7 +228,9 @@ def evidence_gap(
                     f"axis {k} holds one block of {n}: one copy does not show that it repeats"
                 )
             continue
-        if structural and k in rows:
+        if k in rows and (structural or (gen.kind == "affine" and n >= 2)):
+            # Rows are independent: a constant that counts along them can only enumerate them
+            # (an index), and the check runs each row alone to show it reads its own row.
             continue
         if not moving:
             if n < 2 and k not in rows:
