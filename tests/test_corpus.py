@@ -66,7 +66,7 @@ EXPECTED_BLOCKERS: dict[Key, str] = {
 #: What an expected blocker says: a constant whose values exist only at the traced size, a size
 #: that holds only there, or a loop unrolled at trace time.
 BLOCKER_REASON = (
-    r"follow no pattern|too few points|one point cannot tell|holds only at the traced size|"
+    r"follow no pattern|do not pin that down|one point cannot tell|holds only at the traced size|"
     r"loop unrolled at trace time"
 )
 

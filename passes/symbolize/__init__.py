@@ -201,6 +201,7 @@ class Symbolize(Pass):
                 fixed=blocked,
                 batch_rows=plan.rows,
                 steps=_size_steps(plan),
+                relations=plan.relations,
                 references=self._references(ctx),
                 output_map=ctx.map_outputs if ctx.output_maps else None,
             )

@@ -82,24 +82,31 @@ def check_sizes(
     traced: Mapping[str, int],
     fixed: Set[str] = frozenset(),
     steps: Mapping[str, int] | None = None,
+    relations: Mapping[str, Dim] | None = None,
 ) -> list[dict[str, int]]:
     """The traced size, then two other values for each symbol not in ``fixed`` (others traced).
 
     The other values are ``traced + step`` and ``traced - step`` (or ``+ 2*step`` when that is
     too small); ``steps`` defaults to 1, and is larger for symbols that strided convolutions or
     pools divide, so the sizes keep the traced size's remainder (a padding computed for an even
-    height is baked into the graph).
+    height is baked into the graph). A symbol in ``relations`` (``total`` = ``past + seq``) is
+    never varied itself: every size computes it from the others, so the sizes respect what the
+    graph requires.
     """
+    relations = relations or {}
     sizes = [dict(traced)]
     for sym, v in traced.items():
-        if sym in fixed:
+        if sym in fixed or sym in relations:
             continue
         step = (steps or {}).get(sym, 1)
         others = [v + step, v - step if v - step >= 2 else v + 2 * step]
         for o in others:
             s = dict(traced)
             s[sym] = o
-            sizes.append(s)
+            for _ in relations:  # relations may chain
+                s.update({d: value.evaluate(s) for d, value in relations.items()})
+            if s not in sizes:
+                sizes.append(s)
     return sizes
 
 
@@ -229,6 +236,7 @@ def check_dynamic(
     fixed: Set[str] = frozenset(),
     batch_rows: Set[str] = frozenset(),
     steps: Mapping[str, int] | None = None,
+    relations: Mapping[str, Dim] | None = None,
     references: Sequence[Case] = (),
     output_map: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None = None,
     atol: float = 1e-5,
@@ -288,7 +296,7 @@ def check_dynamic(
             )
     result.sizes.append(base)
     rows_shown: set[str] = set()
-    for k, size in enumerate(check_sizes(base, fixed, steps)[1:], start=1):
+    for k, size in enumerate(check_sizes(base, fixed, steps, relations)[1:], start=1):
         text = ", ".join(f"{s}={v}" for s, v in size.items())
         inputs = _feeds(model, axes, size, k, batch_rows)
         try:

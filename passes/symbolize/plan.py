@@ -155,6 +155,8 @@ class SymbolizePlan:
     solution: Solution = field(repr=False)
     #: symbols whose rows are independent (batches): given by the user or found in the graph
     rows: set[str] = field(default_factory=set)
+    #: symbols the graph ties to others (``total`` -> ``past + seq``): never varied alone
+    relations: dict[str, Dim] = field(default_factory=dict)
     #: the check's result (per-symbol verification levels), set by the pass after the check
     verification: Any = field(default=None, repr=False)
 
@@ -171,6 +173,7 @@ class SymbolizePlan:
             "outputs": self.outputs,
             "notes": list(self.notes),
             "rows": sorted(self.rows),
+            "relations": {s: str(v) for s, v in self.relations.items()},
             "verification": (
                 self.verification.to_dict() if self.verification is not None else None
             ),
@@ -451,6 +454,54 @@ def _one_point(a: ShapeAnalysis, use: ConstUse, rows: set[str]) -> Blocker | Non
     return None
 
 
+def _band_bound_gap(
+    a: ShapeAnalysis, gen: Generator, dims: list[Dim]
+) -> tuple[str, set[str]] | None:
+    """A band bound inside the traced range that equals a size the symbols give at the traced
+    size (``j - i <= 5`` with ``past`` traced at 5, the offset of a causal mask over a cache):
+    one trace cannot tell a fixed window from a bound that moves with that size."""
+    if gen.kind != "band" or gen.band is None:
+        return None
+    i_ax, j_ax, lo, hi, _, _ = gen.band
+    sizes = [dims[j_ax] - dims[i_ax], dims[i_ax] - dims[j_ax]]
+    sizes += [Dim.sym(x) for x in sorted(dims[i_ax].atoms() | dims[j_ax].atoms())]
+    for bound in (lo, hi):
+        if bound is None or bound == 0:
+            continue
+        for d in sizes:
+            if not d.is_const() and abs(bound) == abs(a.traced(d)):
+                return (
+                    f"the band's bound j - i {'>=' if bound is lo else '<='} {bound} equals {d} "
+                    "at the traced size: one trace cannot tell a fixed window from a bound that "
+                    f"moves with {d}",
+                    d.atoms(),
+                )
+    return None
+
+
+def _offset_gap(
+    a: ShapeAnalysis, gen: Generator, rows: set[str]
+) -> tuple[str, set[str]] | None:
+    """A count (``arange(seq) + 5``) whose start equals the traced size of a symbol that is not
+    a batch (``past`` traced at 5, a position offset over a cache): one trace cannot tell a
+    fixed start from one that moves with that symbol."""
+    if gen.kind != "affine" or gen.base is None or gen.base.size == 0:
+        return None
+    if not any(np.any(st != 0) for st in gen.steps.values()):
+        return None
+    start = gen.base.reshape(-1)[0]
+    if not np.all(gen.base == start) or abs(float(start)) < 2 or float(start) != int(start):
+        return None
+    for sym in sorted(a.symbols):
+        if sym not in rows and a.atoms[sym].traced == abs(int(start)):
+            return (
+                f"it counts from {int(start)}, the traced size of {sym}: one trace cannot tell a "
+                f"fixed start from an offset that moves with {sym}",
+                {sym},
+            )
+    return None
+
+
 def _changes(
     a: ShapeAnalysis,
     sol: Solution,
@@ -508,18 +559,25 @@ def _changes(
         gap = None
         if gen is not None and bi is None:
             gap = evidence_gap(gen, use.array, row_axes, id(use) in structural)
+            involved: set[str] = set()
+            if gap is None:
+                gap, involved = _band_bound_gap(a, gen, dims) or _offset_gap(a, gen, rows) or (
+                    None,
+                    set(),
+                )
         if gap is not None:
-            syms = _symbol_hint(a.symbols, set().union(*(dims[k].atoms() for k in sym_axes)))
+            atoms = set().union(*(dims[k].atoms() for k in sym_axes)) | involved
+            syms = _symbol_hint(a.symbols, atoms)
             blockers.append(
                 Blocker(
                     use.node,
                     use.op,
                     use.tensor,
                     old,
-                    f"constant {use.tensor!r} {old} fits {gen.describe()} only by too few "  # type: ignore[union-attr]
-                    f"points: {gap}",
-                    "export at a larger size (3 or more along each of these axes) so the values "
-                    f"show their pattern; {_fix_text(a, syms)}",
+                    f"constant {use.tensor!r} {old} fits {gen.describe()}, but its traced "  # type: ignore[union-attr]
+                    f"values do not pin that down: {gap}",
+                    "export at sizes that show the pattern (3 or more along each symbolic axis, "
+                    f"no size equal to an offset or bound); {_fix_text(a, syms)}",
                     _sym_tuple(syms),
                 )
             )
@@ -636,6 +694,11 @@ def plan_symbolize(
             f"({analysis.atoms[drop].note} == {analysis.atoms[keep].note}); ONNX Runtime checks it"
         )
     outputs = _output_dims(analysis, sol)
+    relations = {s: v for s, (v, _) in sol.relations.items()}
+    for sym, (value, c) in sol.relations.items():
+        notes.append(
+            f"{c.op} {c.node!r}: {c.why}: {sym} is {value} at every size (the check sizes keep it so)"
+        )
     for sym in row_syms:
         for name, dims in outputs.items():
             if (
@@ -648,5 +711,5 @@ def plan_symbolize(
                     f"symbolic dim follows {sym}): nothing in the graph ties it to the input"
                 )
     return SymbolizePlan(
-        axes, symbols, changes, blockers, outputs, notes, analysis, sol, row_syms
+        axes, symbols, changes, blockers, outputs, notes, analysis, sol, row_syms, relations
     )
