@@ -232,7 +232,13 @@ def test_levels_reach_the_json_report(gemm_model, tmp_path):
     report = onnxsurgery.run(src, passes="symbolize", provider="cpu")
     data = json.loads(json.dumps(report.to_dict(), default=str))
     sym = data["passes"][0]["report"]["verification"]["levels"]
-    assert sym == {"batch": {"level": "rows", "oracle": "each row equals a run of that row alone"}}
+    assert sym == {
+        "batch": {
+            "level": "rows",
+            "oracle": "each row equals a run of that row alone; the first 4 rows of a larger "
+            "batch equal the original model",
+        }
+    }
 
 
 def test_strict_false_keeps_a_blocked_symbol_traced_only():
@@ -297,3 +303,55 @@ def test_strings_and_bools_get_valid_values():
     feeds = _feeds(model, {"m": {0: "batch"}, "s": {0: "batch"}}, {"batch": 3}, 0)
     assert feeds["s"].shape == (3,) and all(isinstance(v, str) for v in feeds["s"])
     assert feeds["m"].dtype == np.bool_ and feeds["m"].shape == (3, 3)
+
+
+def test_first_rows_of_a_larger_batch_must_equal_the_original(gemm_model, monkeypatch):
+    """A rewrite that is self-consistent row by row but wrong everywhere (every row shifted by
+    the same amount) passes the row test; the original model at the traced batch catches it."""
+    import onnxsurgery.passes.symbolize.check as check_module
+
+    real = check_module.run_model
+
+    def shifted(model, feeds, provider=None):  # the rewritten model (a session) runs shifted
+        out = real(model, feeds, provider) if provider is not None else real(model, feeds)
+        if isinstance(model, onnx.ModelProto):
+            return out
+        return {k: v + 1.0 if next(iter(feeds.values())).shape[0] != 4 else v for k, v in out.items()}
+
+    monkeypatch.setattr(check_module, "run_model", shifted)
+    with pytest.raises(PassError, match="first 4 batch rows of output 'y' differ from the original"):
+        Symbolize()(gemm_model, CPU)
+
+
+def test_an_input_read_as_a_size_is_never_made_up(tmp_path):
+    """An int64 input that is an Expand target gets ones (valid), one that is a Reshape shape
+    comes from the references at that size, or the check says it cannot run."""
+    expand = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[2, 3] x, int64[2] shape) => (float[2, 3] y) { y = Expand (x, shape) }
+        """
+    )
+    feeds = _feeds(expand, {"x": {0: "batch"}}, {"batch": 5}, 0)
+    assert feeds["shape"].tolist() == [1, 1]
+    assert Symbolize(**{"x:0": "batch"})(expand, CPU).modified
+    reshape = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[2, 6] x, int64[3] shape) => (float[2, 2, 3] y) { y = Reshape (x, shape) }
+        """
+    )
+    with pytest.raises(PassError, match="input 'shape' is read as a size .* Reshape") as info:
+        Symbolize(**{"x:0": "batch"})(reshape, CPU)
+    assert info.value.node == "y"
+    cases = [
+        Case(f"b{b}", {"x": np.ones((b, 6), np.float32), "shape": np.array([b, 2, 3])},
+             {"y": np.ones((b, 2, 3), np.float32)})
+        for b in (2, 1, 3, 4)
+    ]  # fmt: skip
+    folder = tmp_path / "refs"
+    for k, case in enumerate(cases):
+        save_case(case, folder, index=k)
+    ctx = onnxsurgery.PassContext(provider="cpu", references=folder)
+    result = Symbolize(**{"x:0": "batch"}, verify="references")(reshape, ctx)
+    assert levels(result.report) == {"batch": "references"}

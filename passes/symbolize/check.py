@@ -27,7 +27,15 @@ from onnxsurgery.validation.feeds import random_array
 from onnxsurgery.validation.references import Case
 from onnxsurgery.validation.runtime import create_session, describe_ort_error, run_model
 
-__all__ = ["LEVELS", "CheckResult", "check_dynamic", "check_sizes", "model_node", "traced_only"]
+__all__ = [
+    "LEVELS",
+    "CheckResult",
+    "check_dynamic",
+    "check_sizes",
+    "model_node",
+    "shape_inputs",
+    "traced_only",
+]
 
 
 
@@ -140,21 +148,80 @@ def _index_range(model: onnx.ModelProto, name: str) -> int | None:
     return min(sizes) if sizes else None
 
 
+#: Inputs read as sizes: (op, input index). Expand and Tile accept all ones (no change).
+_SHAPE_SLOTS = {
+    ("Expand", 1), ("Reshape", 1), ("ConstantOfShape", 0), ("Tile", 1), ("Range", 0),
+    ("Range", 1), ("Range", 2), ("Slice", 1), ("Slice", 2), ("Slice", 3), ("Slice", 4),
+    ("Resize", 2), ("Resize", 3), ("Pad", 1), ("TopK", 1), ("OneHot", 1), ("Split", 1),
+    ("Unsqueeze", 1), ("Squeeze", 1), ("CenterCropPad", 1),
+}  # fmt: skip
+_ONES_OK = {("Expand", 1), ("Tile", 1)}
+
+
+def shape_inputs(model: onnx.ModelProto) -> dict[str, list[tuple[str, str, int]]]:
+    """Integer graph inputs read as sizes (an Expand target, a Reshape shape), directly or
+    through Cast/Identity: input -> [(node, op, input index)]."""
+    inits = {t.name for t in model.graph.initializer}
+    out: dict[str, list[tuple[str, str, int]]] = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        stack, seen = [vi.name], set()
+        while stack:
+            tensor = stack.pop()
+            if tensor in seen:
+                continue
+            seen.add(tensor)
+            for node in model.graph.node:
+                for k, name in enumerate(node.input):
+                    if name != tensor:
+                        continue
+                    if (node.op_type, k) in _SHAPE_SLOTS:
+                        out.setdefault(vi.name, []).append(
+                            (node.name or node.output[0], node.op_type, k)
+                        )
+                    elif node.op_type in ("Cast", "Identity"):
+                        stack.extend(node.output)
+    return out
+
+
+def _given_value(
+    name: str,
+    size: Mapping[str, int],
+    axes: Mapping[str, Mapping[int, str]],
+    references: Sequence[Case],
+) -> np.ndarray | None:
+    """The value of input ``name`` in a reference case at ``size`` (else at any size when every
+    case holds the same value)."""
+    values = [(c, c.inputs[name]) for c in references if name in c.inputs]
+    for case, value in values:
+        sizes = _case_sizes(axes, case.inputs)
+        if all(size.get(k) == v for k, v in sizes.items()):
+            return value
+    if values and all(np.array_equal(values[0][1], v) for _, v in values):
+        return values[0][1]
+    return None
+
+
 def _feeds(
     model: onnx.ModelProto,
     axes: Mapping[str, Mapping[int, str]],
     size: Mapping[str, int],
     seed: int,
     rows: Set[str] = frozenset(),
+    references: Sequence[Case] = (),
 ) -> dict[str, np.ndarray]:
     """Random inputs at ``size``, shaped by the graph, never by input names: floats, bools and
     strings from the one random-feed helper; integers that index a gather cover its data axis
     (token ids over the whole vocabulary); a vector of integers along a batch (one per row:
     lengths) lies in [1, the smallest other symbolic size], reaching it once; other integers
-    are 0/1 with the first position 1 (a valid attention mask, a valid index). Initializers
-    listed as graph inputs (IR < 4) are never fed: the model's own values stay."""
+    are 0/1 with the first position 1 (a valid attention mask, a valid index). Integers read
+    as sizes are never made up: taken from a reference case at this size, else all ones where
+    that is valid (an Expand target, Tile repeats); otherwise the check cannot run and says so.
+    Initializers listed as graph inputs (IR < 4) are never fed: the model's own values stay."""
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
+    as_sizes = shape_inputs(model)
     others = [size[s] for spec in axes.values() for s in spec.values() if s in size and s not in rows]
     for spec in model_inputs(model):
         if spec.optional:  # an initializer: the model's own value stays
@@ -171,6 +238,23 @@ def _feeds(
             else:
                 dims.append(size.get(d or "", 2))
         dtype = spec.dtype if spec.dtype is not None else np.dtype(np.float32)
+        if spec.name in as_sizes:
+            given = _given_value(spec.name, size, axes, references)
+            if given is not None:
+                feeds[spec.name] = given
+                continue
+            slots = as_sizes[spec.name]
+            if all((op, k) in _ONES_OK for _, op, k in slots):
+                feeds[spec.name] = np.ones(dims, dtype=dtype)
+                continue
+            node, op, k = next(x for x in slots if (x[1], x[2]) not in _ONES_OK)
+            where = ", ".join(f"{s}={v}" for s, v in size.items())
+            raise PassError(
+                f"check at {where}: input {spec.name!r} is read as a size (input {k} of {op} "
+                f"{node!r}) and no reference case gives its value here; the check does not make "
+                "sizes up: pass --ref with cases at these sizes, or check=false",
+                node=node,
+            )
         if dtype.kind not in "iu":
             feeds[spec.name] = random_array(dtype, dims, rng)
             continue
@@ -258,7 +342,7 @@ def check_dynamic(
     base = {s: (2 if s in dynamic else v) for s, v in traced.items()}
     result = CheckResult()
     where = ", ".join(f"{k}={v}" for k, v in base.items())
-    feeds = _feeds(model, axes, base, 0, batch_rows)
+    feeds = _feeds(model, axes, base, 0, batch_rows, references)
     try:
         expected = run_model(original, feeds, provider)
     except Exception as exc:  # noqa: BLE001 - ORT raises several types
@@ -296,9 +380,10 @@ def check_dynamic(
             )
     result.sizes.append(base)
     rows_shown: set[str] = set()
+    rows_original: set[str] = set()  # the first traced-many rows matched the original model
     for k, size in enumerate(check_sizes(base, fixed, steps, relations)[1:], start=1):
         text = ", ".join(f"{s}={v}" for s, v in size.items())
-        inputs = _feeds(model, axes, size, k, batch_rows)
+        inputs = _feeds(model, axes, size, k, batch_rows, references)
         try:
             outs = run_model(session, inputs)
         except Exception as exc:  # noqa: BLE001
@@ -310,6 +395,11 @@ def check_dynamic(
                 ):
                     result.rows_checked = True
                     rows_shown.add(sym)
+            others_traced = all(size[o] == base[o] for o in base if o != sym)
+            if size[sym] > base[sym] and others_traced and _check_first_rows(
+                original, provider, axes, output_dims, sym, base[sym], inputs, outs, text, atol, rtol
+            ):
+                rows_original.add(sym)
         for name, dims in output_dims.items():
             if dims is None or name not in outs:
                 continue
@@ -341,7 +431,11 @@ def check_dynamic(
             )
         elif sym in rows_shown:
             result.levels[sym] = "rows"
-            result.oracles[sym] = "each row equals a run of that row alone"
+            result.oracles[sym] = "each row equals a run of that row alone" + (
+                f"; the first {base[sym]} rows of a larger {sym} equal the original model"
+                if sym in rows_original
+                else ""
+            )
         else:
             result.levels[sym] = "runs"
             result.oracles[sym] = "ran with the output shapes the symbols give; values unverified"
@@ -409,6 +503,68 @@ def _check_references(
     return covered
 
 
+def _axes_of(
+    axes: Mapping[str, Mapping[int, str]],
+    output_dims: Mapping[str, list[Dim | None] | None],
+    sym: str,
+    outs: Mapping[str, np.ndarray],
+) -> tuple[dict[str, int], dict[str, int]]:
+    """The input axes ``sym`` names, and the one output axis per output that follows it."""
+    in_axis = {name: a for name, spec in axes.items() for a, s in spec.items() if s == sym}
+    out_axis = {}
+    for name, dims in output_dims.items():
+        if dims is not None and name in outs:
+            hits = [i for i, d in enumerate(dims) if d is not None and d == Dim.sym(sym)]
+            if len(hits) == 1:
+                out_axis[name] = hits[0]
+    return in_axis, out_axis
+
+
+def _check_first_rows(
+    original: onnx.ModelProto,
+    provider: str,
+    axes: Mapping[str, Mapping[int, str]],
+    output_dims: Mapping[str, list[Dim | None] | None],
+    sym: str,
+    traced: int,
+    inputs: Mapping[str, np.ndarray],
+    outs: Mapping[str, np.ndarray],
+    text: str,
+    atol: float,
+    rtol: float,
+) -> bool:
+    """Rows are independent, so the first ``traced`` rows of a larger run must equal the
+    original model run on those rows: an oracle from the original, not from the plan. False
+    when no output follows ``sym``."""
+    in_axis, out_axis = _axes_of(axes, output_dims, sym, outs)
+    if not out_axis or not in_axis:
+        return False
+    head = {
+        name: (np.take(arr, range(traced), axis=in_axis[name]) if name in in_axis else arr)
+        for name, arr in inputs.items()
+    }
+    try:
+        want = run_model(original, head, provider)
+    except Exception as exc:  # noqa: BLE001
+        raise _fail(f"of the original model on the first {traced} rows ({text})", exc) from None
+    for name, axis in out_axis.items():
+        got = np.take(outs[name], range(traced), axis=axis)
+        ref = want.get(name)
+        if ref is None or got.shape != ref.shape:
+            continue
+        close = (
+            np.allclose(got, ref, atol=atol * 10, rtol=rtol * 10, equal_nan=True)
+            if ref.dtype.kind in "fc"
+            else np.array_equal(got, ref)
+        )
+        if not close:
+            raise PassError(
+                f"check at {text}: the first {traced} {sym} rows of output {name!r} differ from "
+                f"the original model run on those rows; a constant still carries the traced {sym}"
+            )
+    return True
+
+
 def _check_rows(
     model: onnx.ModelProto,
     session,
@@ -423,13 +579,7 @@ def _check_rows(
 ) -> bool:
     """Each row of a batch run must equal running that row alone (rows are independent).
     False when no output follows ``sym`` (nothing to compare)."""
-    in_axis = {name: a for name, spec in axes.items() for a, s in spec.items() if s == sym}
-    out_axis = {}
-    for name, dims in output_dims.items():
-        if dims is not None and name in outs:
-            hits = [i for i, d in enumerate(dims) if d is not None and d == Dim.sym(sym)]
-            if len(hits) == 1:
-                out_axis[name] = hits[0]
+    in_axis, out_axis = _axes_of(axes, output_dims, sym, outs)
     if not out_axis or not in_axis:
         return False
     n = next(inputs[name].shape[a] for name, a in in_axis.items() if name in inputs)
