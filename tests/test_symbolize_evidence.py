@@ -355,3 +355,31 @@ def test_an_input_read_as_a_size_is_never_made_up(tmp_path):
     ctx = onnxsurgery.PassContext(provider="cpu", references=folder)
     result = Symbolize(**{"x:0": "batch"}, verify="references")(reshape, ctx)
     assert levels(result.report) == {"batch": "references"}
+
+
+def test_a_causal_prefix_is_reported_as_matching_the_original():
+    """Without references, seq stays at ``runs``; for a causal model the first traced-many
+    positions of a longer run equal the original, and the oracle says so; a bidirectional one
+    claims nothing."""
+    axes = {"x:0": "batch", "x:1": "seq", "x:2": "seq"}
+    result = Symbolize(**axes)(causal(4), CPU)
+    seq = result.report.to_dict()["verification"]["levels"]["seq"]
+    # seq sizes two axes of the output: no single axis to cut a prefix along, so none is claimed.
+    assert seq["level"] == "runs" and "prefix" not in seq["oracle"]
+    cumulative = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[2, 4] x) => (float[2, 4] y) <int64 axis = {1}> { y = CumSum (x, axis) }
+        """
+    )
+    seq = Symbolize(**{"x:0": "batch", "x:1": "seq"})(cumulative, CPU).report.to_dict()
+    assert "first 4 positions, which equal the original" in seq["verification"]["levels"]["seq"]["oracle"]
+
+    bidirectional = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[2, 4] x) => (float[2, 4] y) { y = Softmax <axis = 1> (x) }
+        """
+    )
+    seq = Symbolize(**{"x:0": "batch", "x:1": "seq"})(bidirectional, CPU).report.to_dict()
+    assert seq["verification"]["levels"]["seq"]["oracle"].endswith("values unverified")

@@ -59,7 +59,11 @@ class Symbolize(Pass):
       broadcast, a Range grid, rotary cos/sin tables, a causal/sliding-window band, a per-head
       Tile); constant indices into a batch axis enumerate the batch (at batch 1 too);
     - what holds only at the traced size (a table cut to the traced length, a loop unrolled at
-      trace time, a size baked into a weight) is a blocker naming the node and what to do.
+      trace time, a size baked into a weight) is a blocker naming the node and what to do;
+    - a pattern is taken only when the traced values pin it down: 3 or more points along a
+      counting axis (two points fit any line), 2 for a repeat, no start or bound equal to a traced
+      size; along a batch, rows are independent by structure, so one row may repeat;
+    - symbols the graph ties together (``total = past + seq``) become relations, kept by the check.
 
         x[4,3,32,32] ─ ... ─ Reshape(shape=[4, -1]) ─ Gemm
         =>
