@@ -19,7 +19,7 @@ decides each one by structure, in this order:
    listed in ``Solution.opaque``; the analysis itself is never modified, so it can be solved
    again with more constraints).
 
-A hard constraint between symbols alone that makes one of them a sum, product or copy of the
+A hard constraint between symbols alone that makes one of them a sum or product of the
 others (``total == past + seq``: a KV cache concatenated to the new keys, against an attention
 mask of length ``total``) is a *relation*: that symbol is expressed in the others
 (``Solution.relations``), after the first round and again before conflicts are listed. A hard
@@ -436,7 +436,8 @@ class _Solver:
 
     def _relation(self, expr: Dim, syms: set[str]) -> tuple[str, Dim] | None:
         """``(s, value)`` when ``expr == 0`` reads ``s == value`` with ``value`` a sum of products
-        of the other symbols (positive coefficients, no constant), true at the traced sizes."""
+        of the other symbols (positive coefficients, no constant, not a lone symbol), true at the
+        traced sizes."""
         terms = list(expr.terms.items())
         if any(not m for m, _ in terms):
             return None
@@ -458,6 +459,10 @@ class _Solver:
             value = Dim.sym(sym) - reduced if coef == 1 else reduced + Dim.sym(sym)
             vt = value.terms
             if sym in value.atoms() or not vt or any(not mm or c <= 0 for mm, c in vt.items()):
+                continue
+            if value.is_atom():
+                # ``seq == tgt``: two names traced at one value, and which of them a traced
+                # constant stands for is a guess; that stays a conflict naming both.
                 continue
             try:
                 if value.evaluate(self.traced) != self.traced[sym]:

@@ -556,49 +556,38 @@ def _changes(
             else:
                 gen = None
         row_axes = {k for k in sym_axes if dims[k].atoms() and dims[k].atoms() <= rows}
-        gap = None
-        if gen is not None and bi is None:
+        atoms = set().union(*(dims[k].atoms() for k in sym_axes))
+        why = fix = None
+        if gen is None:
+            axes_text = ", ".join(f"axis {k} ({dims[k]})" for k in sym_axes)
+            why = (
+                f"constant {use.tensor!r} {old} has the traced size on {axes_text} and its "
+                "values follow no pattern symbolize can extend (a table or mask cut to the "
+                "traced size), so it cannot be rebuilt at another size"
+            )
+        elif bi is None:
             gap = evidence_gap(gen, use.array, row_axes, id(use) in structural)
-            involved: set[str] = set()
-            if gap is None:
-                gap, involved = _band_bound_gap(a, gen, dims) or _offset_gap(a, gen, rows) or (
-                    None,
-                    set(),
+            found = (gap, set()) if gap else _band_bound_gap(a, gen, dims) or _offset_gap(a, gen, rows)
+            if found:
+                atoms |= found[1]
+                why = (
+                    f"constant {use.tensor!r} {old} fits {gen.describe()}, but its traced values "
+                    f"do not pin that down: {found[0]}"
                 )
-        if gap is not None:
-            atoms = set().union(*(dims[k].atoms() for k in sym_axes)) | involved
+                fix = (
+                    "export at sizes that show the pattern (3 or more along each symbolic axis, "
+                    "no size equal to an offset or bound); "
+                )
+        if why is not None:
             syms = _symbol_hint(a.symbols, atoms)
             blockers.append(
                 Blocker(
-                    use.node,
-                    use.op,
-                    use.tensor,
-                    old,
-                    f"constant {use.tensor!r} {old} fits {gen.describe()}, but its traced "  # type: ignore[union-attr]
-                    f"values do not pin that down: {gap}",
-                    "export at sizes that show the pattern (3 or more along each symbolic axis, "
-                    f"no size equal to an offset or bound); {_fix_text(a, syms)}",
+                    use.node, use.op, use.tensor, old, why, (fix or "") + _fix_text(a, syms),
                     _sym_tuple(syms),
                 )
-            )
+            )  # fmt: skip
             continue
-        if gen is None:
-            syms = _symbol_hint(a.symbols, set().union(*(dims[k].atoms() for k in sym_axes)))
-            axes_text = ", ".join(f"axis {k} ({dims[k]})" for k in sym_axes)
-            blockers.append(
-                Blocker(
-                    use.node,
-                    use.op,
-                    use.tensor,
-                    old,
-                    f"constant {use.tensor!r} {old} has the traced size on {axes_text} and its "
-                    "values follow no pattern symbolize can extend (a table or mask cut to the "
-                    "traced size), so it cannot be rebuilt at another size",
-                    _fix_text(a, syms),
-                    _sym_tuple(syms),
-                )
-            )
-            continue
+        assert gen is not None
         new = f"{dtype_name(elem_type_of(use.array))}{_fmt(dims)} ({gen.describe()})"
         changes.append(_change(use, "data", old, new, dims, gen))
     return changes, blockers
