@@ -406,3 +406,38 @@ def test_two_names_for_one_traced_size_stay_a_conflict():
     )
     with pytest.raises(PassError, match="needs seq == tgt|needs tgt == seq"):
         Symbolize(**{"a:0": "batch", "b:0": "batch", "a:1": "seq", "b:1": "tgt"})(model, CPU)
+
+
+def tiled(n: int) -> onnx.ModelProto:
+    """``x.reshape(2, n*3) + bias`` with a per-block bias [1, n*3] repeating one block of 3."""
+    return parse(
+        f"""
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[2, {n}, 3] x) => (float[2, {3 * n}] y) <int64[2] shape = {{2, {3 * n}}}> {{
+            r = Reshape (x, shape)
+            y = Add (r, bias)
+        }}
+        """,
+        bias=np.tile(np.array([[0.5, -2.0, 1.0]], np.float32), (1, n)),
+    )
+
+
+def test_a_repeated_block_needs_two_copies_off_the_batch():
+    axes = {"x:0": "batch", "x:1": "n"}
+    with pytest.raises(PassError, match="holds one block of 3: one copy does not show"):
+        Symbolize(**axes)(tiled(1), CPU)
+    out = Symbolize(**axes)(tiled(2), CPU).model
+    x = np.random.default_rng(0).standard_normal((4, 5, 3)).astype(np.float32)
+    want = x.reshape(4, 15) + np.tile([0.5, -2.0, 1.0], 5).astype(np.float32)
+    np.testing.assert_allclose(run_model(out, {"x": x}, "cpu")["y"], want, atol=1e-6)
+
+
+def test_a_gemm_contracting_over_a_symbol_is_no_batch():
+    model = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[3, 4] x) => (float[5, 4] y) { y = Gemm <transA = 1> (w, x) }
+        """,
+        w=np.ones((3, 5), np.float32),
+    )
+    assert Symbolize(**{"x:0": "n"}).preview(model).rows == set()

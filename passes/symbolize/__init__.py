@@ -214,7 +214,10 @@ class Symbolize(Pass):
             result = traced_only(plan.symbols)
         plan.verification = result
         diagnostics += self._verified(result)
-        syms = ", ".join(f"{s} (traced {v})" for s, v in plan.symbols.items())
+        syms = ", ".join(
+            f"{s} (traced {v}, verified: {result.levels.get(s, 'traced-only')})"
+            for s, v in plan.symbols.items()
+        )
         diagnostics.insert(
             0, Diagnostic.info(f"symbols {syms}; {len(plan.changes)} constant(s) rewritten")
         )

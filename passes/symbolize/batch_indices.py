@@ -89,6 +89,12 @@ def _mixed(analysis: ShapeAnalysis, sym: str) -> bool:
                 const = analysis.consts.get(node.input[1])
                 listed = None if const is None else const.reshape(-1).tolist()
             axes = list(range(rank)) if not listed else [int(a) % rank for a in listed]
+        elif op == "Gemm" and rank == 2:
+            axes = [0 if attrs.get("transA", 0) else 1]
+            other = analysis.tensors.get(node.input[1]) if len(node.input) > 1 else None
+            if other is not None and other.shape is not None and len(other.shape) == 2:
+                if sym in other.shape[1 if attrs.get("transB", 0) else 0].atoms():
+                    return True
         elif op == "MatMul" and rank >= 1:
             axes = [rank - 1]
             other = analysis.tensors.get(node.input[1]) if len(node.input) > 1 else None
