@@ -441,3 +441,30 @@ def test_a_gemm_contracting_over_a_symbol_is_no_batch():
         w=np.ones((3, 5), np.float32),
     )
     assert Symbolize(**{"x:0": "n"}).preview(model).rows == set()
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def test_cli_says_in_one_line_how_to_verify_and_verify_refuses_with_exit_2(gemm_model, tmp_path):
+    from typer.testing import CliRunner
+
+    from onnxsurgery.cli import app
+
+    src = tmp_path / "m.onnx"
+    onnx.save(gemm_model, src)
+
+    def invoke(*args):
+        return CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "300"})
+
+    ok = invoke("run", src, "-o", tmp_path / "o.onnx", "--passes", "symbolize", "--provider", "cpu",
+                "--report", tmp_path / "r.json")  # fmt: skip
+    assert ok.exit_code == 0, ok.stdout
+    hints = [line for line in ok.stdout.splitlines() if "symbolize warning" in line]
+    assert len(hints) == 1 and "--ref" in hints[0] and "reference record" in hints[0]
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["passes"][0]["report"]["verification"]["levels"]["batch"]["level"] == "rows"
+    strict = invoke("run", src, "-o", tmp_path / "v.onnx", "--passes",
+                    "symbolize(verify=references)", "--provider", "cpu")  # fmt: skip
+    assert strict.exit_code == 2 and "verify=references: batch to rows only" in strict.output
+    assert not (tmp_path / "v.onnx").exists()

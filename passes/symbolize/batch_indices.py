@@ -48,8 +48,8 @@ class BatchIndex:
 def batch_like_symbols(analysis: ShapeAnalysis, declared: Set[str] | None = None) -> set[str]:
     """Symbols whose rows are independent (batches): ``declared`` by the user, else found in the
     graph: the one symbol on axis 0 of every input carrying it, provided no node mixes rows
-    along an axis it sizes (a recurrence, a contraction, a softmax, a reduction, a cumulative
-    sum). Never from a symbol's name."""
+    along an axis it sizes (a recurrence, a contraction, a softmax, a reduction, an arg-max or
+    top-k, a cumulative sum). Never from a symbol's name."""
     if declared is not None:
         return {s for s in declared if s in analysis.symbols and s not in analysis.dynamic}
     first = {s for s, places in analysis.symbols.items() if all(ax == 0 for _, ax in places)}
@@ -77,6 +77,8 @@ def _mixed(analysis: ShapeAnalysis, sym: str) -> bool:
         op = node.op_type
         if op in ("RNN", "GRU", "LSTM"):
             axes = [1 if attrs.get("layout", 0) else 0]
+        elif op in ("ArgMax", "ArgMin", "LpNormalization", "TopK"):
+            axes = [_axis(attrs, "axis", -1 if op in ("LpNormalization", "TopK") else 0, rank)]
         elif op in ("Softmax", "LogSoftmax", "Hardmax", "CumSum"):
             if op == "CumSum":
                 ax = analysis.consts.get(node.input[1]) if len(node.input) > 1 else None
