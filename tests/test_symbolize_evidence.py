@@ -468,3 +468,18 @@ def test_cli_says_in_one_line_how_to_verify_and_verify_refuses_with_exit_2(gemm_
                     "symbolize(verify=references)", "--provider", "cpu")  # fmt: skip
     assert strict.exit_code == 2 and "verify=references: batch to rows only" in strict.output
     assert not (tmp_path / "v.onnx").exists()
+
+
+def test_rows_claimed_for_a_mixing_symbol_are_refuted_on_the_original():
+    """``rows=n`` on an axis a Softmax mixes: the original model at its traced size shows a new
+    row 0 changing the others, and the check says n is no batch."""
+    model = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[3, 4] x) => (float[3, 4] y) { y = Softmax <axis = 0> (x) }
+        """
+    )
+    with pytest.raises(PassError, match="n's rows are not independent, so it is no batch"):
+        Symbolize(**{"x:0": "n"}, rows="n")(model, CPU)
+    assert Symbolize(**{"x:0": "n"}).preview(model).rows == set()  # the graph shows it
+    assert levels(Symbolize(**{"x:0": "n"}, rows="")(model, CPU).report) == {"n": "runs"}

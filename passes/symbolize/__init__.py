@@ -45,7 +45,7 @@ class Symbolize(Pass):
     ``runs`` (ran at other sizes, values unverified) or ``traced-only``; ``verify=LEVEL`` makes
     anything less an error (``verify=references`` for builds that must not ship unverified
     models). ``rows`` names the symbols whose rows are independent (``rows=batch``, several
-    separated by ``+``); by default the graph decides (the one symbol on axis 0 of every input,
+    separated by ``+``; ``rows=`` for none); by default the graph decides (the one symbol on axis 0 of every input,
     along which no node mixes rows), never a symbol's name.
 
     Rules (symbolic shape propagation with provenance, decided by structure, not by value):
@@ -100,7 +100,7 @@ class Symbolize(Pass):
         self.strict = strict
         self.check = check
         self.verify = verify
-        names = rows.split("+") if isinstance(rows, str) else rows
+        names = ([] if not rows.strip() else rows.split("+")) if isinstance(rows, str) else rows
         if names is not None and (
             not isinstance(names, (list, tuple))
             or not all(isinstance(n, str) and n.strip().isidentifier() for n in names)

@@ -385,6 +385,12 @@ def check_dynamic(
             raise PassError(
                 f"check at the traced size {where}: output {name!r} differs from the original"
             )
+    for sym in batch_rows:
+        if base[sym] >= 2:
+            _original_rows_independent(
+                original, provider, model, axes, output_dims, sym, base, feeds, expected,
+                batch_rows, references, atol, rtol,
+            )  # fmt: skip
     result.sizes.append(base)
     rows_shown: set[str] = set()
     rows_original: set[str] = set()  # the first traced-many rows matched the original model
@@ -597,6 +603,50 @@ def _axes_of(
             if len(hits) == 1:
                 out_axis[name] = hits[0]
     return in_axis, out_axis
+
+
+def _original_rows_independent(
+    original: onnx.ModelProto,
+    provider: str,
+    model: onnx.ModelProto,
+    axes: Mapping[str, Mapping[int, str]],
+    output_dims: Mapping[str, list[Dim | None] | None],
+    sym: str,
+    base: Mapping[str, int],
+    feeds: Mapping[str, np.ndarray],
+    expected: Mapping[str, np.ndarray],
+    rows: Set[str],
+    references: Sequence[Case],
+    atol: float,
+    rtol: float,
+) -> None:
+    """What makes ``sym`` a batch, shown on the original model at its traced size: a new row 0
+    leaves every other row of every output that follows ``sym`` as it was."""
+    in_axis, out_axis = _axes_of(axes, output_dims, sym, expected)
+    if not in_axis or not out_axis:
+        return
+    other = _feeds(model, axes, base, 1_000, rows, references)
+    changed = {}
+    for name, arr in feeds.items():
+        if name in in_axis and name in other:
+            arr = np.array(arr, copy=True)
+            index = [slice(None)] * arr.ndim
+            index[in_axis[name]] = 0
+            arr[tuple(index)] = other[name][tuple(index)]
+        changed[name] = arr
+    try:
+        got = run_model(original, changed, provider)
+    except Exception:  # noqa: BLE001 - the original may reject the new row: no evidence
+        return
+    n = base[sym]
+    for name, axis in out_axis.items():
+        keep = np.take(expected[name], range(1, n), axis=axis)
+        if not _agree(np.take(got[name], range(1, n), axis=axis), keep, atol / 10, rtol / 10):
+            raise PassError(
+                f"check at the traced size: in the original model, a new {sym} row 0 changes the "
+                f"other rows of output {name!r}: {sym}'s rows are not independent, so it is no "
+                f"batch; name the batches with rows=... (rows= for none)"
+            )
 
 
 def _first_vs_original(
