@@ -114,16 +114,22 @@ def test_causal_mask_follows_the_length_it_is_run_at():
 
 
 def test_batch_traced_at_one_may_repeat_its_row():
-    """One traced row is enough along a batch (rows are independent by structure)."""
+    """One traced row is enough along a batch (rows are independent by structure), and only
+    there: the same constant on an axis not shown to be a batch is refused."""
     model = parse(
         """
         <ir_version: 8, opset_import: ["" : 17]>
-        net (float[1, 4] x) => (float[1, 4] y) { y = Concat <axis = 1> (x, pad) }
+        net (float[1, 4] x) => (float[1, 7] y) { y = Concat <axis = 1> (x, state) }
         """,
-        pad=np.zeros((1, 0), np.float32),
+        state=np.array([[1.0, 2.0, 3.0]], np.float32),
     )
     result = Symbolize()(model, CPU)
     assert result.report.rows == {"batch"}
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    want = np.concatenate([x, np.tile([[1.0, 2.0, 3.0]], (3, 1))], axis=1).astype(np.float32)
+    np.testing.assert_array_equal(run_model(result.model, {"x": x}, "cpu")["y"], want)
+    with pytest.raises(PassError, match="one point cannot tell"):
+        Symbolize(rows="")(model, CPU)
 
 
 # -- the self-check compares values ---------------------------------------------------------------
