@@ -484,7 +484,7 @@ def check_dynamic(
             result.levels[sym] = "runs"
             result.oracles[sym] = "ran with the output shapes the symbols give; values unverified" + (
                 f" beyond the first {base[sym]} positions, which equal the original model "
-                "(a causal prefix)"
+                "(as in a causal model)"
                 if sym in prefix
                 else ""
             )
