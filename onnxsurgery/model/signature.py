@@ -17,7 +17,23 @@ import onnx
 from onnxsurgery.errors import UsageError
 from onnxsurgery.model.dtypes import np_dtype
 
-__all__ = ["InputSpec", "CaseFailure", "model_inputs", "check_inputs", "parse_shape_spec"]
+__all__ = [
+    "InputSpec",
+    "CaseFailure",
+    "fixed_size",
+    "model_inputs",
+    "check_inputs",
+    "parse_shape_spec",
+]
+
+
+def fixed_size(dim: onnx.TensorShapeProto.Dimension) -> int | None:
+    """A declared dim's size, or None where it is dynamic: a name, nothing, or a negative
+    ``dim_value`` (``-1`` from Paddle and older exporters means "any size", never a size)."""
+    if dim.HasField("dim_value") and dim.dim_value >= 0:
+        return dim.dim_value
+    return None
+
 
 @dataclass(frozen=True)
 class InputSpec:
@@ -49,7 +65,7 @@ def model_inputs(model: onnx.ModelProto) -> list[InputSpec]:
                     dtype = None
             if tt.HasField("shape"):
                 dims = tuple(
-                    d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                    size if (size := fixed_size(d)) is not None else (d.dim_param or None)
                     for d in tt.shape.dim
                 )
         specs.append(InputSpec(vi.name, dtype, dims, optional=vi.name in initializers))

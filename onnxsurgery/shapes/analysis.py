@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from onnxsurgery.model.signature import fixed_size
 from onnxsurgery.model.walk import subgraphs
 from onnxsurgery.shapes.dims import Dim, as_dim
 
@@ -281,9 +282,7 @@ def static_shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
         for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
             t = vi.type.tensor_type
             if t.HasField("shape"):
-                out[vi.name] = [
-                    d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim
-                ]
+                out[vi.name] = [fixed_size(d) for d in t.shape.dim]
         for node in graph.node:
             for sub in subgraphs(node):
                 walk(sub)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import onnx
 
 from onnxsurgery.model.dtypes import elem_type_of
+from onnxsurgery.model.signature import fixed_size
 from onnxsurgery.model.walk import default_opset
 from onnxsurgery.shapes.analysis import (
     SENTINEL_SIZE,
@@ -68,14 +69,13 @@ def propagate(model: onnx.ModelProto, axes: dict[str, dict[int, str]]) -> ShapeA
             ax = axis + rank if axis < 0 else axis
             if not 0 <= ax < rank:
                 raise ValueError(f"input {name!r} has rank {rank}; axis {axis} does not exist")
-            d = dims[ax]
-            if not d.HasField("dim_value"):
+            traced = fixed_size(dims[ax])
+            if traced is None:
                 # Already dynamic: no traced size here, so this axis matches no constant.
                 analysis.symbols.setdefault(sym, []).append((name, ax))
                 if sym not in sym_traced:
                     sym_traced[sym] = (SENTINEL_SIZE + len(sym_traced), "")
                 continue
-            traced = d.dim_value
             if sym in sym_traced and sym_traced[sym][1] and sym_traced[sym][0] != traced:
                 other = sym_traced[sym][1]
                 raise ValueError(
@@ -99,8 +99,8 @@ def propagate(model: onnx.ModelProto, axes: dict[str, dict[int, str]]) -> ShapeA
         for k, d in enumerate(vi.type.tensor_type.shape.dim):
             if k in spec:
                 shape.append(Dim.sym(spec[k]))
-            elif d.HasField("dim_value"):
-                shape.append(Dim.const(d.dim_value))
+            elif (size := fixed_size(d)) is not None:
+                shape.append(Dim.const(size))
             else:
                 shape.append(analysis.new_atom("opaque", 1, (name, k), "input dim without size"))
         analysis.tensors[name] = TensorInfo(shape if known else None, elem_type(vi))

@@ -20,7 +20,7 @@ from typing import Any
 import onnx
 
 from onnxsurgery.errors import OnnxSurgeryError
-from onnxsurgery.passes.symbolize.check import LEVELS, check_dynamic, traced_only
+from onnxsurgery.passes.symbolize.check import LEVELS, check_dynamic, shape_inputs, traced_only
 from onnxsurgery.passes.symbolize.plan import SymbolizePlan, normalize_axes, plan_symbolize
 from onnxsurgery.passes.symbolize.rewrite import apply_plan
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
@@ -145,9 +145,12 @@ class Symbolize(Pass):
                 self.fail(
                     f"no graph input {name!r}; the model's inputs are {', '.join(inputs) or '(none)'}"
                 )
+        sizes = shape_inputs(model)  # a shape vector's axis 0 is a rank, never a batch
         axes: dict[str, dict[int, str]] = {}
         for name, rank in inputs.items():
-            spec = {a: s for a, s in self.wildcard.items() if -rank <= a < rank}
+            spec = {
+                a: s for a, s in self.wildcard.items() if -rank <= a < rank and name not in sizes
+            }
             spec.update(self.explicit.get(name, {}))
             if spec:
                 axes[name] = spec

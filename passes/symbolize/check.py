@@ -230,9 +230,17 @@ def _feeds(
     feeds: dict[str, np.ndarray] = {}
     as_sizes = shape_inputs(model)
     others = [size[s] for spec in axes.values() for s in spec.values() if s in size and s not in rows]
+    types = {vi.name: vi.type for vi in model.graph.input}
     for spec in model_inputs(model):
         if spec.optional:  # an initializer: the model's own value stays
             continue
+        kind = types[spec.name].WhichOneof("value")
+        if kind != "tensor_type":
+            kind = (kind or "value of no type").removesuffix("_type").replace("_", " ")
+            raise PassError(
+                f"check: input {spec.name!r} is a {kind}, not a tensor; the "
+                "check makes up no values for it: run symbolize with check=false"
+            )
         axis_symbols = axes.get(spec.name, {})
         declared = spec.dims or ()
         dims = []
@@ -280,6 +288,22 @@ def _feeds(
                 arr[..., 0] = 1
             feeds[spec.name] = arr
     return {name: np.asarray(arr) for name, arr in feeds.items()}
+
+
+def _unsized(
+    model: onnx.ModelProto, axes: Mapping[str, Mapping[int, str]], size: Mapping[str, int]
+) -> list[str]:
+    """The input axes :func:`_feeds` gives a made-up 2: dynamic in the model, named by no symbol."""
+    out = []
+    for spec in model_inputs(model):
+        named = axes.get(spec.name, {})
+        for k, d in enumerate(spec.dims or ()):
+            rank = len(spec.dims or ())
+            if not spec.optional and not isinstance(d, int) and k not in named and (
+                k - rank not in named and (d or "") not in size
+            ):
+                out.append(f"axis {k} of input {spec.name!r}")
+    return out
 
 
 def model_node(
@@ -353,7 +377,15 @@ def check_dynamic(
     try:
         expected = run_model(original, feeds, provider)
     except Exception as exc:  # noqa: BLE001 - ORT raises several types
-        raise _fail(f"of the original model at the traced size {where}", exc) from None
+        error = _fail(f"of the original model at the traced size {where}", exc)
+        unsized = _unsized(model, axes, base)
+        if unsized:
+            error = PassError(
+                f"{error.args[0]}; the model gives no size to {', '.join(unsized)} and the check tried 2 "
+                "there: give those axes a size, or run symbolize with check=false",
+                node=error.node,
+            )
+        raise error from None
     try:
         session = create_session(model, provider)
     except Exception as exc:  # noqa: BLE001

@@ -393,6 +393,8 @@ class _Rewriter:
         g = self.m.graph
         for init in sorted(self.inits.values(), key=lambda t: t.name):
             g.initializer.append(init)
+            if self.m.ir_version < 4:  # IR < 4: every initializer is a graph input too
+                g.input.append(helper.make_tensor_value_info(init.name, init.data_type, init.dims))
         nodes = self.nodes + list(g.node)
         del g.node[:]
         g.node.extend(
@@ -523,8 +525,14 @@ def _remove_orphans(model: onnx.ModelProto, candidates: set[str]) -> None:
     dead = {c for c in candidates if c not in used}
     keep = [i for i in g.initializer if i.name not in dead]
     if len(keep) != len(g.initializer):
+        dropped = {i.name for i in g.initializer} - {i.name for i in keep}
         del g.initializer[:]
         g.initializer.extend(keep)
+        # IR < 4 lists initializers as graph inputs too: a dropped one would become a required input
+        inputs = [i for i in g.input if i.name not in dropped]
+        if model.ir_version < 4 and len(inputs) != len(g.input):
+            del g.input[:]
+            g.input.extend(inputs)
     nodes = [n for n in g.node if not (n.op_type == "Constant" and n.output[0] in dead)]
     if len(nodes) != len(g.node):
         del g.node[:]

@@ -1,0 +1,167 @@
+"""symbolize on models other exporters write: IR-3 models from the onnx wheel's backend tests
+(every initializer also a graph input), ``-1`` / ``"?"`` / empty input dims, shape vectors and
+sequences as graph inputs. The oracle is the test data the onnx wheel stores with each model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from typer.testing import CliRunner
+
+from onnxsurgery.cli import app
+from onnxsurgery.validation.runtime import run_model
+
+BACKEND = Path(onnx.__file__).parent / "backend" / "test" / "data" / "pytorch-converted"
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
+
+
+def stored(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray], list[np.ndarray]]:
+    """A backend model and its stored case (inputs by name, outputs in order)."""
+    folder = BACKEND / name
+    model = onnx.load(folder / "model.onnx")
+    data = folder / "test_data_set_0"
+    inits = {t.name for t in model.graph.initializer}
+    feeds_names = [i.name for i in model.graph.input if i.name not in inits]
+    inputs = {
+        n: numpy_helper.to_array(onnx.load_tensor(data / f"input_{k}.pb"))
+        for k, n in enumerate(feeds_names)
+    }
+    outputs = [
+        numpy_helper.to_array(onnx.load_tensor(data / f"output_{k}.pb"))
+        for k in range(len(model.graph.output))
+    ]
+    return model, inputs, outputs
+
+
+def symbolize(model: onnx.ModelProto, tmp_path: Path, passes: str = "symbolize"):
+    src, dst = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, src)
+    return invoke("run", src, "--passes", passes, "-o", dst), dst
+
+
+def one_line_error(result) -> str:
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def matches_stored(path: Path, inputs: dict[str, np.ndarray], outputs: list[np.ndarray]) -> None:
+    got = run_model(onnx.load(path), inputs)
+    for ref, out in zip(outputs, got.values(), strict=True):
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["test_PixelShuffle", "test_Conv2d", "test_Embedding"])
+def test_ir3_backend_model_stays_checker_valid_and_matches_its_stored_case(name, tmp_path):
+    model, inputs, outputs = stored(name)
+    assert model.ir_version < 4
+    result, out = symbolize(model, tmp_path)
+    assert result.exit_code == 0, result.output
+    new = onnx.load(out)
+    onnx.checker.check_model(new, full_check=True)
+    # IR 3: every initializer, the ones symbolize added too, is still a graph input
+    assert {t.name for t in new.graph.initializer} <= {i.name for i in new.graph.input}
+    # weights stay weights: their inputs keep the declared (static) shape, only data gets batch
+    first = new.graph.input[0].type.tensor_type.shape.dim[0]
+    assert first.dim_param == "batch"
+    weights = {t.name for t in new.graph.initializer}
+    for vi in new.graph.input:
+        if vi.name in weights:
+            assert all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim), vi.name
+    matches_stored(out, inputs, outputs)
+
+
+@pytest.mark.parametrize(
+    "make_dynamic",
+    [
+        lambda d: setattr(d, "dim_value", -1),
+        lambda d: setattr(d, "dim_param", "?"),
+        lambda d: None,
+    ],
+    ids=["minus-one", "question-mark", "empty"],
+)
+def test_dynamic_batch_from_other_exporters_is_named_and_never_fed_negative(make_dynamic, tmp_path):
+    model, inputs, outputs = stored("test_Conv2d")
+    dim = model.graph.input[0].type.tensor_type.shape.dim[0]
+    dim.Clear()
+    make_dynamic(dim)
+    result, out = symbolize(model, tmp_path)
+    assert result.exit_code == 0, result.output
+    new = onnx.load(out)
+    assert new.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    matches_stored(out, inputs, outputs)
+
+
+def test_an_unnamed_dynamic_axis_the_check_cannot_size_is_one_line_naming_it(tmp_path):
+    model, _, _ = stored("test_Conv2d")  # 3x2 kernel: height 2 is too small
+    dim = model.graph.input[0].type.tensor_type.shape.dim[2]
+    dim.Clear()
+    dim.dim_value = -1
+    line = one_line_error(symbolize(model, tmp_path)[0])
+    assert "axis 2 of input '0'" in line and "check=false" in line
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def _model(nodes, inputs, outputs) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_a_sequence_input_is_refused_in_one_line(tmp_path):
+    model = _model(
+        [
+            helper.make_node("ConcatFromSequence", ["s"], ["c"], axis=0),
+            helper.make_node("Add", ["x", "x"], ["z"]),
+        ],
+        [
+            helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3]),
+        ],
+        [
+            helper.make_tensor_value_info("c", TensorProto.FLOAT, [None, 3]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 3]),
+        ],
+    )
+    line = one_line_error(symbolize(model, tmp_path)[0])
+    assert "input 's' is a sequence, not a tensor" in line and "check=false" in line
+
+
+def _shape_input_model(op: str, x_shape: list[int]) -> onnx.ModelProto:
+    return _model(
+        [helper.make_node(op, ["x", "shape"], ["y"])],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape),
+            helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])],
+    )
+
+
+def test_a_shape_vector_input_is_no_batch_and_an_expand_target_runs(tmp_path):
+    result, out = symbolize(_shape_input_model("Expand", [4, 1]), tmp_path)
+    assert result.exit_code == 0, result.output
+    new = onnx.load(out)
+    dims = {vi.name: vi.type.tensor_type.shape.dim for vi in new.graph.input}
+    assert dims["x"][0].dim_param == "batch"
+    assert [d.dim_value for d in dims["shape"]] == [2]  # its axis 0 is a rank
+    x = np.arange(3, dtype=np.float32).reshape(3, 1)
+    got = run_model(new, {"x": x, "shape": np.array([3, 5], dtype=np.int64)})
+    np.testing.assert_array_equal(next(iter(got.values())), np.broadcast_to(x, (3, 5)))
+
+
+def test_a_reshape_target_input_is_never_checked_with_made_up_values(tmp_path):
+    line = one_line_error(symbolize(_shape_input_model("Reshape", [4, 6]), tmp_path)[0])
+    assert "input 'shape' is read as a size" in line and "does not make sizes up" in line
