@@ -95,10 +95,13 @@ class PassError(OnnxSurgeryError):
         pass_name: str | None = None,
         node: str | None = None,
         details: list[str] | None = None,
+        report: Any = None,
     ) -> None:
         self.pass_name = pass_name
         self.node = node
         self.details = list(details or [])
+        #: what the pass found before it stopped (symbolize: its plan, every blocker), for --report
+        self.report = report
         super().__init__(message)
 
     def __str__(self) -> str:

@@ -4,6 +4,7 @@ sequences as graph inputs. The oracle is the test data the onnx wheel stores wit
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -165,3 +166,54 @@ def test_a_shape_vector_input_is_no_batch_and_an_expand_target_runs(tmp_path):
 def test_a_reshape_target_input_is_never_checked_with_made_up_values(tmp_path):
     line = one_line_error(symbolize(_shape_input_model("Reshape", [4, 6]), tmp_path)[0])
     assert "input 'shape' is read as a size" in line and "does not make sizes up" in line
+
+
+# -- blockers people can read ----------------------------------------------------------------------
+
+
+def _tables_model(channels: list[int]) -> onnx.ModelProto:
+    """One Add per entry, each adding a learned table cut to the traced length 4 (seq)."""
+    rng = np.random.default_rng(0)
+    nodes, inits, outputs = [], [], []
+    inputs = []
+    for k, c in enumerate(channels):
+        inputs.append(helper.make_tensor_value_info(f"x{k}", TensorProto.FLOAT, [2, 4, c]))
+        inits.append(numpy_helper.from_array(rng.standard_normal((1, 4, c)).astype(np.float32), f"pos{k}"))
+        nodes.append(helper.make_node("Add", [f"x{k}", f"pos{k}"], [f"y{k}"], name=f"node_add_{k}"))
+        outputs.append(helper.make_tensor_value_info(f"y{k}", TensorProto.FLOAT, [2, 4, c]))
+    graph = helper.make_graph(nodes, "g", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_identical_blockers_are_one_entry_and_the_report_lists_every_one(tmp_path):
+    result, _ = symbolize(_tables_model([3] * 8), tmp_path, "symbolize(*:0=batch, *:1=seq)")
+    line = one_line_error(result)
+    assert line.count("(1)") == 1 and "(2)" not in line
+    assert "8 blocker(s)" in line and "8 Add nodes (node_add_0, node_add_1, node_add_2, ...)" in line
+    assert "--report" in line and len(line) < 1000
+    report = tmp_path / "report.json"
+    src = tmp_path / "in.onnx"
+    invoke("run", src, "--passes", "symbolize(*:0=batch, *:1=seq)", "-o", tmp_path / "o.onnx",
+           "--report", report)  # fmt: skip
+    (record,) = json.loads(report.read_text())["passes"]
+    assert [b["node"] for b in record["report"]["blockers"]] == [f"node_add_{k}" for k in range(8)]
+    (group,) = record["report"]["blocker_groups"]
+    assert group["count"] == 8 and group["nodes"][-1] == "node_add_7"
+
+
+def test_many_kinds_of_blockers_stay_on_one_screen(tmp_path):
+    # 40 tables, each cut to its own symbol: 40 kinds, each with its own "what to do"
+    names = ", ".join(f"x{k}:1=s{k}" for k in range(40))
+    result, _ = symbolize(_tables_model([3] * 40), tmp_path, f"symbolize(*:0=batch, {names})")
+    line = one_line_error(result)
+    assert "40 blocker(s)" in line and "more kind(s)" in line and "--report" in line
+    assert len(line) < 24 * 80  # one screen
+    assert "node_add_0" in line and "node_add_39" not in line
+
+
+def test_one_blocker_reads_as_before(tmp_path):
+    line = one_line_error(symbolize(_tables_model([3]), tmp_path, "symbolize(*:0=batch, *:1=seq)")[0])
+    assert "1 blocker(s) keep the model from being symbolized: (1) Add 'node_add_0' (input 'pos0')" in line
+    assert "re-export with dynamic axes for seq" in line and "--report" not in line

@@ -228,9 +228,17 @@ class Pass:
             )
         return result
 
-    def fail(self, message: str, *, node: str | None = None, details: list[str] | None = None):
-        """Raise the PassError that says this pass could not do its job."""
-        raise PassError(message, pass_name=self.name, node=node, details=details)
+    def fail(
+        self,
+        message: str,
+        *,
+        node: str | None = None,
+        details: list[str] | None = None,
+        report: Any = None,
+    ):
+        """Raise the PassError that says this pass could not do its job (``report``: what it
+        found, kept in the run's JSON report)."""
+        raise PassError(message, pass_name=self.name, node=node, details=details, report=report)
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())

@@ -179,6 +179,8 @@ class Pipeline:
             if isinstance(exc, PassError) and exc.pass_name is None:
                 exc.pass_name = p.name
             record.error = str(exc)
+            if isinstance(exc, PassError) and exc.report is not None:
+                record.report = exc.report
             if isinstance(exc, ValidationMismatch) and exc.report is not None:
                 record.report = exc.report
                 report.validation = exc.report if p.validates else None

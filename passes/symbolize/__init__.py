@@ -21,7 +21,13 @@ import onnx
 
 from onnxsurgery.errors import OnnxSurgeryError
 from onnxsurgery.passes.symbolize.check import LEVELS, check_dynamic, shape_inputs, traced_only
-from onnxsurgery.passes.symbolize.plan import SymbolizePlan, normalize_axes, plan_symbolize
+from onnxsurgery.passes.symbolize.plan import (
+    SymbolizePlan,
+    blocker_summary,
+    group_blockers,
+    normalize_axes,
+    plan_symbolize,
+)
 from onnxsurgery.passes.symbolize.rewrite import apply_plan
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 from onnxsurgery.shapes.dims import Dim
@@ -37,7 +43,8 @@ class Symbolize(Pass):
 
     Options: ``INPUT:AXIS=NAME`` entries (``*`` matches every input), or ``dynamic_axes`` in
     torch's format (``{"x": {0: "batch"}}`` or ``{"x": [0]}``); neither means ``*:0=batch``.
-    ``strict`` (default true) fails listing every blocker; false applies what it can and reports
+    ``strict`` (default true) fails listing the blockers (identical
+    ones as one entry, the message kept to a screen, every one in the --report JSON); false applies what it can and reports
     the rest. ``check`` (default true) runs the result on ONNX Runtime at the traced size (same
     outputs as the original within 1e-5), at two other sizes per symbol, and on the reference
     cases given to the run (``--ref``). Each symbol ends verified to a level: ``references``
@@ -176,14 +183,16 @@ class Symbolize(Pass):
         diagnostics = [Diagnostic.warning(n) for n in plan.notes]
         if plan.blockers:
             if self.strict:
-                first = plan.blockers[0]
-                listing = "; ".join(f"({k}) {b}" for k, b in enumerate(plan.blockers, start=1))
                 self.fail(
-                    f"{len(plan.blockers)} blocker(s) keep the model from being symbolized: {listing}",
-                    node=first.node,
+                    blocker_summary(plan.blockers),
+                    node=plan.blockers[0].node,
                     details=[str(b) for b in plan.blockers],
+                    report=plan,
                 )
-            diagnostics += [Diagnostic.blocker(str(b), node=b.node, op=b.op) for b in plan.blockers]
+            diagnostics += [
+                Diagnostic.blocker(str(g), node=g.blockers[0].node, op=g.blockers[0].op)
+                for g in group_blockers(plan.blockers)
+            ]
         new = apply_plan(model, plan)
         modified = bool(plan.changes) or _io_changed(model, new)
         if not modified:

@@ -17,6 +17,7 @@ The plan has ``to_dict()`` for JSON reports and ``__rich__()`` for the terminal.
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -141,6 +142,96 @@ class Blocker:
         }
 
 
+_NAMES = re.compile(r"'[^']*'|\[[^\]]*\]")  # tensor names and shapes: left out of a kind
+
+
+@dataclass
+class BlockerGroup:
+    """Blockers that say the same thing about different nodes (8 Mul nodes reading tables cut
+    to the traced length): one entry, its nodes listed."""
+
+    blockers: list[Blocker]
+
+    @property
+    def nodes(self) -> list[str]:
+        return [b.node for b in self.blockers]
+
+    def text(self, fix: bool | str = True) -> str:
+        """One line; ``fix`` False leaves "what to do" out, a string says it instead."""
+        first = self.blockers[0]
+        tail = f"; {fix}" if isinstance(fix, str) else (f"; {first.fix}" if fix else "")
+        if len(self.blockers) == 1:
+            where = f"{first.op} {first.node!r}" + (
+                f" (input {first.input!r})" if first.input else ""
+            )
+            return f"{where}: {first.why} [traced: {first.traced}]{tail}"
+        shown = ", ".join(n or "(unnamed)" for n in self.nodes[:3])
+        more = ", ..." if len(self.blockers) > 3 else ""
+        return (
+            f"{len(self.blockers)} {first.op} nodes ({shown}{more}) alike, the first: "
+            f"{first.why} [traced: {first.traced}]{tail}"
+        )
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def to_dict(self) -> dict[str, Any]:
+        first = self.blockers[0]
+        return {
+            "count": len(self.blockers),
+            "op": first.op,
+            "nodes": self.nodes,
+            "why": first.why,
+            "traced": first.traced,
+            "fix": first.fix,
+            "symbols": list(first.symbols),
+        }
+
+
+def group_blockers(blockers: list[Blocker]) -> list[BlockerGroup]:
+    """Blockers grouped by what they say (op, reason, fix, symbols), node and tensor names and
+    shapes left out; groups in the order their first blocker came."""
+    groups: dict[tuple, BlockerGroup] = {}
+    for b in blockers:
+        key = (b.op, _NAMES.sub("*", b.why), _NAMES.sub("*", b.fix), b.symbols)
+        groups.setdefault(key, BlockerGroup([])).blockers.append(b)
+    return list(groups.values())
+
+
+def blocker_summary(blockers: list[Blocker], budget: int = 1500) -> str:
+    """The blockers in one message that fits a screen: identical ones as one entry, a shared
+    "what to do" said once, entries past ``budget`` characters counted, not listed (every one
+    is in the JSON report)."""
+    groups = group_blockers(blockers)
+    fixes = {g.blockers[0].fix for g in groups}
+    shared = len(fixes) == 1 and len(groups) > 1
+    head = f"{len(blockers)} blocker(s) keep the model from being symbolized"
+    if len(groups) != len(blockers):
+        head += f" ({len(groups)} kind(s))"
+    report = "every blocker with its node is in the JSON report (--report FILE)"
+    room = budget - len(head) - len(report) - (len(next(iter(fixes))) + 25 if shared else 0)
+    entries: list[str] = []
+    said: dict[str, int] = {}  # a fix already written -> the entry that wrote it
+    for k, g in enumerate(groups, start=1):
+        fix = g.blockers[0].fix
+        again = f"what to do: as ({said[fix]})" if fix in said else True
+        entry = f"({k}) {g.text(fix=False if shared else again)}"
+        if entries and sum(len(e) + 2 for e in entries) + len(entry) > room:
+            break
+        entries.append(entry)
+        said.setdefault(fix, k)
+    text = f"{head}: {'; '.join(entries)}"
+    left = groups[len(entries) :]
+    if left:
+        n = sum(len(g.blockers) for g in left)
+        text += f"; and {len(left)} more kind(s) ({n} blocker(s))"
+    if shared:
+        text += f"; what to do for all: {next(iter(fixes))}"
+    if left or len(groups) != len(blockers):
+        text += f"; {report}"
+    return text
+
+
 @dataclass
 class SymbolizePlan:
     """The preview: symbols, changes, blockers, symbolic output shapes, notes."""
@@ -170,6 +261,7 @@ class SymbolizePlan:
             "symbols": dict(self.symbols),
             "changes": [c.to_dict() for c in self.changes],
             "blockers": [b.to_dict() for b in self.blockers],
+            "blocker_groups": [g.to_dict() for g in group_blockers(self.blockers)],
             "outputs": self.outputs,
             "notes": list(self.notes),
             "rows": sorted(self.rows),
@@ -202,8 +294,13 @@ class SymbolizePlan:
             table = Table(title="blockers", title_justify="left", style="red")
             for col in ("node", "op", "input", "traced", "why", "what to do"):
                 table.add_column(col)
-            for b in self.blockers:
-                table.add_row(*row(b.node, b.op, b.input or "", b.traced, b.why, b.fix))
+            for g in group_blockers(self.blockers):
+                b = g.blockers[0]
+                nodes = g.nodes[0] if len(g.nodes) == 1 else (
+                    f"{len(g.nodes)} alike: {', '.join(g.nodes[:3])}"
+                    + (", ..." if len(g.nodes) > 3 else "")
+                )
+                table.add_row(*row(nodes, b.op, b.input or "", b.traced, b.why, b.fix))
             parts.append(table)
         outs = "; ".join(
             f"{name} [{', '.join('?' if d is None else str(d) for d in dims)}]"
@@ -244,7 +341,8 @@ def _sym_tuple(syms: str) -> tuple[str, ...]:
 def _fix_text(analysis: ShapeAnalysis, syms: str) -> str:
     if not syms:
         return "this size is data-dependent or fixed by the model; no renaming of constants generalizes it"
-    axes = ", ".join(f"{i}:{a}" for s in syms.split(", ") for i, a in analysis.symbols.get(s, []))
+    where = [f"{i}:{a}" for s in syms.split(", ") for i, a in analysis.symbols.get(s, [])]
+    axes = ", ".join(where[:4]) + (f" and {len(where) - 4} more axes" if len(where) > 4 else "")
     return (
         f"re-export with dynamic axes for {syms} (torch.onnx.export dynamic_axes=..., or "
         f"dynamic_shapes=... with dynamo=True) so the exporter keeps this size symbolic, "
