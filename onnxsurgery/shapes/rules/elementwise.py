@@ -149,17 +149,6 @@ def _binary_values(ctx: NodeCtx, op: str, vals: list[list[Dim]]) -> list[Dim] | 
                 return q
             if x.is_const() and y.is_const():
                 return Dim.const(int(np.trunc(tx / ty)) if ty else 0)
-            if tx >= 0 and ty > 0 and (ctx.a.unknowns(x) or ctx.a.unknowns(y)):
-                # torch's chunk: (dim + 2) // 3 over constants still unknown; the solver settles
-                # it once they are (a constant, a polynomial, or a value read at run time).
-                key = (str(x), str(y), 0)
-                if key not in ctx.a.floors:
-                    q = ctx.a.new_atom(
-                        "derived", tx // ty, ("value", ctx.node.output[0], k[0] - 1), f"Div {x} // {y}"
-                    )
-                    ctx.a.pending_floors.append((next(iter(q.atoms())), x, y, 0))
-                    ctx.a.floors[key] = q
-                return ctx.a.floors[key]
             return ctx.opaque(tx // ty if ty else 0, value_index=k[0] - 1, note=f"Div {x} / {y}")
 
         return _bcast_values(vals, div)
