@@ -39,6 +39,10 @@ __all__ = [
     "is_large",
     "LARGE_MODEL_BYTES",
     "PROTOBUF_LIMIT",
+    "weightless",
+    "adopt_graph",
+    "restore_weights",
+    "PLACEHOLDER",
 ]
 
 #: Protobuf cannot serialize a message of 2 GiB or more; such models keep weights outside.
@@ -146,6 +150,7 @@ def read_model_file(path: str | os.PathLike, *, check: bool = True) -> ModelFile
             load_external_data_for_model(model, str(p.parent))
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"{p}: cannot load external data: {exc}") from None
+    del data  # the parsed model holds its own copy
     if check:
         check_model(model, where=f"{p}:", error=ModelLoadError)
     return ModelFile(model=model, path=p, external_data=external)
@@ -204,18 +209,102 @@ def is_large(model: onnx.ModelProto) -> bool:
     return tensor_bytes(model) >= LARGE_MODEL_BYTES
 
 
+#: Floating-point tensors the checker and shape inference see without their data (see ``weightless``).
+_FLOAT_TYPES = frozenset(
+    getattr(onnx.TensorProto, name)
+    for name in ("FLOAT", "DOUBLE", "FLOAT16", "BFLOAT16", "COMPLEX64", "COMPLEX128")
+)
+#: The file every placeholder tensor of a weightless copy names (an empty file beside it).
+PLACEHOLDER = "onnxsurgery-weights-placeholder"
+
+
+def _varint_size(n: int) -> int:
+    return max(1, (n.bit_length() + 6) // 7)
+
+
+def _stub(tensor: onnx.TensorProto) -> onnx.TensorProto | None:
+    """A data-less stand-in for a large floating-point tensor whose data is exactly its
+    ``raw_data`` of the size its dims and type say; None for any other tensor.
+
+    The check compares serialized sizes, so that no tensor's data is copied to look at it: a
+    tensor with other fields, or data of the wrong size, stays as it is and gets the checker's
+    own verdict.
+    """
+    if tensor.data_type not in _FLOAT_TYPES or tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return None
+    nbytes = tensor_nbytes(tensor)
+    if nbytes < EXTERNAL_THRESHOLD:
+        return None
+    stub = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+    if tensor.ByteSize() != stub.ByteSize() + 1 + _varint_size(nbytes) + nbytes:
+        return None
+    stub.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", PLACEHOLDER), ("offset", "0"), ("length", str(nbytes))):
+        stub.external_data.add(key=key, value=value)
+    return stub
+
+
+def _copy_fields(source, target, skip: str) -> None:
+    for field, value in source.ListFields():
+        if field.name == skip:
+            continue
+        if field.is_repeated:
+            getattr(target, field.name).extend(value)
+        elif field.message_type is not None:
+            getattr(target, field.name).CopyFrom(value)
+        else:
+            setattr(target, field.name, value)
+
+
+def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` whose large floating-point initializers (main graph) carry no data.
+
+    Each becomes an external-data placeholder of the same name, type and dims naming the file
+    ``PLACEHOLDER``: what the checker and shape inference need of a weight, without the weight.
+    Such a copy costs the graph's structure, not its weights, so checking it stays cheap as
+    models grow (and works for models over 2 GB without writing them out).
+    """
+    copy = onnx.ModelProto()
+    _copy_fields(model, copy, skip="graph")
+    _copy_fields(model.graph, copy.graph, skip="initializer")
+    for tensor in model.graph.initializer:
+        stub = _stub(tensor)
+        copy.graph.initializer.append(tensor if stub is None else stub)
+    return copy
+
+
+def adopt_graph(model: onnx.ModelProto, source: onnx.ModelProto) -> onnx.ModelProto:
+    """``source``'s graph with every model-level field (opsets, metadata, producer) of ``model``.
+
+    The same model as ``out.CopyFrom(model); out.graph.CopyFrom(source.graph)``, without copying
+    either graph's weights: ``source`` (a model a tool just exported) is changed and returned.
+    """
+    for field, _ in source.ListFields():
+        if field.name != "graph":
+            source.ClearField(field.name)
+    _copy_fields(model, source, skip="graph")
+    return source
+
+
+def restore_weights(inferred: onnx.ModelProto, model: onnx.ModelProto) -> onnx.ModelProto:
+    """``inferred`` (from a weightless copy of ``model``) with ``model``'s initializers back."""
+    del inferred.graph.initializer[:]
+    inferred.graph.initializer.extend(model.graph.initializer)
+    return inferred
+
+
 def check_model(
     model: onnx.ModelProto, *, where: str = "model", error: type[Exception] = ModelLoadError
 ) -> None:
-    """Run ``onnx.checker`` (by path for models over 2 GB); failures raise ``error``."""
+    """Run ``onnx.checker`` on a weightless copy (by path, beside an empty placeholder file);
+    failures raise ``error``."""
+    stub = weightless(model)
     try:
-        if is_large(model):
-            with tempfile.TemporaryDirectory(prefix="onnxsurgery-check-") as tmp:
-                tmp_path = Path(tmp) / "model.onnx"
-                _write(model, tmp_path, external_data=True)
-                onnx.checker.check_model(str(tmp_path))
-        else:
-            onnx.checker.check_model(model)
+        with tempfile.TemporaryDirectory(prefix="onnxsurgery-check-") as tmp:
+            tmp_path = Path(tmp) / "model.onnx"
+            (Path(tmp) / PLACEHOLDER).touch()
+            tmp_path.write_bytes(_serialize(stub))
+            onnx.checker.check_model(str(tmp_path))
     except onnx.checker.ValidationError as exc:
         text = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
         first = (text[:300] + " ...") if len(text) > 300 else (text or type(exc).__name__)
@@ -223,21 +312,11 @@ def check_model(
 
 
 def infer_shapes(model: onnx.ModelProto, *, data_prop: bool = True) -> onnx.ModelProto:
-    """ONNX shape inference (strict), by path for models over 2 GB. Returns a new model."""
-    if not is_large(model):
-        return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=data_prop)
-    with tempfile.TemporaryDirectory(prefix="onnxsurgery-infer-") as tmp:
-        src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
-        _write(model, src, external_data=True)
-        onnx.shape_inference.infer_shapes_path(str(src), str(dst), strict_mode=True, data_prop=data_prop)
-        inferred = onnx.load(str(dst), load_external_data=False)
-    result = onnx.ModelProto()
-    result.CopyFrom(model)
-    del result.graph.value_info[:]
-    result.graph.value_info.extend(inferred.graph.value_info)
-    del result.graph.output[:]
-    result.graph.output.extend(inferred.graph.output)
-    return result
+    """ONNX shape inference (strict) on a weightless copy; returns a new model with the weights."""
+    inferred = onnx.shape_inference.infer_shapes(
+        weightless(model), strict_mode=True, data_prop=data_prop
+    )
+    return restore_weights(inferred, model)
 
 
 def _serialize(model: onnx.ModelProto) -> bytes:

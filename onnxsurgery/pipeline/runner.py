@@ -3,7 +3,8 @@
     Pipeline([Symbolize(dynamic_axes={"x": {0: "batch"}}), ConcatOutputs()]).run("in.onnx", "out.onnx")
     onnxsurgery.run("in.onnx", passes="symbolize, concat-outputs", output="out.onnx", references="fixtures/net")
 
-After every pass the model goes through ``onnx.checker`` and strict shape inference; each pass is
+After every pass the model goes through ``onnx.checker`` and strict shape inference (on a copy
+without the weights' data, see ``model.io.weightless``); each pass is
 timed and its node counts recorded. On any failure the pipeline stops, names the pass and the
 cause, and writes nothing. With references, the model is validated on ONNX Runtime after the
 last pass (unless the chain already ends in a validating pass); the output is written only when
@@ -27,7 +28,13 @@ from onnxsurgery.errors import (
     UsageError,
     ValidationMismatch,
 )
-from onnxsurgery.model.io import check_model, infer_shapes, read_model_file, save_model
+from onnxsurgery.model.io import (
+    check_model,
+    infer_shapes,
+    read_model_file,
+    save_model,
+    weightless,
+)
 from onnxsurgery.model.walk import count_nodes
 from onnxsurgery.pipeline.chain import PassSpec, build_passes, format_value, parse_passes
 from onnxsurgery.pipeline.contract import Pass, PassContext
@@ -159,18 +166,20 @@ class Pipeline:
         self, p: Pass, model: onnx.ModelProto, ctx: PassContext, report: PipelineReport
     ) -> onnx.ModelProto:
         before = count_nodes(model)
-        working = onnx.ModelProto()
-        working.CopyFrom(model)
         t0 = time.perf_counter()
         record = PassRecord(p.name, dict(p.options), 0.0, before, before, False)
         report.passes.append(record)
         try:
-            result = p(working, ctx)
+            # Passes get the model itself: the pipeline keeps no other reference to it, and a
+            # failed pass ends the run, so a copy per pass would only cost time and memory.
+            result = p(model, ctx)
             if self.check:
                 where = "its output model"
-                check_model(result.model, where=where, error=PassError)
+                # One weightless copy for both: they see every weight's type and shape, not its data.
+                bare = weightless(result.model)
+                check_model(bare, where=where, error=PassError)
                 try:
-                    infer_shapes(result.model, data_prop=True)
+                    infer_shapes(bare, data_prop=True)
                 except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
                     first = str(exc).strip().splitlines()[0]
                     raise PassError(f"{where} fails shape inference: {first}") from None
