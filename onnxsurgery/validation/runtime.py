@@ -24,7 +24,8 @@ import onnx
 import onnxruntime as ort
 
 from onnxsurgery.errors import ProviderError, UsageError
-from onnxsurgery.model.io import is_large, save_model
+from onnxsurgery.model.dtypes import np_dtype
+from onnxsurgery.model.io import is_large, save_model, weightless
 
 __all__ = [
     "PROVIDERS",
@@ -170,14 +171,50 @@ def create_session(
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     with quiet_stderr():
         if isinstance(model, onnx.ModelProto):
-            if is_large(model):
+            bare, weights = _split_weights(model)
+            if is_large(bare):
                 with tempfile.TemporaryDirectory(prefix="onnxsurgery-session-") as tmp:
                     path = save_model(model, Path(tmp) / "model.onnx", external_data=True)
                     return ort.InferenceSession(str(path), options, providers=choice.providers)
-            return ort.InferenceSession(
-                model.SerializeToString(), options, providers=choice.providers
+            options.add_external_initializers(list(weights), list(weights.values()))
+            session = ort.InferenceSession(
+                bare.SerializeToString(), options, providers=choice.providers
             )
+            # ORT reads these buffers in place for the session's life: keep them with it.
+            session._onnxsurgery_weights = weights
+            return session
         return ort.InferenceSession(str(model), options, providers=choice.providers)
+
+
+#: Weight types handed to ORT as OrtValues over numpy arrays (others stay in the model bytes).
+_NUMPY_WEIGHTS = frozenset(
+    (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16)
+)
+
+
+def _split_weights(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, ort.OrtValue]]:
+    """The model without its large weights' data, and those weights as OrtValues by name.
+
+    ORT then parses a small model and takes each weight from a numpy view of the model's own
+    bytes (``SessionOptions.add_external_initializers``), instead of a serialized copy of the
+    whole model that it parses into another.
+    """
+    bare = weightless(model)
+    originals = {t.name: t for t in model.graph.initializer}
+    weights: dict[str, ort.OrtValue] = {}
+    for k, stub in enumerate(bare.graph.initializer):
+        original = originals[stub.name]
+        if (
+            stub.data_location != onnx.TensorProto.EXTERNAL
+            or original.data_location == onnx.TensorProto.EXTERNAL
+        ):
+            continue
+        if stub.data_type not in _NUMPY_WEIGHTS:
+            bare.graph.initializer[k].CopyFrom(original)
+            continue
+        array = np.frombuffer(original.raw_data, dtype=np_dtype(stub.data_type))
+        weights[stub.name] = ort.OrtValue.ortvalue_from_numpy(array.reshape(tuple(stub.dims)))
+    return bare, weights
 
 
 def run_model(
