@@ -12,12 +12,13 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -82,6 +83,34 @@ def _boundary(report_path: Path | None = None, quiet: bool = False) -> Iterator[
         message = str(exc).strip() or type(exc).__name__
         err.print(f"[red]error:[/red] {message}", soft_wrap=True, markup=True, highlight=False)
         raise typer.Exit(exc.exit_code) from None
+
+
+@contextlib.contextmanager
+def _progress_line(quiet: bool) -> Iterator[Callable[..., None] | None]:
+    """On a terminal (and without -q): a transient line on stderr with where the run is, its
+    stage, a bar where steps are counted, and the elapsed time. Yields the callback the library
+    calls (``(where, stage, done, total)``), or None where nothing is to be shown (pipes, -q)."""
+    if quiet or not err.is_terminal:
+        yield None
+        return
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}", markup=False),
+        BarColumn(bar_width=20),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        redirect_stdout=False,  # the library's own output handling stays as it is
+        redirect_stderr=False,
+    ) as line:
+        task = line.add_task("starting", total=None)
+
+        def update(where: str, stage: str, done: int | None = None, total: int | None = None) -> None:
+            line.update(
+                task, description=f"{where}: {stage}", completed=done or 0, total=total, refresh=True
+            )
+
+        yield update
 
 
 def _version_callback(value: bool) -> None:
@@ -196,7 +225,8 @@ def run(
         target = output if output is not None else default_output_path(model)
         pipeline = Pipeline(specs, check=check, references=ref, provider=provider, atol=atol, rtol=rtol)
         try:
-            result = pipeline.run(model, target)
+            with _progress_line(quiet) as progress:
+                result = pipeline.run(model, target, progress=progress)
         except ValidationMismatch as exc:
             failed_model = exc.pipeline_report.model if exc.pipeline_report else None
             if keep_failed is not None and failed_model is not None:
@@ -358,7 +388,16 @@ def validate_command(
                 raise UsageError("nothing to validate against: give --ref PATH or --against OTHER.onnx")
             if shapes or seed or cases != 1:
                 raise UsageError("--shape, --seed and --cases are for random inputs with --against")
-            result = validate(model, ref, provider=provider, atol=atol, rtol=rtol, tolerances=tolerances)
+            with _progress_line(quiet) as progress:
+                result = validate(
+                    model,
+                    ref,
+                    provider=provider,
+                    atol=atol,
+                    rtol=rtol,
+                    tolerances=tolerances,
+                    progress=progress and (lambda stage, done, total: progress("validate", stage, done, total)),
+                )
             what = str(ref)
         else:
             if ref is not None and (shapes or seed or cases != 1):

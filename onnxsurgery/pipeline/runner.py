@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,21 +115,31 @@ class Pipeline:
         output: str | os.PathLike | None = None,
         *,
         external_data: bool | None = None,
+        progress: Callable[[str, str, int | None, int | None], None] | None = None,
     ) -> PipelineReport:
         """Run the chain on ``model`` (path or ModelProto); write ``output`` if given.
 
-        Returns the report (``report.model`` is the final model). Raises an
+        ``progress(where, stage, done, total)`` hears where the run is: ``where`` is a pass's
+        name (or ``load``, ``validate``, ``write``), ``stage`` what it is doing, ``done`` of
+        ``total`` where steps are counted (validation cases). Returns the report (``report.model`` is the final model). Raises an
         :class:`~onnxsurgery.errors.OnnxSurgeryError` on the first failure, with the partial
         report attached as ``error.pipeline_report``; nothing is written then.
         """
         start = time.perf_counter()
         source_path: Path | None = None
         source_external = False
+        where = ["load"]
+
+        def stage(text: str, done: int | None = None, total: int | None = None) -> None:
+            if progress is not None:
+                progress(where[0], text, done, total)
+
         if isinstance(model, onnx.ModelProto):
             current = onnx.ModelProto()
             current.CopyFrom(model)
         else:
             source_path = Path(model)
+            stage(f"reading {source_path.name}")
             loaded = read_model_file(source_path)
             current, source_external = loaded.model, loaded.external_data
         out_path = Path(output) if output is not None else None
@@ -142,14 +152,20 @@ class Pipeline:
             source=str(source_path) if source_path else None,
             output=str(out_path) if out_path else None,
         )
-        ctx = PassContext(provider=self.provider, references=self.references, source=source_path)
+        ctx = PassContext(
+            provider=self.provider, references=self.references, source=source_path, progress=stage
+        )
         try:
             for p in self.passes:
+                where[0] = p.name
                 current = self._run_pass(p, current, ctx, report)
             if self.references is not None and not any(p.validates for p in self.passes):
+                where[0] = "validate"
                 self._validate(current, ctx, report)
             _stamp(current, self.chain)
             if out_path is not None:
+                where[0] = "write"
+                stage(str(out_path))
                 use_external = True if source_external and external_data is None else external_data
                 save_model(current, out_path, external_data=use_external)
         except OnnxSurgeryError as exc:
@@ -170,10 +186,12 @@ class Pipeline:
         record = PassRecord(p.name, dict(p.options), 0.0, before, before, False)
         report.passes.append(record)
         try:
+            ctx.stage("running")
             # Passes get the model itself: the pipeline keeps no other reference to it, and a
             # failed pass ends the run, so a copy per pass would only cost time and memory.
             result = p(model, ctx)
             if self.check:
+                ctx.stage("checking its output (ONNX checker, shape inference)")
                 where = "its output model"
                 # One weightless copy for both: they see every weight's type and shape, not its data.
                 bare = weightless(result.model)
@@ -214,7 +232,12 @@ class Pipeline:
         if self.rtol is not None:
             kwargs["rtol"] = self.rtol
         result = validate(
-            model, ctx.references, provider=ctx.provider, output_map=ctx.map_outputs, **kwargs
+            model,
+            ctx.references,
+            provider=ctx.provider,
+            output_map=ctx.map_outputs,
+            progress=ctx.stage,
+            **kwargs,
         )
         report.validation = result
         report.provider = result.provider

@@ -123,12 +123,18 @@ def run_cases(
     rtol: float,
     tolerances: dict[str, tuple[float | None, float | None]],
     reference: str | None,
+    progress: Callable[[str, int | None, int | None], None] | None = None,
 ) -> ValidationReport:
-    """Run every ``(name, inputs, expected)`` on ``runner`` and gather the report."""
-    results = [
-        run_case(runner, name, inputs, expected, atol=atol, rtol=rtol, tolerances=tolerances)
-        for name, inputs, expected in runs
-    ]
+    """Run every ``(name, inputs, expected)`` on ``runner`` and gather the report;
+    ``progress(stage, done, total)`` hears before each case."""
+    runs = list(runs)
+    results = []
+    for k, (name, inputs, expected) in enumerate(runs):
+        if progress is not None:
+            progress(f"case {k + 1}/{len(runs)}", k, len(runs))
+        results.append(
+            run_case(runner, name, inputs, expected, atol=atol, rtol=rtol, tolerances=tolerances)
+        )
     return ValidationReport(
         cases=results,
         provider=choice.note,

@@ -145,10 +145,12 @@ class FoldConstants(Pass):
                     f"are {', '.join(map(repr, sorted(names))) or '(none)'}"
                 )
         diagnostics: list[Diagnostic] = []
+        ctx.stage(f"onnxsim {onnxsim_version()}")
         folded, failure, log = self._onnxsim(model, pinned_inputs, diagnostics)
         if folded is None:
             if not self.fallback:
                 self.fail(f"onnxsim failed: {failure}", details=log)
+            ctx.stage("onnx-graphsurgeon (onnxsim failed)")
             try:
                 folded = fold_with_graphsurgeon(model, size_threshold=self.settings.size_threshold)
             except FolderFailed as exc:
@@ -168,6 +170,7 @@ class FoldConstants(Pass):
                     f"onnxsim failed ({failure}); folded with onnx-graphsurgeon instead"
                 )
             )
+        ctx.stage("comparing the folded graph")
         return self._result(model, folded, diagnostics)
 
     # -- steps -----------------------------------------------------------------------------------

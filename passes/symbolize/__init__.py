@@ -138,6 +138,7 @@ class Symbolize(Pass):
             return PassResult(
                 model, modified=False, diagnostics=[Diagnostic.info("no input axis to symbolize")]
             )
+        ctx.stage("planning")
         try:
             plan = plan_symbolize(model, axes)
         except ValueError as exc:
@@ -153,6 +154,7 @@ class Symbolize(Pass):
                     details=[str(b) for b in plan.blockers],
                 )
             diagnostics += [Diagnostic.blocker(str(b), node=b.node, op=b.op) for b in plan.blockers]
+        ctx.stage("rewriting")
         new = apply_plan(model, plan)
         modified = bool(plan.changes) or _io_changed(model, new)
         if not modified:
@@ -165,6 +167,7 @@ class Symbolize(Pass):
             for c in plan.changes
         ]
         if self.check:
+            ctx.stage("checking on ONNX Runtime at the traced size and other sizes")
             blocked = {s for b in plan.blockers for s in b.symbols}
             result = check_dynamic(
                 model,
