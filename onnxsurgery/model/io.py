@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,7 +20,12 @@ from pathlib import Path
 
 import onnx
 from google.protobuf.message import DecodeError
-from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_model
+from onnx.external_data_helper import (
+    ExternalDataInfo,
+    load_external_data_for_model,
+    save_external_data,
+    set_external_data,
+)
 
 from onnxsurgery.errors import ModelLoadError, ModelSaveError
 from onnxsurgery.model.dtypes import np_dtype
@@ -323,25 +329,49 @@ def _serialize(model: onnx.ModelProto) -> bytes:
     return model.SerializeToString(deterministic=True)
 
 
+def _initializers(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Initializers of ``graph`` and its subgraphs, in the order onnx externalises them."""
+    yield from graph.initializer
+    for node in graph.node:
+        for sub in subgraphs(node):
+            yield from _initializers(sub)
+
+
+def _externalise(tensor: onnx.TensorProto, location: str, folder: Path) -> None:
+    """What ``convert_model_to_external_data`` + ``write_external_data_tensors`` do to one
+    tensor: data of ``EXTERNAL_THRESHOLD`` bytes or more goes to the end of ``location``."""
+    if tensor.HasField("raw_data") and sys.getsizeof(tensor.raw_data) >= EXTERNAL_THRESHOLD:
+        set_external_data(tensor, location)
+        save_external_data(tensor, str(folder))
+        tensor.ClearField("raw_data")
+
+
 def _write(model: onnx.ModelProto, path: Path, *, external_data: bool) -> None:
-    """Write model (and its data file) at ``path`` directly; callers make it atomic."""
+    """Write model (and its data file) at ``path`` directly; callers make it atomic.
+
+    With external data, the copy that is written takes the main graph's initializers one at a
+    time, each written out and emptied before the next (never a second copy of every weight);
+    the files are those ``onnx``'s own two steps write.
+    """
     if not external_data:
         path.write_bytes(_serialize(model))
         return
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    # Externalised tensors are written in graph order to one file named after the model.
-    onnx.external_data_helper.convert_model_to_external_data(
-        copy,
-        all_tensors_to_one_file=True,
-        location=path.name + ".data",
-        size_threshold=EXTERNAL_THRESHOLD,
-        convert_attribute=False,
-    )
-    data_path = path.parent / (path.name + ".data")
+    location = path.name + ".data"
+    data_path = path.parent / location
     if data_path.exists():
         data_path.unlink()
-    onnx.external_data_helper.write_external_data_tensors(copy, str(path.parent))
+    copy = onnx.ModelProto()
+    _copy_fields(model, copy, skip="graph")
+    _copy_fields(model.graph, copy.graph, skip="initializer")
+    # Externalised tensors are written in graph order to one file named after the model.
+    for tensor in model.graph.initializer:
+        added = copy.graph.initializer.add()
+        added.CopyFrom(tensor)
+        _externalise(added, location, path.parent)
+    for node in copy.graph.node:
+        for sub in subgraphs(node):
+            for tensor in _initializers(sub):
+                _externalise(tensor, location, path.parent)
     path.write_bytes(_serialize(copy))
 
 
