@@ -1,8 +1,9 @@
 """Whole-process wall time and peak RSS of onnxsurgery chains vs the floor and vs peer tools.
 
 Every measurement is one subprocess (a fresh interpreter: imports, load, work, save, exit),
-timed by the wall clock and measured by the OS: the child's peak RSS comes from ``os.wait4``,
-the per-child form of ``getrusage(RUSAGE_CHILDREN)``. The commands of a group run alternately
+timed by the wall clock and measured by the OS: its peak RSS is ``getrusage(RUSAGE_CHILDREN)``
+in a small trampoline process that forks it (see ``timed``; a process forked and run by it,
+like fold-constants' onnxsim child, counts with its own peak, not the sum). The commands of a group run alternately
 (floor, ours, peers, floor, ours, peers, ...) so that drift on a shared machine hits them alike;
 min / median / max are over ``--runs`` rounds, and ratios are of medians (wall) and of peaks
 (RSS, the median of each command's peaks).
@@ -105,20 +106,71 @@ class Row:
         return statistics.median(self.rss_mib) if self.rss_mib else None
 
 
-def timed(argv: list[str]) -> tuple[float, float, str]:
-    """Run ``argv``; (wall seconds, the child's peak RSS in MiB, error text or "")."""
-    with tempfile.TemporaryFile() as err:
+def _tree_rss_mib(pid: int) -> float:
+    """RSS of ``pid`` and its descendants now (shared pages counted in each), in MiB."""
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+            stack += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+    return total / 1024
+
+
+# Forks the command from a small interpreter and reports getrusage(RUSAGE_CHILDREN) after it:
+# a child forked from this (large) process would carry this process's RSS high-water mark into
+# its own peak (Linux records it at exec), which a ~10 MB trampoline does not.
+_TRAMPOLINE = """
+import os, resource, sys
+pid = os.fork()
+if pid == 0:
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.execvp(sys.argv[1], sys.argv[1:])
+_, status = os.waitpid(pid, 0)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, flush=True)
+code = os.waitstatus_to_exitcode(status)
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
+def timed(argv: list[str], cap_mib: float | None = None) -> tuple[float, float, str]:
+    """Run ``argv``; (wall seconds, its peak RSS in MiB, error text or "").
+
+    The peak is the OS's: ``getrusage(RUSAGE_CHILDREN)`` in a trampoline process around the
+    command (the command's own peak, or its largest descendant's). With ``cap_mib``, the
+    process tree is stopped once its RSS passes the cap (a shared machine).
+    """
+    with tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as out:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _TRAMPOLINE, *argv],
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
+        capped = False
+        while proc.poll() is None:
+            if cap_mib and not capped and _tree_rss_mib(proc.pid) > cap_mib:
+                os.killpg(proc.pid, 9)
+                capped = True
+            time.sleep(0.05)
         wall = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        reported = out.read().decode().strip().splitlines()
+        peak = int(reported[-1]) / 1024 if reported and reported[-1].isdigit() else float("nan")
         text = ""
-        if proc.returncode:
+        if capped:
+            text = f"stopped: its processes passed the {cap_mib / 1024:.0f} GiB cap on RSS"
+        elif proc.returncode:
             err.seek(0)
             lines = err.read().decode(errors="replace").strip().splitlines()
             text = f"exit {proc.returncode}: {lines[-1][:120] if lines else ''}"
-    return wall, usage.ru_maxrss / 1024, text
+    return wall, peak, text
 
 
 def commands(model: Path, out: Path, group: str) -> dict[str, list[str]]:
@@ -144,7 +196,9 @@ def commands(model: Path, out: Path, group: str) -> dict[str, list[str]]:
     }
 
 
-def measure_group(group: str, name: str, runs: int, only: set[str] | None = None) -> list[Row]:
+def measure_group(
+    group: str, name: str, runs: int, only: set[str] | None = None, cap_mib: float | None = None
+) -> list[Row]:
     model = ensure(name)
     with tempfile.TemporaryDirectory(prefix="bench-", dir=model.parent) as tmp:
         out = Path(tmp) / "out.onnx"
@@ -157,7 +211,7 @@ def measure_group(group: str, name: str, runs: int, only: set[str] | None = None
                 row = rows[what]
                 if row.failed:
                     continue
-                wall, rss, error = timed(argv)
+                wall, rss, error = timed(argv, cap_mib)
                 if error:
                     row.failed = error
                     continue
@@ -270,6 +324,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="alternated rounds (default 3)")
     parser.add_argument("--large", action="store_true", help="also the 2.2 GB model, last")
     parser.add_argument("--json", type=Path, help="write the rows as JSON here")
+    parser.add_argument(
+        "--rss-cap-gib", type=float, default=10.0,
+        help="stop a large-model command whose processes pass this RSS (default 10)",
+    )
     args = parser.parse_args(argv)
     runs = 1 if args.quick else args.runs
     models = ["attn-50MB"] if args.quick else ["attn-50MB", "attn-500MB", "bert-base"]
@@ -292,8 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = chains + fold + plan + lat
     if args.large:
         name = "attn-2.2GB-ext"
-        big = measure_group("chains", name, 1) + measure_group(
-            "fold", name, 1, only={"onnxsim", "fold-constants"}
+        cap = args.rss_cap_gib * 1024
+        big = measure_group("chains", name, 1, cap_mib=cap) + measure_group(
+            "fold", name, 1, only={"onnxsim", "fold-constants"}, cap_mib=cap
         )
         size = model_bytes(ensure(name)) / 2**20
         for r in big:
