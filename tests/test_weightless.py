@@ -14,6 +14,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxsurgery import load_model
 from onnxsurgery.errors import ModelLoadError
 from onnxsurgery.model.io import (
     PLACEHOLDER,
@@ -137,3 +138,17 @@ def test_sessions_with_weights_as_ortvalues_match_sessions_from_bytes(path):
             )
         for got, want in zip(ours.run(None, feeds), ref.run(None, feeds), strict=True):
             np.testing.assert_array_equal(got, want)
+
+
+def test_weights_read_from_external_data_lose_theirs_too(tmp_path):
+    # onnx sets data_location = DEFAULT on the tensors it loads from external data: those are
+    # the weights of the models over 2 GB, whose weightless copy must stay small.
+    path = tmp_path / "m.onnx"
+    onnx.save(mixed_weights_model(), str(path), save_as_external_data=True, size_threshold=0)
+    model = load_model(path)
+    assert all(t.HasField("data_location") for t in model.graph.initializer)
+    bare = weightless(model)
+    assert [t.data_location for t in bare.graph.initializer] == [TensorProto.EXTERNAL] * 3 + [
+        TensorProto.DEFAULT
+    ]
+    assert bare.ByteSize() < model.ByteSize() / 10

@@ -242,6 +242,8 @@ def _stub(tensor: onnx.TensorProto) -> onnx.TensorProto | None:
     if nbytes < EXTERNAL_THRESHOLD:
         return None
     stub = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+    if tensor.HasField("data_location"):  # set to DEFAULT by onnx when it loads external data
+        stub.data_location = tensor.data_location
     if tensor.ByteSize() != stub.ByteSize() + 1 + _varint_size(nbytes) + nbytes:
         return None
     stub.data_location = onnx.TensorProto.EXTERNAL
@@ -292,11 +294,19 @@ def adopt_graph(model: onnx.ModelProto, source: onnx.ModelProto) -> onnx.ModelPr
     return source
 
 
-def restore_weights(inferred: onnx.ModelProto, model: onnx.ModelProto) -> onnx.ModelProto:
-    """``inferred`` (from a weightless copy of ``model``) with ``model``'s initializers back."""
-    del inferred.graph.initializer[:]
-    inferred.graph.initializer.extend(model.graph.initializer)
-    return inferred
+def restore_weights(derived: onnx.ModelProto, model: onnx.ModelProto) -> onnx.ModelProto:
+    """``derived`` (made from a weightless copy of ``model``) with each placeholder weight of
+    its main graph replaced by ``model``'s initializer of that name; returns ``derived``."""
+    originals = {t.name: t for t in model.graph.initializer}
+    for tensor in derived.graph.initializer:
+        if (
+            tensor.data_location == onnx.TensorProto.EXTERNAL
+            and tensor.external_data
+            and tensor.external_data[0].value == PLACEHOLDER
+            and tensor.name in originals
+        ):
+            tensor.CopyFrom(originals[tensor.name])
+    return derived
 
 
 def check_model(
@@ -309,7 +319,8 @@ def check_model(
         with tempfile.TemporaryDirectory(prefix="onnxsurgery-check-") as tmp:
             tmp_path = Path(tmp) / "model.onnx"
             (Path(tmp) / PLACEHOLDER).touch()
-            tmp_path.write_bytes(_serialize(stub))
+            # Still over 2 GB (weights the copy keeps, such as integer tables): data beside it.
+            _write(stub, tmp_path, external_data=is_large(stub))
             onnx.checker.check_model(str(tmp_path))
     except onnx.checker.ValidationError as exc:
         text = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
@@ -319,10 +330,23 @@ def check_model(
 
 def infer_shapes(model: onnx.ModelProto, *, data_prop: bool = True) -> onnx.ModelProto:
     """ONNX shape inference (strict) on a weightless copy; returns a new model with the weights."""
-    inferred = onnx.shape_inference.infer_shapes(
-        weightless(model), strict_mode=True, data_prop=data_prop
-    )
-    return restore_weights(inferred, model)
+    bare = weightless(model)
+    if not is_large(bare):
+        inferred = onnx.shape_inference.infer_shapes(bare, strict_mode=True, data_prop=data_prop)
+        return restore_weights(inferred, model)
+    # Still over 2 GB (weights the copy keeps): by path, with its data beside it.
+    with tempfile.TemporaryDirectory(prefix="onnxsurgery-infer-") as tmp:
+        src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
+        _write(bare, src, external_data=True)
+        onnx.shape_inference.infer_shapes_path(str(src), str(dst), strict_mode=True, data_prop=data_prop)
+        inferred = onnx.load(str(dst), load_external_data=False)
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    del result.graph.value_info[:]
+    result.graph.value_info.extend(inferred.graph.value_info)
+    del result.graph.output[:]
+    result.graph.output.extend(inferred.graph.output)
+    return result
 
 
 def _serialize(model: onnx.ModelProto) -> bytes:
