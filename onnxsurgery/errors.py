@@ -99,6 +99,9 @@ class PassError(OnnxSurgeryError):
         self.pass_name = pass_name
         self.node = node
         self.details = list(details or [])
+        #: The type name of the exception this error stands for, when a pass raised something
+        #: other than an OnnxSurgeryError (the pipeline's boundary converted it).
+        self.cause_type: str | None = None
         super().__init__(message)
 
     def __str__(self) -> str:

@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from onnxsurgery.files import write_atomic
 from onnxsurgery.pipeline.contract import Diagnostic
 
 __all__ = ["PassRecord", "PipelineReport", "write_json"]
@@ -141,11 +142,5 @@ class PipelineReport:
 
 def write_json(data: Any, path: str | os.PathLike) -> Path:
     """Write a report as JSON atomically (temp file + rename)."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(_jsonable(data), indent=2, sort_keys=False) + "\n", encoding="utf-8")
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
+    text = json.dumps(_jsonable(data), indent=2, sort_keys=False) + "\n"
+    return write_atomic(path, lambda staged: staged.write_text(text, encoding="utf-8"), what="report")

@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import onnx
@@ -27,7 +28,14 @@ from onnxsurgery.errors import (
     UsageError,
     ValidationMismatch,
 )
-from onnxsurgery.model.io import check_model, infer_shapes, read_model_file, save_model
+from onnxsurgery.files import check_targets, shown
+from onnxsurgery.model.io import (
+    check_model,
+    infer_shapes,
+    prepare_model,
+    read_model_file,
+    save_model,
+)
 from onnxsurgery.model.walk import count_nodes
 from onnxsurgery.pipeline.chain import PassSpec, build_passes, format_value, parse_passes
 from onnxsurgery.pipeline.contract import Pass, PassContext
@@ -35,7 +43,7 @@ from onnxsurgery.pipeline.report import PassRecord, PipelineReport
 from onnxsurgery.validation.against_references import validate
 from onnxsurgery.validation.runtime import PROVIDERS
 
-__all__ = ["Pipeline", "run", "default_output_path", "PIPELINE_METADATA_KEY"]
+__all__ = ["Pipeline", "run", "default_output_path", "pass_failure", "PIPELINE_METADATA_KEY"]
 
 #: metadata_props key recording which chain produced a model (no timestamps: output stays byte-identical).
 PIPELINE_METADATA_KEY = "onnxsurgery.pipeline"
@@ -46,6 +54,35 @@ def default_output_path(source: str | os.PathLike) -> Path:
     p = Path(source)
     stem = p.name[: -len(".onnx")] if p.name.endswith(".onnx") else p.name
     return p.with_name(f"{stem}.surgery.onnx")
+
+
+def _failing_node(tb: TracebackType | None) -> str | None:
+    """The innermost frame of a traceback that holds a ``node`` (a NodeProto): where a pass was."""
+    found = None
+    while tb is not None:
+        node = tb.tb_frame.f_locals.get("node")
+        if isinstance(node, onnx.NodeProto):
+            found = node.name or f"{node.op_type} (unnamed)"
+        tb = tb.tb_next
+    return found
+
+
+def pass_failure(pass_name: str, exc: BaseException) -> PassError:
+    """The PassError for any exception a pass raised: names the pass, the node it was at (where
+    the traceback shows one), and the exception. ``--traceback`` shows the original stack."""
+    if isinstance(exc, RecursionError):
+        what = "the graph nests too deeply (Python recursion limit)"
+    elif isinstance(exc, MemoryError):
+        what = "out of memory"
+    else:
+        text = " ".join(str(exc).split())
+        what = f"{type(exc).__name__}: {text[:300] + ' ...' if len(text) > 300 else text}"
+    node = _failing_node(exc.__traceback__)
+    error = PassError(
+        f"cannot handle this graph: {what}", pass_name=pass_name, node=shown(node)[1:-1] if node else None
+    )
+    error.cause_type = type(exc).__name__
+    return error
 
 
 def _describe(p: Pass) -> str:
@@ -108,29 +145,30 @@ class Pipeline:
         output: str | os.PathLike | None = None,
         *,
         external_data: bool | None = None,
+        base_dir: str | os.PathLike | None = None,
     ) -> PipelineReport:
         """Run the chain on ``model`` (path or ModelProto); write ``output`` if given.
 
-        Returns the report (``report.model`` is the final model). Raises an
+        A ModelProto goes through the same checks as a file; external data it refers to is
+        resolved against ``base_dir`` (refused without one). Returns the report
+        (``report.model`` is the final model). Raises an
         :class:`~onnxsurgery.errors.OnnxSurgeryError` on the first failure, with the partial
-        report attached as ``error.pipeline_report``; nothing is written then.
+        report attached as ``error.pipeline_report`` (its ``model`` is the last model a pass
+        produced); nothing is written then. Any other exception a pass raises becomes a
+        :class:`~onnxsurgery.errors.PassError` naming the pass and, where known, the node.
         """
         start = time.perf_counter()
         source_path: Path | None = None
-        source_external = False
+        out_path = Path(output) if output is not None else None
         if isinstance(model, onnx.ModelProto):
             current = onnx.ModelProto()
             current.CopyFrom(model)
+            source_external = prepare_model(current, where="model:", base_dir=base_dir)
         else:
             source_path = Path(model)
+            check_targets({"input model": source_path}, {"output": out_path})
             loaded = read_model_file(source_path)
             current, source_external = loaded.model, loaded.external_data
-        out_path = Path(output) if output is not None else None
-        if out_path is not None and source_path is not None:
-            if out_path.resolve() == source_path.resolve():
-                raise UsageError(
-                    f"{out_path}: the output would overwrite the input; give another -o path"
-                )
         report = PipelineReport(
             source=str(source_path) if source_path else None,
             output=str(out_path) if out_path else None,
@@ -149,6 +187,7 @@ class Pipeline:
             report.error = str(exc)
             report.seconds = time.perf_counter() - start
             report.output = None
+            report.model = current
             exc.pipeline_report = report
             raise
         report.seconds = time.perf_counter() - start
@@ -183,9 +222,11 @@ class Pipeline:
                 record.report = exc.report
                 report.validation = exc.report if p.validates else None
             raise
-        except Exception as exc:  # a bug: keep the traceback, but say which pass raised it
-            exc.add_note(f"raised inside onnxsurgery pass {p.name!r} ({p!r})")
-            raise
+        except Exception as exc:  # whatever a pass raises on the graph it was given
+            record.seconds = time.perf_counter() - t0
+            error = pass_failure(p.name, exc)
+            record.error = str(error)
+            raise error from exc
         record.seconds = time.perf_counter() - t0
         record.nodes_after = count_nodes(result.model)
         record.modified = result.modified
@@ -204,9 +245,14 @@ class Pipeline:
             kwargs["atol"] = self.atol
         if self.rtol is not None:
             kwargs["rtol"] = self.rtol
-        result = validate(
-            model, ctx.references, provider=ctx.provider, output_map=ctx.map_outputs, **kwargs
-        )
+        try:
+            result = validate(
+                model, ctx.references, provider=ctx.provider, output_map=ctx.map_outputs, **kwargs
+            )
+        except OnnxSurgeryError:
+            raise
+        except Exception as exc:  # ONNX Runtime refusing the graph, or worse: say where
+            raise pass_failure("validation", exc) from exc
         report.validation = result
         report.provider = result.provider
         if not result:
@@ -226,9 +272,11 @@ def run(
     atol: float | None = None,
     rtol: float | None = None,
     external_data: bool | None = None,
+    base_dir: str | os.PathLike | None = None,
 ) -> PipelineReport:
-    """Run ``passes`` on ``model`` and write ``output``: the Python form of ``onnxsurgery run``."""
+    """Run ``passes`` on ``model`` and write ``output``: the Python form of ``onnxsurgery run``.
+    A ModelProto with external data needs ``base_dir``, the folder its data files are in."""
     pipeline = Pipeline(
         passes, check=check, references=references, provider=provider, atol=atol, rtol=rtol
     )
-    return pipeline.run(model, output, external_data=external_data)
+    return pipeline.run(model, output, external_data=external_data, base_dir=base_dir)
