@@ -14,6 +14,7 @@ import json
 import sys
 import warnings
 from collections.abc import Iterator
+from dataclasses import fields
 from pathlib import Path
 from typing import Annotated
 
@@ -45,6 +46,7 @@ from onnxsurgery import (
     validate,
 )
 from onnxsurgery.files import check_targets
+from onnxsurgery.limits import Limits, parse_limit
 from onnxsurgery.model import parse_shape_spec
 from onnxsurgery.pipeline import build_passes, write_json
 from onnxsurgery.validation import PROVIDERS, load_module, parse_tolerance_spec
@@ -219,6 +221,16 @@ def run(
         ),
     ] = True,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print nothing but errors.")] = False,
+    limit: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--limit",
+            help="Change a resource limit, NAME=VALUE (repeatable): "
+            + ", ".join(f"{f.name} (default {getattr(Limits(), f.name):g})" for f in fields(Limits))
+            + ".",
+            rich_help_panel=_PANEL_CHAIN,
+        ),
+    ] = None,
     traceback: Annotated[
         bool, typer.Option("--traceback", help="On an error, print the Python stack too.")
     ] = False,
@@ -242,7 +254,10 @@ def run(
             names = ", ".join(n for n, e in discover().items() if e.available)
             raise UsageError(f"no passes given: use --passes \"...\" or --recipe FILE (passes: {names})")
         specs = load_recipe(recipe) if recipe else parse_passes(passes or "")
-        pipeline = Pipeline(specs, check=check, references=ref, provider=provider, atol=atol, rtol=rtol)
+        limits = dict(parse_limit(text) for text in limit or [])
+        pipeline = Pipeline(
+            specs, check=check, references=ref, provider=provider, atol=atol, rtol=rtol, limits=limits
+        )
         try:
             result = pipeline.run(model, target)
         except ValidationMismatch as exc:

@@ -53,10 +53,18 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
 def check_targets(
     inputs: Mapping[str, str | os.PathLike | None], outputs: Mapping[str, str | os.PathLike | None]
 ) -> None:
-    """Refuse an output (label -> path) that is an input or that another output also names."""
+    """Refuse, before any work, an output (label -> path) whose folder is missing, that is a
+    folder, that is an input, or that another output also names."""
     given_in = [(label, Path(p)) for label, p in inputs.items() if p is not None]
     given_out = [(label, Path(p)) for label, p in outputs.items() if p is not None]
     for i, (label, target) in enumerate(given_out):
+        try:
+            folder_ok = target.parent.is_dir() and not target.is_dir()
+        except (OSError, ValueError) as exc:
+            raise ModelSaveError(f"{label} {target}: cannot be written: {_reason(exc)}") from None
+        if not folder_ok:
+            what = "is a directory" if target.parent.is_dir() else f"folder {target.parent} does not exist"
+            raise ModelSaveError(f"{label} {target}: {what}; nothing was run")
         for in_label, source in given_in:
             if same_file(target, source):
                 raise UsageError(

@@ -97,11 +97,14 @@ class _Parser:
 
     def error(self, what: str, pos: int | None = None) -> PassSpecError:
         at = self.pos if pos is None else pos
-        # show at most 60 characters of each side of the column
-        lo = max(0, at - 60)
-        text = self.text[lo : at + 60]
-        pointer = f"{'...' if lo else ''}{text}\n{' ' * (at - lo + (3 if lo else 0))}^"
-        return PassSpecError(f"--passes: {what} at column {at + 1}:\n{pointer}")
+        # one line: at most 60 characters each side of the column, the column marked <<HERE>>
+        before = self.text[max(0, at - 60) : at]
+        after = self.text[at : at + 60]
+        pointer = (
+            f"{'...' if at > 60 else ''}{before}<<HERE>>{after}"
+            f"{'...' if len(self.text) > at + 60 else ''}"
+        )
+        return PassSpecError(f"--passes: {what} at column {at + 1}: {pointer}")
 
     def skip_ws(self) -> None:
         while self.pos < len(self.text) and self.text[self.pos].isspace():

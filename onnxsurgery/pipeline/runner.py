@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -23,12 +23,15 @@ import onnx
 
 from onnxsurgery._version import __version__
 from onnxsurgery.errors import (
+    ModelLoadError,
     OnnxSurgeryError,
     PassError,
     UsageError,
     ValidationMismatch,
 )
 from onnxsurgery.files import check_targets, shown
+from onnxsurgery.limits import LimitExceeded, Limits, check_sizes, use_limits
+from onnxsurgery.limits import current as current_limits
 from onnxsurgery.model.io import (
     check_model,
     infer_shapes,
@@ -70,7 +73,9 @@ def _failing_node(tb: TracebackType | None) -> str | None:
 def pass_failure(pass_name: str, exc: BaseException) -> PassError:
     """The PassError for any exception a pass raised: names the pass, the node it was at (where
     the traceback shows one), and the exception. ``--traceback`` shows the original stack."""
-    if isinstance(exc, RecursionError):
+    if isinstance(exc, LimitExceeded):
+        what = str(exc)
+    elif isinstance(exc, RecursionError):
         what = "the graph nests too deeply (Python recursion limit)"
     elif isinstance(exc, MemoryError):
         what = "out of memory"
@@ -119,7 +124,9 @@ class Pipeline:
         provider: str = "auto",
         atol: float | None = None,
         rtol: float | None = None,
+        limits: Limits | Mapping[str, Any] | None = None,
     ) -> None:
+        self.limits = limits if isinstance(limits, Limits) else current_limits().updated(limits)
         items = parse_passes(passes) if isinstance(passes, str) else list(passes)
         self.passes: list[Pass] = build_passes(items)
         if not self.passes:
@@ -157,6 +164,17 @@ class Pipeline:
         produced); nothing is written then. Any other exception a pass raises becomes a
         :class:`~onnxsurgery.errors.PassError` naming the pass and, where known, the node.
         """
+        with use_limits(self.limits):
+            return self._run(model, output, external_data=external_data, base_dir=base_dir)
+
+    def _run(
+        self,
+        model: onnx.ModelProto | str | os.PathLike,
+        output: str | os.PathLike | None,
+        *,
+        external_data: bool | None,
+        base_dir: str | os.PathLike | None,
+    ) -> PipelineReport:
         start = time.perf_counter()
         source_path: Path | None = None
         out_path = Path(output) if output is not None else None
@@ -169,6 +187,10 @@ class Pipeline:
             check_targets({"input model": source_path}, {"output": out_path})
             loaded = read_model_file(source_path)
             current, source_external = loaded.model, loaded.external_data
+        try:
+            check_sizes(current)
+        except LimitExceeded as exc:
+            raise ModelLoadError(f"{source_path or 'model'}: {exc}") from None
         report = PipelineReport(
             source=str(source_path) if source_path else None,
             output=str(out_path) if out_path else None,
@@ -205,6 +227,10 @@ class Pipeline:
         report.passes.append(record)
         try:
             result = p(working, ctx)
+            try:
+                check_sizes(result.model)
+            except LimitExceeded as exc:
+                raise PassError(f"its output model: {exc}") from None
             if self.check:
                 where = "its output model"
                 check_model(result.model, where=where, error=PassError)
@@ -273,10 +299,17 @@ def run(
     rtol: float | None = None,
     external_data: bool | None = None,
     base_dir: str | os.PathLike | None = None,
+    limits: Limits | Mapping[str, Any] | None = None,
 ) -> PipelineReport:
     """Run ``passes`` on ``model`` and write ``output``: the Python form of ``onnxsurgery run``.
     A ModelProto with external data needs ``base_dir``, the folder its data files are in."""
     pipeline = Pipeline(
-        passes, check=check, references=references, provider=provider, atol=atol, rtol=rtol
+        passes,
+        check=check,
+        references=references,
+        provider=provider,
+        atol=atol,
+        rtol=rtol,
+        limits=limits,
     )
     return pipeline.run(model, output, external_data=external_data, base_dir=base_dir)
