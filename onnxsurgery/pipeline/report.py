@@ -14,7 +14,6 @@ from typing import Any
 
 import onnx
 from rich.console import Group
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -102,29 +101,34 @@ class PipelineReport:
         }
 
     def __rich__(self) -> Group:
-        table = Table(title=f"onnxsurgery: {self.source or 'model'}", title_justify="left")
-        table.add_column("pass", style="bold")
-        table.add_column("options")
-        table.add_column("seconds", justify="right")
-        table.add_column("nodes", justify="right")
-        table.add_column("changed")
-        table.add_column("notes")
+        # short columns only, so the table reads at 80 columns; options and notes go below it,
+        # one paragraph per pass that wraps as a paragraph (all of it is in --report too)
+        table = Table(title=Text(f"onnxsurgery: {self.source or 'model'}"), title_justify="left")
+        table.add_column("pass", style="bold", no_wrap=True)
+        table.add_column("seconds", justify="right", no_wrap=True)
+        table.add_column("nodes", justify="right", no_wrap=True)
+        table.add_column("changed", no_wrap=True)
+        notes: list[Text] = []
         for rec in self.passes:
-            opts = escape(", ".join(f"{k}={v}" for k, v in rec.options.items() if v is not None))
-            notes = escape("; ".join(str(d) for d in rec.diagnostics[:4]))
-            if len(rec.diagnostics) > 4:
-                notes += f"; ... {len(rec.diagnostics) - 4} more"
-            if rec.error:
-                notes = f"[red]{escape(rec.error)}[/red]"
             table.add_row(
                 rec.name,
-                opts,
                 f"{rec.seconds:.3f}",
                 f"{rec.nodes_before} -> {rec.nodes_after}",
-                "[red]failed[/red]" if rec.error else ("yes" if rec.modified else "no"),
-                notes,
+                Text("failed", style="red") if rec.error else ("yes" if rec.modified else "no"),
             )
-        parts: list[Any] = [table]
+            opts = ", ".join(f"{k}={v}" for k, v in rec.options.items() if v is not None)
+            line = Text(rec.name, style="bold") + Text(f"({opts})" if opts else "", style="dim")
+            if rec.error:
+                line += Text(": ") + Text(rec.error, style="red")
+            elif rec.diagnostics:
+                text = "; ".join(str(d) for d in rec.diagnostics[:4])
+                if len(rec.diagnostics) > 4:
+                    text += f"; ... {len(rec.diagnostics) - 4} more (see --report)"
+                line += Text(": " + text)
+            else:
+                continue
+            notes.append(line)
+        parts: list[Any] = [table, *notes]
         blockers = [
             (rec.name, d) for rec in self.passes for d in rec.diagnostics if d.level != "info"
         ]

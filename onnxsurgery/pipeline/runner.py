@@ -176,6 +176,26 @@ class Pipeline:
         base_dir: str | os.PathLike | None,
     ) -> PipelineReport:
         start = time.perf_counter()
+        try:
+            return self._load_and_run(model, output, external_data, base_dir, start)
+        except OnnxSurgeryError as exc:
+            if exc.pipeline_report is None:  # refused before any pass: still a report to write
+                exc.pipeline_report = PipelineReport(
+                    source=None if isinstance(model, onnx.ModelProto) else str(model),
+                    output=None,
+                    error=str(exc),
+                    seconds=time.perf_counter() - start,
+                )
+            raise
+
+    def _load_and_run(
+        self,
+        model: onnx.ModelProto | str | os.PathLike,
+        output: str | os.PathLike | None,
+        external_data: bool | None,
+        base_dir: str | os.PathLike | None,
+        start: float,
+    ) -> PipelineReport:
         source_path: Path | None = None
         out_path = Path(output) if output is not None else None
         if isinstance(model, onnx.ModelProto):
