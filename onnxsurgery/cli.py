@@ -49,6 +49,7 @@ from onnxsurgery.files import check_targets
 from onnxsurgery.limits import Limits, parse_limit
 from onnxsurgery.model import parse_shape_spec
 from onnxsurgery.pipeline import build_passes, write_json
+from onnxsurgery.pipeline.runner import pass_failure
 from onnxsurgery.validation import PROVIDERS, load_module, parse_tolerance_spec
 
 __all__ = ["app", "main"]
@@ -330,7 +331,12 @@ def inspect(
                 loaded = load_model(model)
                 for p in build_passes(parse_passes(chain)):
                     try:
-                        preview = p.preview(loaded)
+                        try:
+                            preview = p.preview(loaded)
+                        except OnnxSurgeryError:
+                            raise
+                        except Exception as exc:  # the same boundary as a pass's run
+                            raise pass_failure(p.name, exc) from exc
                     except OnnxSurgeryError as exc:
                         if plan is not None:
                             raise

@@ -14,6 +14,7 @@ exception is a bug in onnxsurgery and keeps its traceback::
      +-- ReferenceDataError           reference cases missing, unreadable, or not matching the model
      +-- ProviderError                the asked-for ONNX Runtime provider cannot run
      +-- PassError                    a pass could not do its job (names the pass and, where known, the node)
+     |    +-- LimitExceeded           a model would cost more than a resource limit (onnxsurgery.limits)
      +-- ValidationMismatch           exit 1: the model ran but its outputs differ from the references
 
 A pipeline run that stops on an error attaches what it had done so far as the error's
@@ -39,6 +40,7 @@ __all__ = [
     "ReferenceDataError",
     "ProviderError",
     "PassError",
+    "LimitExceeded",
     "ValidationMismatch",
 ]
 
@@ -111,6 +113,11 @@ class PassError(OnnxSurgeryError):
         if self.pass_name and not text.startswith(f"{self.pass_name}:"):
             text = f"{self.pass_name}: {text}"
         return text
+
+
+class LimitExceeded(PassError):
+    """A model would cost more than a resource limit (time, elements, loop trips); the message
+    names the limit and how to raise it. The loader reports it as a ModelLoadError."""
 
 
 class ValidationMismatch(OnnxSurgeryError):

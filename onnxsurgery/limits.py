@@ -27,7 +27,7 @@ from typing import Any
 import onnx
 from onnx import numpy_helper
 
-from onnxsurgery.errors import UsageError
+from onnxsurgery.errors import LimitExceeded, UsageError
 from onnxsurgery.model.walk import subgraphs
 
 __all__ = ["Limits", "current", "use_limits", "parse_limit", "check_sizes", "LimitExceeded"]
@@ -39,7 +39,7 @@ class Limits:
     max_loop_trips: int = 10**7
     max_dim_terms: int = 256
     propagate_seconds: float = 20.0
-    run_seconds: float = 120.0
+    run_seconds: float = 60.0
 
     def hint(self, name: str) -> str:
         return f"the limit {name}={getattr(self, name)}; raise it with --limit {name}=N"
@@ -61,11 +61,6 @@ class Limits:
                 raise UsageError(f"limit {key} must be a positive number, got {str(value)[:40]!r}")
             changes[key] = number
         return replace(self, **changes)
-
-
-class LimitExceeded(Exception):
-    """Raised inside the engine when a model would cost more than a limit; the loader and the
-    pipeline turn it into their own error (ModelLoadError, PassError)."""
 
 
 _current = [Limits()]

@@ -3,7 +3,8 @@ the bounded slice ``make test`` runs (tests/test_robustness.py).
 
 Classes of input (each a generator of ``Case``: argv plus the files it needs):
 
-    bytes      byte flips, truncations, insertions and splices of the fixture models
+    bytes      byte flips, truncations, insertions and splices of the fixture models (through
+               run, and sometimes inspect or validate --against)
     structure  models rebuilt with the onnx helpers: bad dims, element types, op types, dropped
                or swapped inputs, cycles, duplicate outputs, wrong attributes, bogus external data
     chain      --passes strings and recipes: random text, deep nesting, huge literals, long names
@@ -157,7 +158,17 @@ def gen_bytes(rng: random.Random, work: Path) -> Case:
     model.write_bytes(_mutate_bytes(rng, _fixture_bytes(rng)))
     out = work / "out.onnx"
     chain = rng.choice(ALL_CHAINS if rng.random() < 0.15 else CHEAP_CHAINS)
-    return Case("bytes", ["run", str(model), "-o", str(out), "--passes", chain, "-q"], model, [out])
+    return Case("bytes", _command(rng, model, out, chain), model, [out])
+
+
+def _command(rng: random.Random, model: Path, out: Path, chain: str) -> list[str]:
+    """Mostly ``run``; sometimes ``inspect`` (with symbolize's preview) or ``validate --against``."""
+    roll = rng.random()
+    if roll < 0.1:
+        return ["inspect", str(model)]
+    if roll < 0.15:
+        return ["validate", str(model), "--against", str(FIXTURES[0]), "-q"]
+    return ["run", str(model), "-o", str(out), "--passes", chain, "-q"]
 
 
 def _rand_name(rng: random.Random) -> str:
@@ -235,7 +246,7 @@ def gen_structure(rng: random.Random, work: Path) -> Case:
     (work / "w.bin").write_bytes(b"\0" * 64)
     out = work / "out.onnx"
     chain = rng.choice(ALL_CHAINS if rng.random() < 0.3 else CHEAP_CHAINS)
-    return Case("structure", ["run", str(path), "-o", str(out), "--passes", chain, "-q"], path, [out])
+    return Case("structure", _command(rng, path, out, chain), path, [out])
 
 
 _CHAIN_ATOMS = [
@@ -280,7 +291,8 @@ def gen_paths(rng: random.Random, work: Path) -> Case:
         odd / "o.onnx", work, work / "r.json", work / "." / "model.onnx", Path("/proc/version"),
     ]
     out = rng.choice(choices)
-    argv = ["run", str(model if rng.random() < 0.9 else odd / "none.onnx"), "-o", str(out), "--passes", rng.choice(CHEAP_CHAINS), "-q"]
+    source = model if rng.random() < 0.9 else odd / "none.onnx"
+    argv = ["run", str(source), "-o", str(out), "--passes", rng.choice(CHEAP_CHAINS), "-q"]
     outputs = [out]
     if rng.random() < 0.6:
         report = rng.choice(choices)
@@ -290,7 +302,7 @@ def gen_paths(rng: random.Random, work: Path) -> Case:
         argv += ["--keep-failed", str(kept)]
     if rng.random() < 0.2:
         argv += ["--limit", rng.choice(["run_seconds=0", "nope=1", "max_elements=abc", "max_elements=10", "propagate_seconds=1e999"])]
-    return Case("paths", argv, model, outputs)
+    return Case("paths", argv, source, outputs)
 
 
 GENERATORS: dict[str, Callable[[random.Random, Path], Case]] = {

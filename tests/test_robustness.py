@@ -146,6 +146,14 @@ def _external(location: str, offset: str = "0", length: str = "4"):
     return build
 
 
+def _huge_input(tmp: Path) -> bytes:
+    m = onnx.parser.parse_model(
+        """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[4, 2147483648, 2147483648] x) => (float[4, 2147483648, 2147483648] y) { y = Relu(x) }"""
+    )
+    return m.SerializeToString()
+
+
 def _plain(tmp: Path) -> bytes:
     return base_model().SerializeToString()
 
@@ -166,6 +174,7 @@ CASES = [
     ("loop-1e12", _loop_bomb, "symbolize", [], "max_loop_trips"),
     ("chain-10k", _chain_bomb, "symbolize", [], "max_dim_terms"),
     ("range-1e12", _range_bomb, "symbolize", [], "max_elements"),
+    ("self-check-input-2^62", _huge_input, "symbolize", [], "random input of dims [4, 2147483648, 2147483648]"),
     ("check-huge", _plain, "fold-constants(check=99999999999999999999999)", [], "from 0 to 1000"),
     ("nested-brackets", _plain, "cleanup(x=" + "[" * 5000 + ")", [], "nested deeper than 32"),
     ("huge-size", _plain, "fold-constants(size_threshold=1" + "0" * 400 + "MB)", [], "under 2 GB"),

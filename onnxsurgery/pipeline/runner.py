@@ -73,19 +73,16 @@ def _failing_node(tb: TracebackType | None) -> str | None:
 def pass_failure(pass_name: str, exc: BaseException) -> PassError:
     """The PassError for any exception a pass raised: names the pass, the node it was at (where
     the traceback shows one), and the exception. ``--traceback`` shows the original stack."""
-    if isinstance(exc, LimitExceeded):
-        what = str(exc)
-    elif isinstance(exc, RecursionError):
-        what = "the graph nests too deeply (Python recursion limit)"
+    if isinstance(exc, RecursionError):
+        message = "cannot handle this graph: it nests too deeply (Python recursion limit)"
     elif isinstance(exc, MemoryError):
-        what = "out of memory"
+        message = "cannot handle this graph: out of memory"
     else:
         text = " ".join(str(exc).split())
-        what = f"{type(exc).__name__}: {text[:300] + ' ...' if len(text) > 300 else text}"
+        text = text[:300] + " ..." if len(text) > 300 else text
+        message = f"cannot handle this graph: {type(exc).__name__}: {text}"
     node = _failing_node(exc.__traceback__)
-    error = PassError(
-        f"cannot handle this graph: {what}", pass_name=pass_name, node=shown(node)[1:-1] if node else None
-    )
+    error = PassError(message, pass_name=pass_name, node=shown(node)[1:-1] if node else None)
     error.cause_type = type(exc).__name__
     return error
 
