@@ -65,6 +65,12 @@ def check_targets(
         if not folder_ok:
             what = "is a directory" if target.parent.is_dir() else f"folder {target.parent} does not exist"
             raise ModelSaveError(f"{label} {target}: {what}; nothing was run")
+        try:  # the folder must take the temporary folder write_atomic stages the file in
+            os.rmdir(tempfile.mkdtemp(prefix=".onnxsurgery-probe-", dir=target.parent))
+        except OSError as exc:
+            raise ModelSaveError(
+                f"{label} {target}: cannot write in {target.parent}: {_reason(exc)}; nothing was run"
+            ) from None
         for in_label, source in given_in:
             if same_file(target, source):
                 raise UsageError(

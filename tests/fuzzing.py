@@ -81,6 +81,7 @@ def run_case(case: Case, seconds: int = 60) -> Outcome:
     before = case.model.read_bytes() if case.model.is_file() else None
     mtime = case.model.stat().st_mtime_ns if case.model.is_file() else None
     leftovers_before = set(case.model.parent.iterdir())
+    outputs_before = {p: _stamp(p) for p in case.outputs}
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(seconds)
     try:
@@ -108,7 +109,7 @@ def run_case(case: Case, seconds: int = 60) -> Outcome:
         if case.model.read_bytes() != before or case.model.stat().st_mtime_ns != mtime:
             problem = "the input model changed"
     if problem is None and code != 0:
-        left = [p for p in case.outputs if _exists(p) and p != case.model and p.suffix == ".onnx"]
+        left = [p for p in case.outputs if _stamp(p) != outputs_before[p] and p.suffix == ".onnx"]
         if left:
             problem = f"a failed run left {left[0].name}"
     if problem is None:
@@ -118,11 +119,13 @@ def run_case(case: Case, seconds: int = 60) -> Outcome:
     return Outcome(case.cls, code, stderr, problem)
 
 
-def _exists(path: Path) -> bool:
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """(mtime, size) of a file, None when there is none (or the name is too long to be one)."""
     try:
-        return path.is_file()
-    except OSError:  # a name too long to exist
-        return False
+        st = path.stat()
+    except (OSError, ValueError):
+        return None
+    return (st.st_mtime_ns, st.st_size)
 
 
 # -- generators ------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
+from google.protobuf.message import Message
 from onnx.external_data_helper import load_external_data_for_model
 
 from onnxsurgery.errors import ModelLoadError, ModelSaveError
@@ -164,6 +165,27 @@ def _check_graph(graph: onnx.GraphProto, where: str) -> None:
             _check_graph(sub, where)
 
 
+def _bad_text(message: Message, path: str) -> str | None:
+    """The first string field (by its path in the model) that is not valid UTF-8: protobuf
+    parses such bytes, but onnx, onnx-graphsurgeon and ORT fail on them later."""
+    for fd, value in message.ListFields():
+        if fd.type not in (fd.TYPE_STRING, fd.TYPE_MESSAGE):
+            continue
+        items = value if fd.is_repeated else [value]
+        for k, item in enumerate(items):
+            where = f"{path}.{fd.name}" + (f"[{k}]" if fd.is_repeated else "")
+            if fd.type == fd.TYPE_STRING:
+                try:
+                    item.encode("utf-8")
+                except UnicodeError:
+                    return where
+            else:
+                found = _bad_text(item, where)
+                if found:
+                    return found
+    return None
+
+
 def _read_bytes(p: Path) -> bytes:
     try:
         info = p.stat()
@@ -210,6 +232,9 @@ def prepare_model(
                 if not present
             ]
             raise ModelLoadError(f"{where} not an ONNX model: no {', '.join(missing)}")
+        bad = _bad_text(model, "model")
+        if bad:
+            raise ModelLoadError(f"{where} {bad} is not valid UTF-8 text")
         _check_graph(model.graph, where)
         external = bool(_external_tensors(model))
         if external:
