@@ -1,8 +1,10 @@
 """The one exception tree of onnxsurgery.
 
 Every error a user can cause derives from :class:`OnnxSurgeryError`. The CLI catches that base
-class at one boundary, prints its message on one line and exits with its ``exit_code``; any other
-exception is a bug in onnxsurgery and keeps its traceback::
+class at one boundary, prints its message on one line and exits with its ``exit_code``. The
+pipeline turns anything else a pass raises into a :class:`PassError` naming the pass and the node,
+the loader anything else it meets into a :class:`ModelLoadError`; any other exception is a bug in
+onnxsurgery: the CLI exits 3 with one line (``--traceback`` prints the stack)::
 
     OnnxSurgeryError                  exit 2 unless said otherwise
      +-- UsageError                   the request itself is wrong

@@ -381,7 +381,7 @@ def small_graphs(draw):
 
 
 @pytest.mark.parametrize("chain", ["cleanup", "infer-shapes", "symbolize", "concat-outputs", "fold-constants"])
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(model=small_graphs())
 def test_every_pass_keeps_the_function_or_refuses(chain, model):
     try:
