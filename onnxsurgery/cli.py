@@ -510,8 +510,20 @@ def reference_show(
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app(prog_name="onnxsurgery")
+    """Console-script entry point. A command line that does not parse (an option value of the
+    wrong type, a missing argument, an unknown command) is one ``error:`` line and exit 2, not
+    a usage box; ``-h`` shows the help."""
+    try:
+        code = app(prog_name="onnxsurgery", standalone_mode=False)
+    except typer.Abort:
+        _say_error("interrupted; nothing was written")
+        sys.exit(130)
+    except typer.TyperException as exc:  # click's UsageError and friends
+        ctx = getattr(exc, "ctx", None)
+        hint = f"; see '{ctx.command_path} -h'" if ctx is not None else ""
+        _say_error(f"{exc.format_message().rstrip('.')}{hint}")
+        sys.exit(getattr(exc, "exit_code", 2))
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":  # python -m onnxsurgery.cli

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 import onnxsurgery
 from onnxsurgery import ModelLoadError, OnnxSurgeryError, compare_models
-from onnxsurgery.cli import app
+from onnxsurgery.cli import app, main
 
 runner = CliRunner()
 
@@ -401,3 +401,20 @@ def test_limits_apply_and_are_stated(tmp_path):
                       "--limit", "max_dim_terms=100000", "--limit", "propagate_seconds=1"])
     assert_clean_refusal(result, "propagate_seconds=1.0; raise it with --limit propagate_seconds=N")
     assert time.monotonic() - t0 < 60
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["run", "m.onnx", "-p", "cleanup", "--atol", "abc"], "Invalid value for '--atol'"),
+        (["run"], "Missing argument 'model'"),
+        (["nope"], "No such command 'nope'"),
+    ],
+)
+def test_command_lines_that_do_not_parse_are_one_line_not_a_usage_box(monkeypatch, capsys, argv, fragment):
+    monkeypatch.setattr("sys.argv", ["onnxsurgery", *argv])
+    with pytest.raises(SystemExit) as info:
+        main()
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert err.count("\n") == 1 and err.startswith("error: ") and fragment in err and "Usage" not in err
