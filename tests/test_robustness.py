@@ -418,3 +418,20 @@ def test_command_lines_that_do_not_parse_are_one_line_not_a_usage_box(monkeypatc
     err = capsys.readouterr().err
     assert info.value.code == 2
     assert err.count("\n") == 1 and err.startswith("error: ") and fragment in err and "Usage" not in err
+
+
+def test_inspect_prints_names_and_metadata_as_written(tmp_path):
+    m = onnx.parser.parse_model(
+        """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N, 3] x) => (float[N, 3] y) { y = Relu(x) }"""
+    )
+    m.graph.input[0].name = "[bold]x"
+    m.graph.node[0].input[0] = "[bold]x"
+    m.producer_name = "[/b]torch"
+    m.metadata_props.add(key="[red]k", value="[link=x]v")
+    path = tmp_path / "[bold]m.onnx"
+    onnx.save(m, path)
+    result = runner.invoke(app, ["inspect", str(path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    for text in ("[bold]x", "[/b]torch", "[red]k", "[link=x]v", "[bold]m.onnx"):
+        assert text in result.stdout, text
