@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 DEMO   := fixtures/alexnet_view/torchscript
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-corpus test-large lint fixtures bench clean
+.PHONY: install demo test test-corpus test-large fuzz lint fixtures bench clean
 
 install: $(STAMP)
 
@@ -33,6 +33,14 @@ test-corpus: install
 # A model over 2 GB with external data through fold-constants (~2 min, ~10 GB RAM, ~5 GB disk).
 test-large: install
 	$(BIN)/python -m pytest -m large -s tests/test_fold_constants_large.py
+
+# Hostile inputs through the CLI (bytes, structure, chain, paths): counts per class; exit 1 if any
+# input ends uncaught. FUZZ_INPUTS (default 12000), FUZZ_MINUTES (20), FUZZ_SEED, FUZZ_WEIGHTS.
+FUZZ_INPUTS  ?= 12000
+FUZZ_MINUTES ?= 20
+FUZZ_SEED    ?= 0
+fuzz: install
+	$(BIN)/python tests/fuzzing.py --inputs $(FUZZ_INPUTS) --minutes $(FUZZ_MINUTES) --seed $(FUZZ_SEED)
 
 lint: install
 	$(BIN)/ruff check onnxsurgery passes tests fixtures bench

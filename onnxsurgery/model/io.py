@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -19,15 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
-from google.protobuf.message import DecodeError
+from google.protobuf.message import Message
 from onnx.external_data_helper import (
-    ExternalDataInfo,
     load_external_data_for_model,
     save_external_data,
     set_external_data,
 )
 
 from onnxsurgery.errors import ModelLoadError, ModelSaveError
+from onnxsurgery.files import shown, write_atomic
 from onnxsurgery.model.dtypes import np_dtype
 from onnxsurgery.model.walk import subgraphs
 
@@ -35,6 +36,7 @@ __all__ = [
     "ModelFile",
     "load_model",
     "read_model_file",
+    "prepare_model",
     "save_model",
     "check_model",
     "infer_shapes",
@@ -86,79 +88,202 @@ def _external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
     ]
 
 
-def _check_external_data(model: onnx.ModelProto, path: Path) -> None:
-    base = path.parent.resolve()
+def _external_field(tensor: onnx.TensorProto, key: str, where: str) -> int | None:
+    """offset/length of an external-data entry as a non-negative int, or None when absent."""
+    for entry in tensor.external_data:
+        if entry.key == key:
+            try:
+                value = int(entry.value)
+            except ValueError:
+                raise ModelLoadError(f"{where}: its {key} {shown(entry.value)} is not an integer") from None
+            if value < 0:
+                raise ModelLoadError(f"{where}: its {key} {value} is negative")
+            return value
+    return None
+
+
+def _check_external_data(model: onnx.ModelProto, base: Path, where: str) -> None:
+    base = base.resolve()
     for tensor in _external_tensors(model):
-        info = ExternalDataInfo(tensor)
-        location = info.location
-        where = f"{path}: initializer {tensor.name!r} keeps its data in {location!r}"
+        locations = [e.value for e in tensor.external_data if e.key == "location"]
+        location = locations[0] if locations else ""
+        here = f"{where} initializer {shown(tensor.name)} keeps its data in {shown(location)}"
         if not location:
-            raise ModelLoadError(f"{where}, which is empty")
+            raise ModelLoadError(f"{here}, which is empty")
+        if "\0" in location:
+            raise ModelLoadError(f"{here}, a name with a NUL byte")
+        offset = _external_field(tensor, "offset", here) or 0
+        length = _external_field(tensor, "length", here)
         if os.path.isabs(location):
             raise ModelLoadError(
-                f"{where}, an absolute path; external data must sit in the model's folder {base}"
+                f"{here}, an absolute path; external data must sit in the model's folder {base}"
             )
         target = (base / location).resolve()
         if base not in target.parents and target != base:
             raise ModelLoadError(
-                f"{where}, which points outside the model's folder {base}; "
+                f"{here}, which points outside the model's folder {base}; "
                 "move the data file beside the model"
             )
         if not target.is_file():
-            raise ModelLoadError(f"{where}, which does not exist (looked for {target})")
+            raise ModelLoadError(f"{here}, which does not exist (looked for {target})")
         size = target.stat().st_size
-        end = (info.offset or 0) + (info.length or 0)
-        if info.length is not None and end > size:
+        end = offset + (length or 0)
+        if length is not None and end > size:
             raise ModelLoadError(
-                f"{where} at bytes {info.offset or 0}..{end}, but that file has only {size} bytes"
+                f"{here} at bytes {offset}..{end}, but that file has only {size} bytes"
             )
+
+
+_KNOWN_ELEM_TYPES = frozenset(v for v in onnx.TensorProto.DataType.values() if v != onnx.TensorProto.UNDEFINED)
+
+
+def _check_type(tp: onnx.TypeProto, where: str) -> None:
+    kind = tp.WhichOneof("value")
+    if kind == "tensor_type" or kind == "sparse_tensor_type":
+        tt = getattr(tp, kind)
+        if tt.elem_type != onnx.TensorProto.UNDEFINED and tt.elem_type not in _KNOWN_ELEM_TYPES:
+            raise ModelLoadError(f"{where} has element type {tt.elem_type}, which ONNX does not define")
+        if tt.HasField("shape"):
+            for axis, dim in enumerate(tt.shape.dim):
+                if dim.HasField("dim_value") and dim.dim_value < 0:
+                    raise ModelLoadError(f"{where} has dim {axis} = {dim.dim_value}, a negative size")
+    elif kind == "sequence_type":
+        _check_type(tp.sequence_type.elem_type, where)
+    elif kind == "optional_type":
+        _check_type(tp.optional_type.elem_type, where)
+    elif kind == "map_type":
+        _check_type(tp.map_type.value_type, where)
+
+
+def _check_graph(graph: onnx.GraphProto, where: str) -> None:
+    """What the checker lets through but passes, onnxsim and ORT trip over: element types ONNX
+    does not define, negative dims, negative tensor dims."""
+    for what, infos in (("input", graph.input), ("output", graph.output), ("value", graph.value_info)):
+        for vi in infos:
+            if vi.HasField("type"):
+                _check_type(vi.type, f"{where} {what} {shown(vi.name)}")
+    for tensor in iter_tensors(graph):
+        if tensor.data_type not in _KNOWN_ELEM_TYPES:
+            raise ModelLoadError(
+                f"{where} tensor {shown(tensor.name)} has data type {tensor.data_type}, which ONNX does not define"
+            )
+        if any(d < 0 for d in tensor.dims):
+            raise ModelLoadError(f"{where} tensor {shown(tensor.name)} has negative dims {list(tensor.dims)}")
+    for node in graph.node:
+        for sub in subgraphs(node):
+            _check_graph(sub, where)
+
+
+def _bad_text(message: Message, path: str) -> str | None:
+    """The first string field (by its path in the model) that is not valid UTF-8: protobuf
+    parses such bytes, but onnx, onnx-graphsurgeon and ORT fail on them later."""
+    for fd, value in message.ListFields():
+        if fd.type not in (fd.TYPE_STRING, fd.TYPE_MESSAGE):
+            continue
+        items = value if fd.is_repeated else [value]
+        for k, item in enumerate(items):
+            where = f"{path}.{fd.name}" + (f"[{k}]" if fd.is_repeated else "")
+            if fd.type == fd.TYPE_STRING:
+                try:
+                    item.encode("utf-8")
+                except UnicodeError:
+                    return where
+            else:
+                found = _bad_text(item, where)
+                if found:
+                    return found
+    return None
+
+
+def _read_bytes(p: Path) -> bytes:
+    try:
+        info = p.stat()
+    except FileNotFoundError:
+        raise ModelLoadError(f"{p}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{p}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ModelLoadError(f"{p}: is a directory, expected an .onnx file")
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "not a regular file"
+        raise ModelLoadError(f"{p}: is {kind}, expected an .onnx file (a regular file)")
+    if info.st_size > PROTOBUF_LIMIT:
+        raise ModelLoadError(
+            f"{p}: {info.st_size} bytes, over protobuf's 2 GiB limit; a model this large keeps its "
+            "weights in external data"
+        )
+    try:
+        with open(p, "rb") as fh:
+            return fh.read(PROTOBUF_LIMIT + 1)
+    except OSError as exc:
+        raise ModelLoadError(f"{p}: cannot read: {exc.strerror or exc}") from None
+
+
+def prepare_model(
+    model: onnx.ModelProto,
+    *,
+    where: str,
+    base_dir: str | os.PathLike | None,
+    check: bool = True,
+) -> bool:
+    """The loader's checks on a parsed model (in place): structure, element types, dims,
+    external data resolved against ``base_dir`` and loaded, the ONNX checker. Returns whether
+    the model kept data externally. Every failure is one ModelLoadError line."""
+    try:
+        if not model.HasField("graph") or not model.opset_import or model.ir_version <= 0:
+            missing = [
+                what
+                for what, present in (
+                    ("graph", model.HasField("graph")),
+                    ("opset_import", bool(model.opset_import)),
+                    ("ir_version", model.ir_version > 0),
+                )
+                if not present
+            ]
+            raise ModelLoadError(f"{where} not an ONNX model: no {', '.join(missing)}")
+        bad = _bad_text(model, "model")
+        if bad:
+            raise ModelLoadError(f"{where} {bad} is not valid UTF-8 text")
+        _check_graph(model.graph, where)
+        external = bool(_external_tensors(model))
+        if external:
+            if base_dir is None:
+                raise ModelLoadError(
+                    f"{where} keeps tensor data in external files; give the folder they are in "
+                    "(base_dir=...), or load the model with onnxsurgery.load_model(path)"
+                )
+            _check_external_data(model, Path(base_dir), where)
+            load_external_data_for_model(model, str(base_dir))
+        if check:
+            check_model(model, where=where, error=ModelLoadError)
+        return external
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # any other failure on a model read from outside is bad input
+        raise ModelLoadError(f"{where} cannot be loaded: {type(exc).__name__}: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return (text[:300] + " ...") if len(text) > 300 else text
 
 
 def read_model_file(path: str | os.PathLike, *, check: bool = True) -> ModelFile:
     """Read ``path`` with its external data; every way it can be wrong is a ModelLoadError."""
     p = Path(path)
-    if not p.exists():
-        raise ModelLoadError(f"{p}: no such file")
-    if p.is_dir():
-        raise ModelLoadError(f"{p}: is a directory, expected an .onnx file")
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise ModelLoadError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    data = _read_bytes(p)
     if not data:
         raise ModelLoadError(f"{p}: is empty (0 bytes), not an ONNX model")
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
-    except (DecodeError, RuntimeError, ValueError) as exc:
+    except Exception as exc:  # DecodeError, RuntimeError, ValueError, ... all mean "not a model"
         raise ModelLoadError(
-            f"{p}: not an ONNX model: protobuf parse failed ({exc}); the file is truncated, "
-            "corrupted or of another format"
+            f"{p}: not an ONNX model: protobuf parse failed ({_first_line(exc)}); the file is "
+            "truncated, corrupted or of another format"
         ) from None
-    if not model.HasField("graph") or not model.opset_import or model.ir_version <= 0:
-        missing = [
-            what
-            for what, present in (
-                ("graph", model.HasField("graph")),
-                ("opset_import", bool(model.opset_import)),
-                ("ir_version", model.ir_version > 0),
-            )
-            if not present
-        ]
-        raise ModelLoadError(
-            f"{p}: not an ONNX model: no {', '.join(missing)} "
-            f"({len(data)} bytes parsed as protobuf, but not as a model; truncated or another format)"
-        )
-    external = bool(_external_tensors(model))
-    if external:
-        _check_external_data(model, p)
-        try:
-            load_external_data_for_model(model, str(p.parent))
-        except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"{p}: cannot load external data: {exc}") from None
     del data  # the parsed model holds its own copy
-    if check:
-        check_model(model, where=f"{p}:", error=ModelLoadError)
+    external = prepare_model(model, where=f"{p}:", base_dir=p.parent, check=check)
     return ModelFile(model=model, path=p, external_data=external)
 
 
@@ -412,26 +537,11 @@ def save_model(
     appears at ``path`` only once it is complete; nothing is left behind when writing fails.
     """
     target = Path(path)
-    if target.is_dir():
-        raise ModelSaveError(f"{target}: is a directory; give a file name for the output model")
-    if not target.parent.exists():
-        raise ModelSaveError(f"{target}: folder {target.parent} does not exist")
     use_external = is_large(model) if external_data is None else external_data
     if is_large(model) and not use_external:
         raise ModelSaveError(f"{target}: model is over 2 GB and must be saved with external data")
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
-        staged = tmp_dir / target.name
+
+    def write(staged: Path) -> None:
         _write(model, staged, external_data=use_external)
-        if use_external:
-            os.replace(tmp_dir / (target.name + ".data"), target.parent / (target.name + ".data"))
-        with open(staged, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(staged, target)
-    except OSError as exc:
-        raise ModelSaveError(f"{target}: cannot write: {exc.strerror or exc}") from None
-    finally:
-        for leftover in tmp_dir.glob("*"):
-            leftover.unlink(missing_ok=True)
-        tmp_dir.rmdir()
-    return target
+
+    return write_atomic(target, write, what="model", companions=(".data",) if use_external else ())

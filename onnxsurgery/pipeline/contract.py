@@ -154,6 +154,11 @@ class OptionInfo:
         return f"{self.name}={self.default!r}"
 
 
+def _cut(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else f"{text[:limit]} ... ({len(text)} characters)"
+
+
 class Pass:
     """Base class of every pass. Subclasses set ``name`` and implement :meth:`run`.
 
@@ -215,6 +220,8 @@ class Pass:
             raise
         except (TypeError, ValueError) as exc:
             raise PassOptionError(f"{cls.name}: {exc}") from None
+        except Exception as exc:  # OverflowError, OSError, RecursionError, ...: still a bad option
+            raise PassOptionError(f"{cls.name}: bad options: {type(exc).__name__}: {_cut(exc)}") from None
 
     # -- running ---------------------------------------------------------------------------------
     def preview(self, model: onnx.ModelProto) -> Any:

@@ -24,7 +24,7 @@ from onnxsurgery.validation.runtime import (
     ProviderChoice,
     create_session,
     describe_ort_error,
-    quiet_stderr,
+    run_session,
 )
 from onnxsurgery.validation.tolerances import tolerance_for
 
@@ -56,8 +56,7 @@ class ModelRunner:
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
-            with quiet_stderr():
-                values = self.session.run(self.output_names, dict(feeds))
+            values = run_session(self.session, self.output_names, feeds)
         except Exception as exc:  # any ORT failure on this case is this case's failure
             message, node = describe_ort_error(exc)
             where = f" (node {node!r})" if node and node not in message else ""

@@ -15,6 +15,7 @@ import io
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,8 @@ import onnx
 import onnxruntime as ort
 
 from onnxsurgery.errors import ProviderError, UsageError
+from onnxsurgery.limits import LimitExceeded, check_sizes
+from onnxsurgery.limits import current as current_limits
 from onnxsurgery.model.dtypes import np_dtype
 from onnxsurgery.model.io import is_large, save_model, weightless
 
@@ -32,6 +35,7 @@ __all__ = [
     "ProviderChoice",
     "resolve_provider",
     "create_session",
+    "run_session",
     "run_model",
     "describe_ort_error",
     "quiet_stderr",
@@ -163,6 +167,8 @@ def create_session(
     :func:`describe_ort_error` into their own error.
     """
     choice = provider if isinstance(provider, ProviderChoice) else resolve_provider(provider)
+    if isinstance(model, onnx.ModelProto):
+        check_sizes(model)  # before ORT could try to build what the graph describes
     options = ort.SessionOptions()
     options.log_severity_level = 3
     if threads:
@@ -226,9 +232,31 @@ def run_model(
     """Run once and return outputs by name."""
     session = model if isinstance(model, ort.InferenceSession) else create_session(model, provider)
     names = list(output_names) if output_names else [o.name for o in session.get_outputs()]
-    with quiet_stderr():
-        values = session.run(names, dict(feeds))
+    values = run_session(session, names, feeds)
     return dict(zip(names, values, strict=True))
+
+
+def run_session(
+    session: ort.InferenceSession, names: Sequence[str], feeds: Mapping[str, np.ndarray]
+) -> list[np.ndarray]:
+    """``session.run`` under the ``run_seconds`` limit: a timer sets ORT's terminate flag, and
+    a run stopped that way raises LimitExceeded naming the limit."""
+    budget = current_limits().run_seconds
+    options = ort.RunOptions()
+    timer = threading.Timer(budget, lambda: setattr(options, "terminate", True))
+    timer.daemon = True
+    timer.start()
+    try:
+        with quiet_stderr():
+            return session.run(list(names), dict(feeds), options)
+    except Exception:
+        if options.terminate:
+            raise LimitExceeded(
+                f"ONNX Runtime stopped after {budget:g} s, {current_limits().hint('run_seconds')}"
+            ) from None
+        raise
+    finally:
+        timer.cancel()
 
 
 _NODE_PATTERNS = (

@@ -38,6 +38,10 @@ from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassRes
 
 __all__ = ["FoldConstants"]
 
+#: fold-constants' ``check=N`` runs onnxsim's own comparison N times; beyond this many runs it
+#: is a typo (each run is a full inference), refused before anything runs.
+MAX_CHECK_RUNS = 1000
+
 _MODEL_FIELDS = ("producer_name", "producer_version", "domain", "model_version", "doc_string")
 
 
@@ -106,9 +110,10 @@ class FoldConstants(Pass):
                 raise ValueError(f"{option} must be true or false, got {value!r}")
         if not isinstance(isolate, bool) and isolate != "auto":
             raise ValueError(f"isolate must be true, false or auto, got {isolate!r}")
-        if isinstance(check, bool) or not isinstance(check, int) or check < 0:
+        if isinstance(check, bool) or not isinstance(check, int) or not 0 <= check <= MAX_CHECK_RUNS:
             raise ValueError(
-                f"check must be a number of random-input runs (0 or more), got {check!r}"
+                f"check must be a number of random-input runs from 0 to {MAX_CHECK_RUNS}, "
+                f"got {str(check)[:40]}"
             )
         if isinstance(skip, str):
             skip = [skip]
