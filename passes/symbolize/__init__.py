@@ -20,6 +20,7 @@ from typing import Any
 import onnx
 
 from onnxsurgery.errors import OnnxSurgeryError
+from onnxsurgery.model.io import weightless
 from onnxsurgery.passes.symbolize.check import LEVELS, check_dynamic, traced_only
 from onnxsurgery.passes.symbolize.plan import SymbolizePlan, normalize_axes, plan_symbolize
 from onnxsurgery.passes.symbolize.rewrite import apply_plan
@@ -166,6 +167,7 @@ class Symbolize(Pass):
             return PassResult(
                 model, modified=False, diagnostics=[Diagnostic.info("no input axis to symbolize")]
             )
+        ctx.stage("planning")
         try:
             plan = plan_symbolize(model, axes, self.rows)
         except ValueError as exc:
@@ -181,7 +183,11 @@ class Symbolize(Pass):
                     details=[str(b) for b in plan.blockers],
                 )
             diagnostics += [Diagnostic.blocker(str(b), node=b.node, op=b.op) for b in plan.blockers]
+        ctx.stage("rewriting")
         new = apply_plan(model, plan)
+        # The rewrite was the last reader of the constants' arrays (as large as the weights):
+        # the check and the report need none of them.
+        plan.analysis.consts.clear()
         modified = bool(plan.changes) or _io_changed(model, new)
         if not modified:
             diagnostics.append(Diagnostic.info("the model is already dynamic on these axes"))
@@ -194,6 +200,7 @@ class Symbolize(Pass):
         ]
         blocked = {s for b in plan.blockers for s in b.symbols}
         if self.check:
+            ctx.stage("checking on ONNX Runtime at the traced size and other sizes")
             result = check_dynamic(
                 model,
                 new,
@@ -221,8 +228,10 @@ class Symbolize(Pass):
         diagnostics.insert(
             0, Diagnostic.info(f"symbols {syms}; {len(plan.changes)} constant(s) rewritten")
         )
+        # The plan is the run's report and outlives the input model: let it keep the graph it
+        # analysed, not the weights.
+        plan.analysis.model = weightless(model)
         return PassResult(new, modified=True, diagnostics=diagnostics, report=plan)
-
 
     def _references(self, ctx: PassContext) -> list:
         """The run's reference cases, or none."""
