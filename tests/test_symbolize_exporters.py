@@ -13,7 +13,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
+import onnxsurgery
 from onnxsurgery.cli import app
+from onnxsurgery.passes.symbolize import Symbolize
 from onnxsurgery.validation.runtime import run_model
 
 BACKEND = Path(onnx.__file__).parent / "backend" / "test" / "data" / "pytorch-converted"
@@ -217,3 +219,13 @@ def test_one_blocker_reads_as_before(tmp_path):
     line = one_line_error(symbolize(_tables_model([3]), tmp_path, "symbolize(*:0=batch, *:1=seq)")[0])
     assert "1 blocker(s) keep the model from being symbolized: (1) Add 'node_add_0' (input 'pos0')" in line
     assert "re-export with dynamic axes for seq" in line and "--report" not in line
+
+
+def test_minus_one_reaches_the_pass_unloaded_and_is_still_no_size():
+    """Through the Python API no loader runs first: the pass itself reads -1 as no size."""
+    model, inputs, outputs = stored("test_Conv2d")
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = -1
+    result = Symbolize()(model, onnxsurgery.PassContext(provider="cpu"))
+    assert result.model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    got = run_model(result.model, inputs)
+    np.testing.assert_allclose(next(iter(got.values())), outputs[0], rtol=1e-4, atol=1e-5)

@@ -23,7 +23,8 @@ help. Calling it on a model returns a :class:`PassResult`::
 :class:`~onnxsurgery.errors.PassOptionError` naming the pass. A pass that validates the model
 sets ``validates = True`` and returns its validation report as ``PassResult.report``.
 
-A pass never edits the model it was given in place (the pipeline hands it a copy anyway) and never
+A pass never edits the model it was given in place (the pipeline hands it the model it holds, not
+a copy: copying every weight per pass cost more than the passes themselves) and never
 returns a half-edited graph as success: when it cannot do its job it raises
 :class:`~onnxsurgery.errors.PassError` naming the node and the reason.
 """
@@ -96,13 +97,20 @@ class PassContext:
     ``references`` is the reference folder/file given to the run (``--ref``); ``output_maps`` are
     the output maps of the passes that already ran, in order; ``provider`` is the ONNX Runtime
     provider choice (``auto``, ``cuda``, ``cpu``); ``source`` is the input model's path, when the
-    model came from a file.
+    model came from a file; passes report their stages through :meth:`stage`.
     """
 
     provider: str = "auto"
     references: Path | None = None
     output_maps: list[OutputMap] = field(default_factory=list)
     source: Path | None = None
+    #: ``(stage, done, total)``: where a long pass is, for a progress line (the CLI's, on a terminal).
+    progress: Callable[[str, int | None, int | None], None] | None = None
+
+    def stage(self, text: str, done: int | None = None, total: int | None = None) -> None:
+        """Say which stage the pass is in (``done`` of ``total`` steps where it counts them)."""
+        if self.progress is not None:
+            self.progress(text, done, total)
 
     def map_outputs(self, outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Apply every output map collected so far to one case's reference outputs."""
@@ -144,6 +152,11 @@ class OptionInfo:
         if self.default is inspect.Parameter.empty:
             return f"{self.name} (required)"
         return f"{self.name}={self.default!r}"
+
+
+def _cut(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else f"{text[:limit]} ... ({len(text)} characters)"
 
 
 class Pass:
@@ -207,6 +220,8 @@ class Pass:
             raise
         except (TypeError, ValueError) as exc:
             raise PassOptionError(f"{cls.name}: {exc}") from None
+        except Exception as exc:  # OverflowError, OSError, RecursionError, ...: still a bad option
+            raise PassOptionError(f"{cls.name}: bad options: {type(exc).__name__}: {_cut(exc)}") from None
 
     # -- running ---------------------------------------------------------------------------------
     def preview(self, model: onnx.ModelProto) -> Any:

@@ -71,6 +71,7 @@ def validate(
     rtol: float = DEFAULT_RTOL,
     tolerances: Tolerances | None = None,
     output_map: OutputMapFn | None = None,
+    progress: Callable[[str, int | None, int | None], None] | None = None,
 ) -> ValidationReport:
     """Run ``model`` on every reference case and compare each output with torch's.
 
@@ -82,6 +83,7 @@ def validate(
     pipeline passes ``PassContext.map_outputs``). Raises ProviderError when the provider cannot
     run, ModelLoadError when ONNX Runtime cannot load the model, ReferenceDataError when the
     references cannot be read; everything about a single case goes into the report.
+    ``progress(stage, done, total)`` hears before each case (the CLI's progress line).
     """
     check_global_tolerances(atol, rtol)
     cases, reference = _as_cases(references)
@@ -103,4 +105,4 @@ def validate(
                     ) from None
 
         runs.append((case.name, case.inputs, expected))
-    return run_cases(runner, runs, choice, atol, rtol, tols, reference)
+    return run_cases(runner, runs, choice, atol, rtol, tols, reference, progress)

@@ -20,6 +20,7 @@ from typing import Any
 import onnx
 
 from onnxsurgery.errors import OnnxSurgeryError
+from onnxsurgery.model.io import weightless
 from onnxsurgery.passes.symbolize.check import LEVELS, check_dynamic, shape_inputs, traced_only
 from onnxsurgery.passes.symbolize.plan import (
     SymbolizePlan,
@@ -176,6 +177,7 @@ class Symbolize(Pass):
             return PassResult(
                 model, modified=False, diagnostics=[Diagnostic.info("no input axis to symbolize")]
             )
+        ctx.stage("planning")
         try:
             plan = plan_symbolize(model, axes, self.rows)
         except ValueError as exc:
@@ -183,6 +185,8 @@ class Symbolize(Pass):
         diagnostics = [Diagnostic.warning(n) for n in plan.notes]
         if plan.blockers:
             if self.strict:
+                plan.analysis.consts.clear()  # the report keeps no weights (as on success)
+                plan.analysis.model = weightless(model)
                 self.fail(
                     blocker_summary(plan.blockers),
                     node=plan.blockers[0].node,
@@ -193,7 +197,11 @@ class Symbolize(Pass):
                 Diagnostic.blocker(str(g), node=g.blockers[0].node, op=g.blockers[0].op)
                 for g in group_blockers(plan.blockers)
             ]
+        ctx.stage("rewriting")
         new = apply_plan(model, plan)
+        # The rewrite was the last reader of the constants' arrays (as large as the weights):
+        # the check and the report need none of them.
+        plan.analysis.consts.clear()
         modified = bool(plan.changes) or _io_changed(model, new)
         if not modified:
             diagnostics.append(Diagnostic.info("the model is already dynamic on these axes"))
@@ -206,6 +214,7 @@ class Symbolize(Pass):
         ]
         blocked = {s for b in plan.blockers for s in b.symbols}
         if self.check:
+            ctx.stage("checking on ONNX Runtime at the traced size and other sizes")
             result = check_dynamic(
                 model,
                 new,
@@ -233,8 +242,10 @@ class Symbolize(Pass):
         diagnostics.insert(
             0, Diagnostic.info(f"symbols {syms}; {len(plan.changes)} constant(s) rewritten")
         )
+        # The plan is the run's report and outlives the input model: let it keep the graph it
+        # analysed, not the weights.
+        plan.analysis.model = weightless(model)
         return PassResult(new, modified=True, diagnostics=diagnostics, report=plan)
-
 
     def _references(self, ctx: PassContext) -> list:
         """The run's reference cases, or none."""
