@@ -149,7 +149,10 @@ def _binary_values(ctx: NodeCtx, op: str, vals: list[list[Dim]]) -> list[Dim] | 
                 return q
             if x.is_const() and y.is_const():
                 return Dim.const(int(np.trunc(tx / ty)) if ty else 0)
-            return ctx.opaque(tx // ty if ty else 0, value_index=k[0] - 1, note=f"Div {x} / {y}")
+            q = ctx.opaque(tx // ty if ty else 0, value_index=k[0] - 1, note=f"Div {x} / {y}")
+            if tx >= 0 and ty > 0 and (ctx.a.unknowns(x) or ctx.a.unknowns(y)):
+                ctx.a.value_divs[next(iter(q.atoms()))] = (x, y)
+            return q
 
         return _bcast_values(vals, div)
     if op in ("Max", "Min", "Mod"):
