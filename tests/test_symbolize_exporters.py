@@ -229,3 +229,12 @@ def test_minus_one_reaches_the_pass_unloaded_and_is_still_no_size():
     assert result.model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
     got = run_model(result.model, inputs)
     np.testing.assert_allclose(next(iter(got.values())), outputs[0], rtol=1e-4, atol=1e-5)
+
+
+def test_an_operator_ort_has_no_kernel_for_at_an_old_opset_is_one_line(tmp_path):
+    model, _, _ = stored("test_BatchNorm2d_eval")  # BatchNormalization-6: no ORT kernel
+    line = one_line_error(symbolize(model, tmp_path)[0])
+    assert "BatchNormalization(6)" in line and "onnx.version_converter" in line
+    result, out = symbolize(model, tmp_path, "symbolize(check=false)")
+    assert result.exit_code == 0, result.output
+    onnx.checker.check_model(onnx.load(out), full_check=True)

@@ -385,6 +385,13 @@ def check_dynamic(
                 "there: give those axes a size, or run symbolize with check=false",
                 node=error.node,
             )
+        elif "Could not find an implementation for" in str(exc):
+            error = PassError(
+                f"{error.args[0]}; ONNX Runtime has no kernel for this operator at the model's "
+                "opset: convert the model to a newer opset first (onnx.version_converter), or run "
+                "symbolize with check=false",
+                node=error.node,
+            )
         raise error from None
     try:
         session = create_session(model, provider)
