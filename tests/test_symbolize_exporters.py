@@ -140,6 +140,13 @@ def test_a_sequence_input_is_refused_in_one_line(tmp_path):
     )
     line = one_line_error(symbolize(model, tmp_path)[0])
     assert "input 's' is a sequence, not a tensor" in line and "check=false" in line
+    line = one_line_error(symbolize(model, tmp_path, "symbolize(s:0=n)")[0])
+    assert "input 's' is a sequence, not a tensor: symbolize names tensor axes only" in line
+    result, out = symbolize(model, tmp_path, "symbolize(check=false)")  # x alone; s kept as is
+    assert result.exit_code == 0, result.output
+    new = onnx.load(out)
+    assert new.graph.input[0].type == model.graph.input[0].type
+    assert new.graph.input[1].type.tensor_type.shape.dim[0].dim_param == "batch"
 
 
 def _shape_input_model(op: str, x_shape: list[int]) -> onnx.ModelProto:

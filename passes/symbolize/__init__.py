@@ -148,11 +148,15 @@ class Symbolize(Pass):
             for i in model.graph.input
             if i.name not in inits
         }
+        kinds = {i.name: i.type.WhichOneof("value") for i in model.graph.input}
         for name in self.explicit:
             if name not in inputs:
                 self.fail(
                     f"no graph input {name!r}; the model's inputs are {', '.join(inputs) or '(none)'}"
                 )
+            if kinds[name] != "tensor_type":
+                kind = (kinds[name] or "value of no type").removesuffix("_type").replace("_", " ")
+                self.fail(f"input {name!r} is a {kind}, not a tensor: symbolize names tensor axes only")
         sizes = shape_inputs(model)  # a shape vector's axis 0 is a rank, never a batch
         axes: dict[str, dict[int, str]] = {}
         for name, rank in inputs.items():
