@@ -173,11 +173,12 @@ def test_rank_mismatch() -> None:
     )
 
 
-def test_missing_input_is_named(net: onnx.ModelProto) -> None:
-    report = validate(net, [Case("c", {"other": X2}, torch_like(X2))], provider="cpu")
-    assert not report
-    assert report.cases[0].error.startswith("input 'x' missing from the case")
-    assert "the case has other" in report.cases[0].error
+def test_missing_input_is_a_data_error_naming_it(net: onnx.ModelProto) -> None:
+    """A case that does not give a model input is a reference problem (exit 2), not a mismatch."""
+    with pytest.raises(ReferenceDataError) as info:
+        validate(net, [Case("c", {"other": X2}, torch_like(X2))], provider="cpu")
+    assert "gives no value for model input 'x'" in str(info.value)
+    assert "the case has other" in str(info.value)
 
 
 def test_wrong_input_dtype_is_named(net: onnx.ModelProto) -> None:

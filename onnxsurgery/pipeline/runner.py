@@ -33,6 +33,7 @@ from onnxsurgery.pipeline.chain import PassSpec, build_passes, format_value, par
 from onnxsurgery.pipeline.contract import Pass, PassContext
 from onnxsurgery.pipeline.report import PassRecord, PipelineReport
 from onnxsurgery.validation.against_references import validate
+from onnxsurgery.validation.references import Case, bind_cases, load_cases
 from onnxsurgery.validation.runtime import PROVIDERS
 
 __all__ = ["Pipeline", "run", "default_output_path", "PIPELINE_METADATA_KEY"]
@@ -137,6 +138,8 @@ class Pipeline:
         )
         ctx = PassContext(provider=self.provider, references=self.references, source=source_path)
         try:
+            if self.references is not None:
+                ctx.cases = _bound_cases(self.references, current)
             for p in self.passes:
                 current = self._run_pass(p, current, ctx, report)
             if self.references is not None and not any(p.validates for p in self.passes):
@@ -205,7 +208,12 @@ class Pipeline:
         if self.rtol is not None:
             kwargs["rtol"] = self.rtol
         result = validate(
-            model, ctx.references, provider=ctx.provider, output_map=ctx.map_outputs, **kwargs
+            model,
+            ctx.cases if ctx.cases is not None else ctx.references,
+            provider=ctx.provider,
+            output_map=ctx.map_outputs,
+            label=str(ctx.references),
+            **kwargs,
         )
         report.validation = result
         report.provider = result.provider
@@ -213,6 +221,13 @@ class Pipeline:
             raise ValidationMismatch(
                 f"validation against {ctx.references} failed: {result.summary}", report=result
             )
+
+
+def _bound_cases(references: Path, model: onnx.ModelProto) -> list[Case]:
+    """The reference cases, unnamed tensors bound to ``model``'s inputs and outputs by position."""
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [i.name for i in model.graph.input if i.name not in inits]
+    return bind_cases(load_cases(references), inputs, [o.name for o in model.graph.output])
 
 
 def run(
