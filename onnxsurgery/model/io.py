@@ -23,9 +23,11 @@ from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_m
 
 from onnxsurgery.errors import ModelLoadError, ModelSaveError
 from onnxsurgery.model.dtypes import np_dtype
-from onnxsurgery.model.walk import subgraphs
+from onnxsurgery.model.walk import graphs_by_path, subgraphs
 
 __all__ = [
+    "IR_INITIALIZERS_AS_INPUTS",
+    "sync_initializer_inputs",
     "ModelFile",
     "load_model",
     "read_model_file",
@@ -202,6 +204,32 @@ LARGE_MODEL_BYTES = PROTOBUF_LIMIT - 64 * 2**20
 def is_large(model: onnx.ModelProto) -> bool:
     """Too big to pass through protobuf in one message (goes by path with external data)."""
     return tensor_bytes(model) >= LARGE_MODEL_BYTES
+
+
+#: Below this IR version every initializer must also be listed as a graph input.
+IR_INITIALIZERS_AS_INPUTS = 4
+
+
+def sync_initializer_inputs(model: onnx.ModelProto) -> list[str]:
+    """For IR < 4, list every initializer (main graph and subgraphs) as a graph input again.
+
+    Tools that treat initializers as constants (onnx-graphsurgeon, onnxsim) drop them from the
+    inputs, which IR 3's checker refuses. The input takes the initializer's dtype and dims.
+    Returns the names added; does nothing for IR >= 4.
+    """
+    if model.ir_version >= IR_INITIALIZERS_AS_INPUTS:
+        return []
+    added = []
+    for graph in graphs_by_path(model.graph).values():
+        listed = {i.name for i in graph.input}
+        for init in graph.initializer:
+            if init.name not in listed:
+                graph.input.append(
+                    onnx.helper.make_tensor_value_info(init.name, init.data_type, init.dims)
+                )
+                listed.add(init.name)
+                added.append(init.name)
+    return added
 
 
 def check_model(

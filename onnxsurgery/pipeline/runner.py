@@ -27,7 +27,13 @@ from onnxsurgery.errors import (
     UsageError,
     ValidationMismatch,
 )
-from onnxsurgery.model.io import check_model, infer_shapes, read_model_file, save_model
+from onnxsurgery.model.io import (
+    check_model,
+    infer_shapes,
+    read_model_file,
+    save_model,
+    sync_initializer_inputs,
+)
 from onnxsurgery.model.walk import count_nodes
 from onnxsurgery.pipeline.chain import PassSpec, build_passes, format_value, parse_passes
 from onnxsurgery.pipeline.contract import Pass, PassContext
@@ -169,6 +175,8 @@ class Pipeline:
         report.passes.append(record)
         try:
             result = p(working, ctx)
+            # IR < 4 lists initializers as inputs; passes need not know (one place restores it)
+            sync_initializer_inputs(result.model)
             if self.check:
                 where = "its output model"
                 check_model(result.model, where=where, error=PassError)
