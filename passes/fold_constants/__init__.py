@@ -15,8 +15,10 @@ import onnx
 
 from onnxsurgery.model.equality import same_graph
 from onnxsurgery.model.io import tensor_bytes
+from onnxsurgery.model.walk import subgraphs
 from onnxsurgery.passes.fold_constants.changes import format_bytes, op_delta, pinned_dims
 from onnxsurgery.passes.fold_constants.graphsurgeon import (
+    ATTEMPTS,
     constants_to_initializers,
     fold_with_graphsurgeon,
 )
@@ -62,7 +64,10 @@ class FoldConstants(Pass):
       ``isolate=false`` never. Native console output never reaches the terminal;
     - when onnxsim fails (raises, crashes, pins a dim, fails its own ``check=N``), onnx-graphsurgeon
       ``fold_constants`` + ``cleanup`` folds instead (never folding random ops) and a warning
-      carries onnxsim's error; ``fallback=false`` makes that failure an error;
+      carries onnxsim's error; ``fallback=false`` makes that failure an error. With If/Loop/Scan
+      subgraphs it tries: everything, then keeping If nodes, then the main graph only, taking
+      the first result that passes the checker; when none does, nothing is folded, a warning
+      says why and the model comes back unchanged (folding never fails a model that runs);
     - every Constant node of the main graph becomes an initializer (onnxsim writes folded values
       as Constant nodes), so a model saved with external data keeps them in the data file;
     - ``modified`` is false when the result computes the same graph the same way: renamed tensors
@@ -149,26 +154,52 @@ class FoldConstants(Pass):
         if folded is None:
             if not self.fallback:
                 self.fail(f"onnxsim failed: {failure}", details=log)
-            try:
-                folded = fold_with_graphsurgeon(model, size_threshold=self.settings.size_threshold)
-            except FolderFailed as exc:
-                self.fail(
-                    f"onnxsim failed ({failure}) and the onnx-graphsurgeon fallback failed too "
-                    f"({exc})",
-                    details=log + exc.log,
+            folded, how = self._graphsurgeon(model, pinned_inputs)
+            if folded is None:
+                # Folding is an optimization: a model that runs is never refused for it.
+                diagnostics.append(
+                    Diagnostic.warning(
+                        f"folded nothing: onnxsim failed ({failure}) and the onnx-graphsurgeon "
+                        f"fallback failed too ({how}); the model is unchanged"
+                    )
                 )
-            pinned = pinned_dims(model, folded, ignore=pinned_inputs)
-            if pinned:  # pragma: no cover - graphsurgeon never rewrites the graph inputs
-                self.fail(
-                    f"onnxsim failed ({failure}) and the onnx-graphsurgeon fallback pinned "
-                    f"{'; '.join(pinned)}"
-                )
+                return PassResult(model, modified=False, diagnostics=diagnostics)
             diagnostics.append(
-                Diagnostic.warning(
-                    f"onnxsim failed ({failure}); folded with onnx-graphsurgeon instead"
-                )
+                Diagnostic.warning(f"onnxsim failed ({failure}); folded with onnx-graphsurgeon {how}")
             )
         return self._result(model, folded, diagnostics)
+
+    def _graphsurgeon(
+        self, model: onnx.ModelProto, pinned_inputs: set[str]
+    ) -> tuple[onnx.ModelProto | None, str]:
+        """The fallback's first attempt (of ``ATTEMPTS``) whose result is a valid model and
+        pins no dim, and how it folded; or ``(None, why the last attempt failed)``."""
+        has_subgraphs = any(subgraphs(node) for node in model.graph.node)
+        attempts = ATTEMPTS if has_subgraphs else ATTEMPTS[:1]
+        why = ""
+        for fold_subgraphs, inline_ifs in attempts:
+            try:
+                folded = fold_with_graphsurgeon(
+                    model,
+                    size_threshold=self.settings.size_threshold,
+                    subgraphs=fold_subgraphs,
+                    inline_ifs=inline_ifs,
+                )
+            except FolderFailed as exc:
+                why = str(exc)
+                continue
+            pinned = pinned_dims(model, folded, ignore=pinned_inputs)
+            if pinned:  # graphsurgeon never rewrites the graph inputs; checked all the same
+                why = f"it pinned {'; '.join(pinned)}"
+                continue
+            if not has_subgraphs:
+                return folded, "instead"
+            if fold_subgraphs and inline_ifs:
+                return folded, "instead (subgraphs included)"
+            if fold_subgraphs:
+                return folded, f"instead, If nodes kept ({why} when inlining them)"
+            return folded, f"instead, main graph only ({why} when folding subgraphs)"
+        return None, why
 
     # -- steps -----------------------------------------------------------------------------------
     def _onnxsim(
