@@ -172,6 +172,9 @@ def test_model_from_onnx_helper_newer_than_ort_validates_after_compat(tmp_path):
     code, line = cli("validate", src, "--ref", tmp_path / "refs", "--provider", "cpu")
     assert code == 2
     assert "newer than onnxruntime" in line and "--passes compat" in line
+    code, line = cli("run", src, "-o", tmp_path / "x.onnx", "--passes", "cleanup", "--ref",
+                     tmp_path / "refs", "--provider", "cpu")  # fmt: skip
+    assert code == 2 and "newer than onnxruntime" in line and "--passes compat" in line
 
     out = tmp_path / "compat.onnx"
     code, line = cli("run", src, "-o", out, "--passes", "compat", "--provider", "cpu")
