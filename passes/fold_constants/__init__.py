@@ -15,7 +15,7 @@ import onnx
 
 from onnxsurgery.model.equality import same_graph
 from onnxsurgery.model.io import tensor_bytes
-from onnxsurgery.model.walk import subgraphs
+from onnxsurgery.model.walk import graphs_by_path, subgraphs
 from onnxsurgery.passes.fold_constants.changes import format_bytes, op_delta, pinned_dims
 from onnxsurgery.passes.fold_constants.graphsurgeon import (
     ATTEMPTS,
@@ -55,8 +55,8 @@ class FoldConstants(Pass):
       ``batched_gemm=true``: on a symbolized model it adds Shape/Slice/Concat around every Gemm
       (symbolized attention_block: 38 -> 45 nodes with it, 38 -> 29 without);
     - input shapes are never overwritten: only ``input_shapes=[x:1x3x224x224]`` pins them.
-      Intermediate ``value_info`` is dropped before folding (onnxsim re-infers shapes), so a stale
-      static shape cannot be folded into a constant. A result in which a symbolic dim of a graph
+      Intermediate ``value_info`` (inside subgraphs too) is dropped before folding (onnxsim
+      re-infers shapes), so a stale static shape cannot be folded into a constant. A result in which a symbolic dim of a graph
       input or output became a number counts as an onnxsim failure;
     - with ``isolate=true`` onnxsim runs in a forked child process, so a crash in native code is
       a failure of this pass (then the fallback), not the end of the program; ``isolate=auto``
@@ -150,6 +150,8 @@ class FoldConstants(Pass):
                     f"are {', '.join(map(repr, sorted(names))) or '(none)'}"
                 )
         diagnostics: list[Diagnostic] = []
+        original = model
+        model = _without_subgraph_value_info(model)
         folded, failure, log = self._onnxsim(model, pinned_inputs, diagnostics)
         if folded is None:
             if not self.fallback:
@@ -163,11 +165,11 @@ class FoldConstants(Pass):
                         f"fallback failed too ({how}); the model is unchanged"
                     )
                 )
-                return PassResult(model, modified=False, diagnostics=diagnostics)
+                return PassResult(original, modified=False, diagnostics=diagnostics)
             diagnostics.append(
                 Diagnostic.warning(f"onnxsim failed ({failure}); folded with onnx-graphsurgeon {how}")
             )
-        return self._result(model, folded, diagnostics)
+        return self._result(original, folded, diagnostics)
 
     def _graphsurgeon(
         self, model: onnx.ModelProto, pinned_inputs: set[str]
@@ -267,3 +269,21 @@ class FoldConstants(Pass):
             )
         )
         return PassResult(folded, modified=True, diagnostics=diagnostics)
+
+
+def _without_subgraph_value_info(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with no ``value_info`` inside If/Loop/Scan bodies (a copy, only when it has some).
+
+    Like the main graph's (dropped where onnxsim runs), shapes recorded inside subgraphs go stale
+    once folding rewrites the graph: ONNX's data propagation then refuses the folded model
+    ("Data for input 0 already exists", silero-vad after infer-shapes).
+    """
+    bodies = [g for path, g in graphs_by_path(model.graph).items() if path]
+    if not any(len(g.value_info) for g in bodies):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for path, graph in graphs_by_path(copy.graph).items():
+        if path:
+            del graph.value_info[:]
+    return copy
