@@ -49,7 +49,7 @@ ATTEMPTS = ((True, True), (True, False), (False, False))
 #: Recursion limit and thread stack for onnx-graphsurgeon, whose toposort recurses once per node
 #: of the longest unsorted chain (Python's default limit of 1000 is hit by deep graphs).
 _RECURSION_LIMIT = 1_000_000
-_STACK_BYTES = 512 * 1024 * 1024
+_STACK_BYTES = 256 * 1024 * 1024
 
 
 def fold_with_graphsurgeon(
@@ -133,8 +133,12 @@ def _deep_stack(fn: Callable[[], T]) -> T:
     old_size = threading.stack_size(_STACK_BYTES)
     try:
         worker = threading.Thread(target=target, name="onnxsurgery-graphsurgeon")
-        worker.start()
-        worker.join()
+        try:
+            worker.start()
+        except RuntimeError:  # no room for the stack (a tight ulimit -v): run it here
+            target()
+        else:
+            worker.join()
     finally:
         threading.stack_size(old_size)
     if "error" in outcome:
