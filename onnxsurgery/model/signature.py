@@ -48,12 +48,20 @@ def model_inputs(model: onnx.ModelProto) -> list[InputSpec]:
                 except (KeyError, TypeError, ValueError):
                     dtype = None
             if tt.HasField("shape"):
-                dims = tuple(
-                    d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                    for d in tt.shape.dim
-                )
+                dims = tuple(_dim(d) for d in tt.shape.dim)
         specs.append(InputSpec(vi.name, dtype, dims, optional=vi.name in initializers))
     return specs
+
+
+def _dim(d: onnx.TensorShapeProto.Dimension) -> int | str | None:
+    """A declared dim as this module reads it: a number, a symbol, or None when unknown.
+
+    Exporters write unknown dims in ways ORT reads as dynamic: a negative ``dim_value`` (-1,
+    paddle2onnx) or the ``dim_param`` ``"?"``, which is no symbol shared between axes.
+    """
+    if d.HasField("dim_value"):
+        return d.dim_value if d.dim_value >= 0 else None
+    return d.dim_param if d.dim_param not in ("", "?") else None
 
 
 def _dims(shape: Iterable[int]) -> str:
