@@ -241,3 +241,23 @@ def test_silero_vad_through_fold_constants(silero_models, name, chain, tmp_path)
         got = run_model(folded, feeds, "cpu")
         for key in want:
             np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_a_folder_result_that_would_fail_the_pipelines_check_is_not_taken(monkeypatch):
+    """onnxsim's result must pass the checks the pipeline runs after the pass; else the fallback."""
+
+    def stale_simplify(model, *args, **kwargs):
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
+        # a value_info contradicting the graph: Shape's output is int64, not float
+        out.graph.value_info.append(helper.make_tensor_value_info("shape", TensorProto.FLOAT, [3]))
+        return out, True
+
+    monkeypatch.setattr("onnxsim.simplify", stale_simplify)
+    model = if_lstm_model()
+    result = FoldConstants(isolate=False)(model)
+    warning = next(d for d in result.diagnostics if d.level == "warning")
+    assert "its result fails shape inference" in str(warning)
+    assert "folded with onnx-graphsurgeon" in str(warning)
+    report = onnxsurgery.run(model, "fold-constants(isolate=false)")
+    assert_same_on_ort(model, report.model, [_feeds(1), _feeds(2)])

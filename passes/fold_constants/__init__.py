@@ -13,9 +13,11 @@ from collections.abc import Mapping, Sequence
 
 import onnx
 
+from onnxsurgery.errors import PassError
 from onnxsurgery.model.equality import same_graph
-from onnxsurgery.model.io import tensor_bytes
+from onnxsurgery.model.io import check_model, infer_shapes, tensor_bytes
 from onnxsurgery.model.walk import graphs_by_path, subgraphs
+from onnxsurgery.passes.fold_constants.capture import first_line
 from onnxsurgery.passes.fold_constants.changes import format_bytes, op_delta, pinned_dims
 from onnxsurgery.passes.fold_constants.graphsurgeon import (
     ATTEMPTS,
@@ -194,6 +196,10 @@ class FoldConstants(Pass):
             if pinned:  # graphsurgeon never rewrites the graph inputs; checked all the same
                 why = f"it pinned {'; '.join(pinned)}"
                 continue
+            unusable = _unusable(folded)
+            if unusable:
+                why = unusable
+                continue
             if not has_subgraphs:
                 return folded, "instead"
             if fold_subgraphs and inline_ifs:
@@ -223,6 +229,9 @@ class FoldConstants(Pass):
         pinned = pinned_dims(model, result.model, ignore=pinned_inputs)
         if pinned:
             return None, f"it pinned symbolic dims: {'; '.join(pinned)}", result.log
+        unusable = _unusable(result.model)
+        if unusable:
+            return None, unusable, result.log
         diagnostics.append(
             Diagnostic.info(f"folded with onnxsim {onnxsim_version()} ({result.where})")
         )
@@ -287,3 +296,17 @@ def _without_subgraph_value_info(model: onnx.ModelProto) -> onnx.ModelProto:
         if path:
             del graph.value_info[:]
     return copy
+
+
+def _unusable(folded: onnx.ModelProto) -> str | None:
+    """Why a folder's result would fail the pipeline's check after this pass (the ONNX checker,
+    strict shape inference with data propagation), or None. Such a result is a failure of
+    that folder: the next one is tried, and at worst nothing is folded."""
+    try:
+        check_model(folded, where="its result", error=PassError)
+        infer_shapes(folded, data_prop=True)
+    except PassError as exc:
+        return str(exc)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
+        return f"its result fails shape inference: {first_line(str(exc))}"
+    return None
