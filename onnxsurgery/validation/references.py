@@ -245,7 +245,7 @@ def _bind(
     kind: str,
     where: str,
 ) -> dict[str, np.ndarray]:
-    positional = [key for key in arrays if key in unnamed]
+    positional = [key for key in arrays if key in unnamed and key.startswith(f"{kind}_")]
     if not positional:
         return arrays
     if len(arrays) != len(names):
@@ -258,7 +258,7 @@ def _bind(
         )
     bound: dict[str, np.ndarray] = {}
     for key, name in zip(arrays, names, strict=True):
-        target = name if key in unnamed else key
+        target = name if key in positional else key
         if target in bound:
             raise ReferenceDataError(
                 f"reference case {where!r}: {key}.pb binds to {kind} {target!r} by position, "
