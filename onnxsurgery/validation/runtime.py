@@ -156,11 +156,8 @@ def _probe_loads(ir_version: int, opset: int) -> str | None:
 
 def session_error(model: onnx.ModelProto) -> str | None:
     """None when ONNX Runtime's CPU provider loads ``model``; else ORT's message, one line."""
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
     try:
-        with quiet_stderr():
-            ort.InferenceSession(model.SerializeToString(), options, providers=[_CPU])
+        create_session(model, ProviderChoice("cpu", _CPU, "CPU"), threads=1, spin=False)
     except Exception as exc:  # ORT refusing the model is the answer asked for
         return describe_ort_error(exc)[0]
     return None
