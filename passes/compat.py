@@ -225,10 +225,15 @@ class Compat(Pass):
                 )
             )
 
-        for _ in range(_MAX_CONVERSIONS):
+        for attempt in range(_MAX_CONVERSIONS + 1):
             error = session_error(current)
             if error is None:
                 break
+            if attempt == _MAX_CONVERSIONS:
+                self.fail(
+                    f"{runtime} still cannot load the model after {_MAX_CONVERSIONS} "
+                    f"conversions: {error}"
+                )
             m = _NO_KERNEL.search(error)
             if m is None:
                 self.fail(f"{runtime} still cannot load the model: {error}")
@@ -238,8 +243,7 @@ class Compat(Pass):
             if target is None:
                 self.fail(
                     f"{runtime} has no kernel for {op}({since}) and no ai.onnx opset up to "
-                    f"{limits.opset} defines a newer {op}",
-                    node=op,
+                    f"{limits.opset} defines a newer {op}"
                 )
             current = self._convert(current, target, limits.ir_version)
             diagnostics.append(
@@ -248,8 +252,6 @@ class Compat(Pass):
                     op=op,
                 )
             )
-        else:
-            self.fail(f"{runtime} still cannot load the model after {_MAX_CONVERSIONS} conversions")
 
         if not diagnostics:
             return PassResult(
