@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 DEMO   := fixtures/alexnet_view/torchscript
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-corpus test-backend test-large lint fixtures bench clean
+.PHONY: install demo test test-corpus test-backend test-large fuzz lint fixtures bench clean
 
 install: $(STAMP)
 
@@ -39,17 +39,29 @@ test-backend: install
 test-large: install
 	$(BIN)/python -m pytest -m large -s tests/test_fold_constants_large.py
 
+# Hostile inputs through the CLI (bytes, structure, chain, paths): counts per class; exit 1 if any
+# input ends uncaught. FUZZ_INPUTS (default 12000), FUZZ_MINUTES (20), FUZZ_SEED, FUZZ_WEIGHTS.
+FUZZ_INPUTS  ?= 12000
+FUZZ_MINUTES ?= 20
+FUZZ_SEED    ?= 0
+fuzz: install
+	$(BIN)/python tests/fuzzing.py --inputs $(FUZZ_INPUTS) --minutes $(FUZZ_MINUTES) --seed $(FUZZ_SEED)
+
 lint: install
 	$(BIN)/ruff check onnxsurgery passes tests fixtures bench
 
 fixtures: install
 	$(BIN)/python fixtures/generate.py
 
-# onnxslim and polygraphy are only what fold-constants is compared against.
+# Tables per group (wall, peak RSS, ratios) and bench/results.json; models are generated into
+# build/bench/models. ARGS=--quick: under 3 minutes; the full run: under 20 (ends with a 2.2 GB
+# external-data model: ~9 GB of disk, several GB of RAM). onnxslim and polygraphy are only what
+# fold-constants is compared against.
+ARGS ?=
 bench: install
 	@mkdir -p build/bench
 	$(BIN)/python -m pip install -q onnxslim polygraphy
-	$(BIN)/python bench/run_all.py --out build/bench
+	$(BIN)/python bench/run_all.py --out build/bench $(ARGS)
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from onnxsurgery._version import __version__
 from onnxsurgery.errors import (
+    LimitExceeded,
     ModelLoadError,
     ModelSaveError,
     OnnxSurgeryError,
@@ -126,5 +127,6 @@ __all__ = [
     "ReferenceDataError",
     "ProviderError",
     "PassError",
+    "LimitExceeded",
     "ValidationMismatch",
 ]

@@ -3,8 +3,8 @@
 Each command parses its options, calls one library function with keyword arguments, and renders
 the result. Errors: every :class:`~onnxsurgery.errors.OnnxSurgeryError` is caught at one boundary
 (:func:`_boundary`) and printed as one red line on stderr with its exit code (2 for bad input or a
-pass that could not do its job, 1 for a validation mismatch); anything else is a bug and keeps
-its traceback.
+pass that could not do its job, 1 for a validation mismatch); anything else is a bug of ours:
+exit 3 with one line, the stack with ``--traceback``. User text is never read as rich markup.
 """
 
 from __future__ import annotations
@@ -12,12 +12,17 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import fields
 from pathlib import Path
 from typing import Annotated
 
+import click
+import numpy as np
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -41,8 +46,11 @@ from onnxsurgery import (
     summarize,
     validate,
 )
+from onnxsurgery.files import check_targets
+from onnxsurgery.limits import Limits, parse_limit
 from onnxsurgery.model import parse_shape_spec
 from onnxsurgery.pipeline import build_passes, write_json
+from onnxsurgery.pipeline.runner import pass_failure
 from onnxsurgery.validation import PROVIDERS, load_module, parse_tolerance_spec
 
 __all__ = ["app", "main"]
@@ -66,22 +74,81 @@ _PANEL_CHAIN = "Pass chain"
 _PANEL_VALIDATE = "Validation"
 
 
+#: Set by ``--traceback``: print the stack of an error, not just its line.
+_state = {"traceback": False}
+
+
+def _say_error(message: str) -> None:
+    err.print(Text("error: ", style="red") + Text(message), soft_wrap=True, highlight=False)
+
+
 @contextlib.contextmanager
 def _boundary(report_path: Path | None = None, quiet: bool = False) -> Iterator[None]:
-    """The one place library errors become a red line and an exit code."""
+    """The one place errors become a red line and an exit code: an OnnxSurgeryError exits
+    with its code (2 bad input, 1 validation mismatch), anything else is a bug of ours and
+    exits 3 with one line. ``--traceback`` adds the stack. numpy's warnings stay off stderr."""
     try:
-        yield
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
     except OnnxSurgeryError as exc:
         pipeline_report = exc.pipeline_report
         if report_path is not None and pipeline_report is not None:
-            write_json(pipeline_report.to_dict(), report_path)
+            try:
+                write_json(pipeline_report.to_dict(), report_path)
+            except OnnxSurgeryError as report_exc:
+                _say_error(f"{report_exc} (the report of the failed run)")
         if isinstance(exc, ValidationMismatch) and not quiet:
             shown = pipeline_report if pipeline_report is not None else exc.report
             if shown is not None:
                 out.print(shown)
+        if _state["traceback"]:
+            err.print_exception(show_locals=False)
         message = str(exc).strip() or type(exc).__name__
-        err.print(f"[red]error:[/red] {message}", soft_wrap=True, markup=True, highlight=False)
+        _say_error(message)
         raise typer.Exit(exc.exit_code) from None
+    except (typer.Exit, typer.Abort, click.exceptions.ClickException):
+        raise
+    except KeyboardInterrupt:
+        _say_error("interrupted; nothing was written")
+        raise typer.Exit(130) from None
+    except Exception as exc:  # a bug of ours: one line, the stack on request
+        if _state["traceback"]:
+            err.print_exception(show_locals=False)
+        text = " ".join(str(exc).split())[:300]
+        _say_error(
+            f"internal error (a bug in onnxsurgery {__version__}; please report it): "
+            f"{type(exc).__name__}: {text}; rerun with --traceback for the stack"
+        )
+        raise typer.Exit(3) from None
+
+
+@contextlib.contextmanager
+def _progress_line(quiet: bool) -> Iterator[Callable[..., None] | None]:
+    """On a terminal (and without -q): a transient line on stderr with where the run is, its
+    stage, a bar where steps are counted, and the elapsed time. Yields the callback the library
+    calls (``(where, stage, done, total)``), or None where nothing is to be shown (pipes, -q)."""
+    if quiet or not err.is_terminal:
+        yield None
+        return
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}", markup=False),
+        BarColumn(bar_width=20),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        redirect_stdout=False,  # the library's own output handling stays as it is
+        redirect_stderr=False,
+    ) as line:
+        task = line.add_task("starting", total=None)
+
+        def update(where: str, stage: str, done: int | None = None, total: int | None = None) -> None:
+            line.update(
+                task, description=f"{where}: {stage}", completed=done or 0, total=total, refresh=True
+            )
+
+        yield update
 
 
 def _version_callback(value: bool) -> None:
@@ -98,11 +165,15 @@ def _root(
             "--version", callback=_version_callback, is_eager=True, help="Show the version and exit."
         ),
     ] = False,
+    traceback: Annotated[
+        bool, typer.Option("--traceback", help="On an error, print the Python stack too.")
+    ] = False,
 ) -> None:
     """Repair ONNX models exported from PyTorch.
 
     [bold]onnxsurgery run[/bold] model.onnx --passes "symbolize, concat-outputs" --ref fixtures/net
     """
+    _state["traceback"] = traceback
 
 
 ProviderOpt = Annotated[
@@ -123,7 +194,7 @@ def run(
         typer.Option(
             "-o",
             "--output",
-            help="Where to write the repaired model [default: MODEL.surgery.onnx beside the input].",
+            help="Where to write the repaired model \\[default: MODEL.surgery.onnx beside the input].",
             rich_help_panel=_PANEL_IO,
         ),
     ] = None,
@@ -139,7 +210,7 @@ def run(
     recipe: Annotated[
         Path | None,
         typer.Option(
-            "--recipe", help="TOML file of [[pass]] tables (instead of --passes).", rich_help_panel=_PANEL_CHAIN
+            "--recipe", help="TOML file of \\[\\[pass]] tables (instead of --passes).", rich_help_panel=_PANEL_CHAIN
         ),
     ] = None,
     ref: Annotated[
@@ -180,28 +251,51 @@ def run(
         ),
     ] = True,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print nothing but errors.")] = False,
+    limit: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--limit",
+            help="Change a resource limit, NAME=VALUE (repeatable): "
+            + ", ".join(f"{f.name} (default {getattr(Limits(), f.name):g})" for f in fields(Limits))
+            + ".",
+            rich_help_panel=_PANEL_CHAIN,
+        ),
+    ] = None,
+    traceback: Annotated[
+        bool, typer.Option("--traceback", help="On an error, print the Python stack too.")
+    ] = False,
 ) -> None:
     """Run a pass chain on MODEL, validate it, and write the result atomically.
 
     Exit 0: done. Exit 1: validation found a mismatch. Exit 2: bad input or a pass that could
     not do its job. Nothing is written unless every pass and the validation succeeded.
     """
+    _state["traceback"] = _state["traceback"] or traceback
     with _boundary(report, quiet):
+        target = output if output is not None else default_output_path(model)
+        # before anything runs: no output onto an input, no two outputs onto one file
+        check_targets(
+            {"input model": model, "--recipe file": recipe, "--ref": ref},
+            {"-o": target, "--report": report, "--keep-failed": keep_failed},
+        )
         if passes and recipe:
             raise UsageError("give either --passes or --recipe, not both")
         if not passes and not recipe:
             names = ", ".join(n for n, e in discover().items() if e.available)
             raise UsageError(f"no passes given: use --passes \"...\" or --recipe FILE (passes: {names})")
         specs = load_recipe(recipe) if recipe else parse_passes(passes or "")
-        target = output if output is not None else default_output_path(model)
-        pipeline = Pipeline(specs, check=check, references=ref, provider=provider, atol=atol, rtol=rtol)
+        limits = dict(parse_limit(text) for text in limit or [])
+        pipeline = Pipeline(
+            specs, check=check, references=ref, provider=provider, atol=atol, rtol=rtol, limits=limits
+        )
         try:
-            result = pipeline.run(model, target)
+            with _progress_line(quiet) as progress:
+                result = pipeline.run(model, target, progress=progress)
         except ValidationMismatch as exc:
             failed_model = exc.pipeline_report.model if exc.pipeline_report else None
             if keep_failed is not None and failed_model is not None:
                 save_model(failed_model, keep_failed)
-                err.print(f"kept the failing model at {keep_failed}")
+                err.print(Text(f"kept the failing model at {keep_failed}"))
             raise
         if report is not None:
             write_json(result.to_dict(), report)
@@ -251,7 +345,7 @@ def inspect(
         typer.Option(
             "--plan",
             help='Preview what these passes would change and what would block them, e.g. "symbolize(x:0=batch, x:1=seq)". '
-            "[default: symbolize, when an input has a fixed shape]",
+            "\\[default: symbolize, when an input has a fixed shape]",
         ),
     ] = None,
     no_plan: Annotated[bool, typer.Option("--no-plan", help="Describe the model only.")] = False,
@@ -267,7 +361,12 @@ def inspect(
                 loaded = load_model(model)
                 for p in build_passes(parse_passes(chain)):
                     try:
-                        preview = p.preview(loaded)
+                        try:
+                            preview = p.preview(loaded)
+                        except OnnxSurgeryError:
+                            raise
+                        except Exception as exc:  # the same boundary as a pass's run
+                            raise pass_failure(p.name, exc) from exc
                     except OnnxSurgeryError as exc:
                         if plan is not None:
                             raise
@@ -358,7 +457,16 @@ def validate_command(
                 raise UsageError("nothing to validate against: give --ref PATH or --against OTHER.onnx")
             if shapes or seed or cases != 1:
                 raise UsageError("--shape, --seed and --cases are for random inputs with --against")
-            result = validate(model, ref, provider=provider, atol=atol, rtol=rtol, tolerances=tolerances)
+            with _progress_line(quiet) as progress:
+                result = validate(
+                    model,
+                    ref,
+                    provider=provider,
+                    atol=atol,
+                    rtol=rtol,
+                    tolerances=tolerances,
+                    progress=progress and (lambda stage, done, total: progress("validate", stage, done, total)),
+                )
             what = str(ref)
         else:
             if ref is not None and (shapes or seed or cases != 1):
@@ -407,7 +515,7 @@ def reference_record(
         typer.Option(
             "--case",
             help='One case per option: input sizes, e.g. "x:2x3x32x32" or "ids:2x8; mask:2x8". '
-            "[default: one case at the model's declared sizes]",
+            "\\[default: one case at the model's declared sizes]",
         ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs.")] = 0,
@@ -421,7 +529,7 @@ def reference_record(
         cases = record_model_cases(net, model, out_dir, sizes=sizes, seed=seed)
         for c in cases:
             dims = ", ".join(f"{k} {'x'.join(map(str, v.shape))}" for k, v in c.inputs.items())
-            out.print(f"wrote {out_dir / c.name}  ({dims})")
+            out.print(Text(f"wrote {out_dir / c.name}  ({dims})"))
 
 
 @reference_app.command("show")
@@ -430,7 +538,7 @@ def reference_show(
 ) -> None:
     """List the cases under PATH with their inputs and outputs."""
     with _boundary():
-        table = Table(title=f"reference cases: {path}", title_justify="left")
+        table = Table(title=Text(f"reference cases: {path}"), title_justify="left")
         table.add_column("case", style="bold")
         table.add_column("inputs")
         table.add_column("outputs")
@@ -441,8 +549,20 @@ def reference_show(
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app(prog_name="onnxsurgery")
+    """Console-script entry point. A command line that does not parse (an option value of the
+    wrong type, a missing argument, an unknown command) is one ``error:`` line and exit 2, not
+    a usage box; ``-h`` shows the help."""
+    try:
+        code = app(prog_name="onnxsurgery", standalone_mode=False)
+    except typer.Abort:
+        _say_error("interrupted; nothing was written")
+        sys.exit(130)
+    except typer.TyperException as exc:  # click's UsageError and friends
+        ctx = getattr(exc, "ctx", None)
+        hint = f"; see '{ctx.command_path} -h'" if ctx is not None else ""
+        _say_error(f"{exc.format_message().rstrip('.')}{hint}")
+        sys.exit(getattr(exc, "exit_code", 2))
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":  # python -m onnxsurgery.cli

@@ -1,8 +1,10 @@
 """The one exception tree of onnxsurgery.
 
 Every error a user can cause derives from :class:`OnnxSurgeryError`. The CLI catches that base
-class at one boundary, prints its message on one line and exits with its ``exit_code``; any other
-exception is a bug in onnxsurgery and keeps its traceback::
+class at one boundary, prints its message on one line and exits with its ``exit_code``. The
+pipeline turns anything else a pass raises into a :class:`PassError` naming the pass and the node,
+the loader anything else it meets into a :class:`ModelLoadError`; any other exception is a bug in
+onnxsurgery: the CLI exits 3 with one line (``--traceback`` prints the stack)::
 
     OnnxSurgeryError                  exit 2 unless said otherwise
      +-- UsageError                   the request itself is wrong
@@ -14,6 +16,7 @@ exception is a bug in onnxsurgery and keeps its traceback::
      +-- ReferenceDataError           reference cases missing, unreadable, or not matching the model
      +-- ProviderError                the asked-for ONNX Runtime provider cannot run
      +-- PassError                    a pass could not do its job (names the pass and, where known, the node)
+     |    +-- LimitExceeded           a model would cost more than a resource limit (onnxsurgery.limits)
      +-- ValidationMismatch           exit 1: the model ran but its outputs differ from the references
 
 A pipeline run that stops on an error attaches what it had done so far as the error's
@@ -39,6 +42,7 @@ __all__ = [
     "ReferenceDataError",
     "ProviderError",
     "PassError",
+    "LimitExceeded",
     "ValidationMismatch",
 ]
 
@@ -99,6 +103,9 @@ class PassError(OnnxSurgeryError):
         self.pass_name = pass_name
         self.node = node
         self.details = list(details or [])
+        #: The type name of the exception this error stands for, when a pass raised something
+        #: other than an OnnxSurgeryError (the pipeline's boundary converted it).
+        self.cause_type: str | None = None
         super().__init__(message)
 
     def __str__(self) -> str:
@@ -108,6 +115,11 @@ class PassError(OnnxSurgeryError):
         if self.pass_name and not text.startswith(f"{self.pass_name}:"):
             text = f"{self.pass_name}: {text}"
         return text
+
+
+class LimitExceeded(PassError):
+    """A model would cost more than a resource limit (time, elements, loop trips); the message
+    names the limit and how to raise it. The loader reports it as a ModelLoadError."""
 
 
 class ValidationMismatch(OnnxSurgeryError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import onnx
 import onnx_graphsurgeon as gs
 
+from onnxsurgery.model.io import adopt_graph
 from onnxsurgery.model.walk import subgraphs
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 
@@ -54,9 +55,7 @@ class Cleanup(Pass):
             return PassResult(model, modified=False, diagnostics=[Diagnostic.info("nothing to clean")])
 
         # Keep every model-level field (opsets, metadata, producer) and take only the graph.
-        out = onnx.ModelProto()
-        out.CopyFrom(model)
-        out.graph.CopyFrom(cleaned.graph)
+        out = adopt_graph(model, cleaned)
         diagnostics = []
         if removed_nodes:
             diagnostics.append(Diagnostic.info(f"removed {removed_nodes} dead node(s)"))

@@ -97,6 +97,7 @@ class Validate(Pass):
             rtol=self.rtol,
             tolerances=self.tolerances,
             output_map=ctx.map_outputs,
+            progress=ctx.stage,
         )
         if not report:
             raise ValidationMismatch(

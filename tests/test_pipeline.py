@@ -109,10 +109,12 @@ def test_pass_failure_stops_the_chain(tiny_model, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_bug_keeps_its_traceback_with_the_pass_named(tiny_model):
-    with pytest.raises(KeyError) as info:
+def test_any_exception_in_a_pass_becomes_a_pass_error_naming_it(tiny_model):
+    with pytest.raises(PassError, match=r"^buggy: .*KeyError: 'missing'") as info:
         run(tiny_model, [Buggy()])
-    assert any("onnxsurgery pass 'buggy'" in note for note in info.value.__notes__)
+    assert info.value.pass_name == "buggy" and info.value.cause_type == "KeyError"
+    assert isinstance(info.value.__cause__, KeyError)  # the stack --traceback shows
+    assert info.value.pipeline_report.passes[-1].error.startswith("buggy:")
 
 
 def test_output_may_not_be_the_input(tiny_model, tmp_path):

@@ -12,16 +12,23 @@ from __future__ import annotations
 
 import math
 import os
+import stat
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
-from google.protobuf.message import DecodeError
-from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_model
+from google.protobuf.message import Message
+from onnx.external_data_helper import (
+    load_external_data_for_model,
+    save_external_data,
+    set_external_data,
+)
 
 from onnxsurgery.errors import ModelLoadError, ModelSaveError
+from onnxsurgery.files import shown, write_atomic
 from onnxsurgery.model.dtypes import np_dtype
 from onnxsurgery.model.walk import graphs_by_path, subgraphs
 
@@ -31,6 +38,7 @@ __all__ = [
     "ModelFile",
     "load_model",
     "read_model_file",
+    "prepare_model",
     "save_model",
     "check_model",
     "infer_shapes",
@@ -41,6 +49,10 @@ __all__ = [
     "is_large",
     "LARGE_MODEL_BYTES",
     "PROTOBUF_LIMIT",
+    "weightless",
+    "adopt_graph",
+    "restore_weights",
+    "PLACEHOLDER",
 ]
 
 #: Protobuf cannot serialize a message of 2 GiB or more; such models keep weights outside.
@@ -78,78 +90,202 @@ def _external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
     ]
 
 
-def _check_external_data(model: onnx.ModelProto, path: Path) -> None:
-    base = path.parent.resolve()
+def _external_field(tensor: onnx.TensorProto, key: str, where: str) -> int | None:
+    """offset/length of an external-data entry as a non-negative int, or None when absent."""
+    for entry in tensor.external_data:
+        if entry.key == key:
+            try:
+                value = int(entry.value)
+            except ValueError:
+                raise ModelLoadError(f"{where}: its {key} {shown(entry.value)} is not an integer") from None
+            if value < 0:
+                raise ModelLoadError(f"{where}: its {key} {value} is negative")
+            return value
+    return None
+
+
+def _check_external_data(model: onnx.ModelProto, base: Path, where: str) -> None:
+    base = base.resolve()
     for tensor in _external_tensors(model):
-        info = ExternalDataInfo(tensor)
-        location = info.location
-        where = f"{path}: initializer {tensor.name!r} keeps its data in {location!r}"
+        locations = [e.value for e in tensor.external_data if e.key == "location"]
+        location = locations[0] if locations else ""
+        here = f"{where} initializer {shown(tensor.name)} keeps its data in {shown(location)}"
         if not location:
-            raise ModelLoadError(f"{where}, which is empty")
+            raise ModelLoadError(f"{here}, which is empty")
+        if "\0" in location:
+            raise ModelLoadError(f"{here}, a name with a NUL byte")
+        offset = _external_field(tensor, "offset", here) or 0
+        length = _external_field(tensor, "length", here)
         if os.path.isabs(location):
             raise ModelLoadError(
-                f"{where}, an absolute path; external data must sit in the model's folder {base}"
+                f"{here}, an absolute path; external data must sit in the model's folder {base}"
             )
         target = (base / location).resolve()
         if base not in target.parents and target != base:
             raise ModelLoadError(
-                f"{where}, which points outside the model's folder {base}; "
+                f"{here}, which points outside the model's folder {base}; "
                 "move the data file beside the model"
             )
         if not target.is_file():
-            raise ModelLoadError(f"{where}, which does not exist (looked for {target})")
+            raise ModelLoadError(f"{here}, which does not exist (looked for {target})")
         size = target.stat().st_size
-        end = (info.offset or 0) + (info.length or 0)
-        if info.length is not None and end > size:
+        end = offset + (length or 0)
+        if length is not None and end > size:
             raise ModelLoadError(
-                f"{where} at bytes {info.offset or 0}..{end}, but that file has only {size} bytes"
+                f"{here} at bytes {offset}..{end}, but that file has only {size} bytes"
             )
+
+
+_KNOWN_ELEM_TYPES = frozenset(v for v in onnx.TensorProto.DataType.values() if v != onnx.TensorProto.UNDEFINED)
+
+
+def _check_type(tp: onnx.TypeProto, where: str) -> None:
+    kind = tp.WhichOneof("value")
+    if kind == "tensor_type" or kind == "sparse_tensor_type":
+        tt = getattr(tp, kind)
+        if tt.elem_type != onnx.TensorProto.UNDEFINED and tt.elem_type not in _KNOWN_ELEM_TYPES:
+            raise ModelLoadError(f"{where} has element type {tt.elem_type}, which ONNX does not define")
+        if tt.HasField("shape"):
+            for axis, dim in enumerate(tt.shape.dim):
+                if dim.HasField("dim_value") and dim.dim_value < 0:
+                    raise ModelLoadError(f"{where} has dim {axis} = {dim.dim_value}, a negative size")
+    elif kind == "sequence_type":
+        _check_type(tp.sequence_type.elem_type, where)
+    elif kind == "optional_type":
+        _check_type(tp.optional_type.elem_type, where)
+    elif kind == "map_type":
+        _check_type(tp.map_type.value_type, where)
+
+
+def _check_graph(graph: onnx.GraphProto, where: str) -> None:
+    """What the checker lets through but passes, onnxsim and ORT trip over: element types ONNX
+    does not define, negative dims, negative tensor dims."""
+    for what, infos in (("input", graph.input), ("output", graph.output), ("value", graph.value_info)):
+        for vi in infos:
+            if vi.HasField("type"):
+                _check_type(vi.type, f"{where} {what} {shown(vi.name)}")
+    for tensor in iter_tensors(graph):
+        if tensor.data_type not in _KNOWN_ELEM_TYPES:
+            raise ModelLoadError(
+                f"{where} tensor {shown(tensor.name)} has data type {tensor.data_type}, which ONNX does not define"
+            )
+        if any(d < 0 for d in tensor.dims):
+            raise ModelLoadError(f"{where} tensor {shown(tensor.name)} has negative dims {list(tensor.dims)}")
+    for node in graph.node:
+        for sub in subgraphs(node):
+            _check_graph(sub, where)
+
+
+def _bad_text(message: Message, path: str) -> str | None:
+    """The first string field (by its path in the model) that is not valid UTF-8: protobuf
+    parses such bytes, but onnx, onnx-graphsurgeon and ORT fail on them later."""
+    for fd, value in message.ListFields():
+        if fd.type not in (fd.TYPE_STRING, fd.TYPE_MESSAGE):
+            continue
+        items = value if fd.is_repeated else [value]
+        for k, item in enumerate(items):
+            where = f"{path}.{fd.name}" + (f"[{k}]" if fd.is_repeated else "")
+            if fd.type == fd.TYPE_STRING:
+                try:
+                    item.encode("utf-8")
+                except UnicodeError:
+                    return where
+            else:
+                found = _bad_text(item, where)
+                if found:
+                    return found
+    return None
+
+
+def _read_bytes(p: Path) -> bytes:
+    try:
+        info = p.stat()
+    except FileNotFoundError:
+        raise ModelLoadError(f"{p}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{p}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ModelLoadError(f"{p}: is a directory, expected an .onnx file")
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "not a regular file"
+        raise ModelLoadError(f"{p}: is {kind}, expected an .onnx file (a regular file)")
+    if info.st_size > PROTOBUF_LIMIT:
+        raise ModelLoadError(
+            f"{p}: {info.st_size} bytes, over protobuf's 2 GiB limit; a model this large keeps its "
+            "weights in external data"
+        )
+    try:
+        with open(p, "rb") as fh:
+            return fh.read(PROTOBUF_LIMIT + 1)
+    except OSError as exc:
+        raise ModelLoadError(f"{p}: cannot read: {exc.strerror or exc}") from None
+
+
+def prepare_model(
+    model: onnx.ModelProto,
+    *,
+    where: str,
+    base_dir: str | os.PathLike | None,
+    check: bool = True,
+) -> bool:
+    """The loader's checks on a parsed model (in place): structure, element types, dims,
+    external data resolved against ``base_dir`` and loaded, the ONNX checker. Returns whether
+    the model kept data externally. Every failure is one ModelLoadError line."""
+    try:
+        if not model.HasField("graph") or not model.opset_import or model.ir_version <= 0:
+            missing = [
+                what
+                for what, present in (
+                    ("graph", model.HasField("graph")),
+                    ("opset_import", bool(model.opset_import)),
+                    ("ir_version", model.ir_version > 0),
+                )
+                if not present
+            ]
+            raise ModelLoadError(f"{where} not an ONNX model: no {', '.join(missing)}")
+        bad = _bad_text(model, "model")
+        if bad:
+            raise ModelLoadError(f"{where} {bad} is not valid UTF-8 text")
+        _check_graph(model.graph, where)
+        external = bool(_external_tensors(model))
+        if external:
+            if base_dir is None:
+                raise ModelLoadError(
+                    f"{where} keeps tensor data in external files; give the folder they are in "
+                    "(base_dir=...), or load the model with onnxsurgery.load_model(path)"
+                )
+            _check_external_data(model, Path(base_dir), where)
+            load_external_data_for_model(model, str(base_dir))
+        if check:
+            check_model(model, where=where, error=ModelLoadError)
+        return external
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # any other failure on a model read from outside is bad input
+        raise ModelLoadError(f"{where} cannot be loaded: {type(exc).__name__}: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return (text[:300] + " ...") if len(text) > 300 else text
 
 
 def read_model_file(path: str | os.PathLike, *, check: bool = True) -> ModelFile:
     """Read ``path`` with its external data; every way it can be wrong is a ModelLoadError."""
     p = Path(path)
-    if not p.exists():
-        raise ModelLoadError(f"{p}: no such file")
-    if p.is_dir():
-        raise ModelLoadError(f"{p}: is a directory, expected an .onnx file")
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise ModelLoadError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    data = _read_bytes(p)
     if not data:
         raise ModelLoadError(f"{p}: is empty (0 bytes), not an ONNX model")
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
-    except (DecodeError, RuntimeError, ValueError) as exc:
+    except Exception as exc:  # DecodeError, RuntimeError, ValueError, ... all mean "not a model"
         raise ModelLoadError(
-            f"{p}: not an ONNX model: protobuf parse failed ({exc}); the file is truncated, "
-            "corrupted or of another format"
+            f"{p}: not an ONNX model: protobuf parse failed ({_first_line(exc)}); the file is "
+            "truncated, corrupted or of another format"
         ) from None
-    if not model.HasField("graph") or not model.opset_import or model.ir_version <= 0:
-        missing = [
-            what
-            for what, present in (
-                ("graph", model.HasField("graph")),
-                ("opset_import", bool(model.opset_import)),
-                ("ir_version", model.ir_version > 0),
-            )
-            if not present
-        ]
-        raise ModelLoadError(
-            f"{p}: not an ONNX model: no {', '.join(missing)} "
-            f"({len(data)} bytes parsed as protobuf, but not as a model; truncated or another format)"
-        )
-    external = bool(_external_tensors(model))
-    if external:
-        _check_external_data(model, p)
-        try:
-            load_external_data_for_model(model, str(p.parent))
-        except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"{p}: cannot load external data: {exc}") from None
-    if check:
-        check_model(model, where=f"{p}:", error=ModelLoadError)
+    del data  # the parsed model holds its own copy
+    external = prepare_model(model, where=f"{p}:", base_dir=p.parent, check=check)
     return ModelFile(model=model, path=p, external_data=external)
 
 
@@ -232,18 +368,113 @@ def sync_initializer_inputs(model: onnx.ModelProto) -> list[str]:
     return added
 
 
+#: Floating-point tensors the checker and shape inference see without their data (see ``weightless``).
+_FLOAT_TYPES = frozenset(
+    getattr(onnx.TensorProto, name)
+    for name in ("FLOAT", "DOUBLE", "FLOAT16", "BFLOAT16", "COMPLEX64", "COMPLEX128")
+)
+#: The file every placeholder tensor of a weightless copy names (an empty file beside it).
+PLACEHOLDER = "onnxsurgery-weights-placeholder"
+
+
+def _varint_size(n: int) -> int:
+    return max(1, (n.bit_length() + 6) // 7)
+
+
+def _stub(tensor: onnx.TensorProto) -> onnx.TensorProto | None:
+    """A data-less stand-in for a large floating-point tensor whose data is exactly its
+    ``raw_data`` of the size its dims and type say; None for any other tensor.
+
+    The check compares serialized sizes, so that no tensor's data is copied to look at it: a
+    tensor with other fields, or data of the wrong size, stays as it is and gets the checker's
+    own verdict.
+    """
+    if tensor.data_type not in _FLOAT_TYPES or tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return None
+    nbytes = tensor_nbytes(tensor)
+    if nbytes < EXTERNAL_THRESHOLD:
+        return None
+    stub = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+    if tensor.HasField("data_location"):  # set to DEFAULT by onnx when it loads external data
+        stub.data_location = tensor.data_location
+    if tensor.ByteSize() != stub.ByteSize() + 1 + _varint_size(nbytes) + nbytes:
+        return None
+    stub.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", PLACEHOLDER), ("offset", "0"), ("length", str(nbytes))):
+        stub.external_data.add(key=key, value=value)
+    return stub
+
+
+def _copy_fields(source, target, skip: str) -> None:
+    for field, value in source.ListFields():
+        if field.name == skip:
+            continue
+        if field.is_repeated:
+            getattr(target, field.name).extend(value)
+        elif field.message_type is not None:
+            getattr(target, field.name).CopyFrom(value)
+        else:
+            setattr(target, field.name, value)
+
+
+def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` whose large floating-point initializers (main graph) carry no data.
+
+    Each becomes an external-data placeholder of the same name, type and dims naming the file
+    ``PLACEHOLDER``: what the checker and shape inference need of a weight, without the weight.
+    Such a copy costs the graph's structure, not its weights, so checking it stays cheap as
+    models grow (and works for models over 2 GB without writing them out).
+    """
+    copy = onnx.ModelProto()
+    _copy_fields(model, copy, skip="graph")
+    _copy_fields(model.graph, copy.graph, skip="initializer")
+    for tensor in model.graph.initializer:
+        stub = _stub(tensor)
+        copy.graph.initializer.append(tensor if stub is None else stub)
+    return copy
+
+
+def adopt_graph(model: onnx.ModelProto, source: onnx.ModelProto) -> onnx.ModelProto:
+    """``source``'s graph with every model-level field (opsets, metadata, producer) of ``model``.
+
+    The same model as ``out.CopyFrom(model); out.graph.CopyFrom(source.graph)``, without copying
+    either graph's weights: ``source`` (a model a tool just exported) is changed and returned.
+    """
+    for field, _ in source.ListFields():
+        if field.name != "graph":
+            source.ClearField(field.name)
+    _copy_fields(model, source, skip="graph")
+    return source
+
+
+def restore_weights(derived: onnx.ModelProto, model: onnx.ModelProto) -> onnx.ModelProto:
+    """``derived`` (made from a weightless copy of ``model``) with each placeholder weight of
+    its main graph replaced by ``model``'s initializer of that name; returns ``derived``."""
+    originals = {t.name: t for t in model.graph.initializer}
+    for tensor in derived.graph.initializer:
+        if (
+            tensor.data_location == onnx.TensorProto.EXTERNAL
+            and tensor.external_data
+            and tensor.external_data[0].value == PLACEHOLDER
+            and tensor.name in originals
+        ):
+            tensor.CopyFrom(originals[tensor.name])
+    return derived
+
+
 def check_model(
     model: onnx.ModelProto, *, where: str = "model", error: type[Exception] = ModelLoadError
 ) -> None:
-    """Run ``onnx.checker`` (by path for models over 2 GB); failures raise ``error``."""
+    """Run ``onnx.checker`` on a weightless copy (by path, beside an empty placeholder file);
+    failures raise ``error``."""
+    stub = weightless(model)
     try:
-        if is_large(model):
-            with tempfile.TemporaryDirectory(prefix="onnxsurgery-check-") as tmp:
-                tmp_path = Path(tmp) / "model.onnx"
-                _write(model, tmp_path, external_data=True)
-                onnx.checker.check_model(str(tmp_path))
-        else:
-            onnx.checker.check_model(model)
+        with tempfile.TemporaryDirectory(prefix="onnxsurgery-check-") as tmp:
+            tmp_path = Path(tmp) / "model.onnx"
+            (Path(tmp) / PLACEHOLDER).touch()
+            # Still over 2 GB (weights the copy keeps, such as integer tables): data beside it.
+            _write(stub, tmp_path, external_data=is_large(stub))
+            onnx.checker.check_model(str(tmp_path))
     except onnx.checker.ValidationError as exc:
         text = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
         first = (text[:300] + " ...") if len(text) > 300 else (text or type(exc).__name__)
@@ -251,12 +482,15 @@ def check_model(
 
 
 def infer_shapes(model: onnx.ModelProto, *, data_prop: bool = True) -> onnx.ModelProto:
-    """ONNX shape inference (strict), by path for models over 2 GB. Returns a new model."""
-    if not is_large(model):
-        return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=data_prop)
+    """ONNX shape inference (strict) on a weightless copy; returns a new model with the weights."""
+    bare = weightless(model)
+    if not is_large(bare):
+        inferred = onnx.shape_inference.infer_shapes(bare, strict_mode=True, data_prop=data_prop)
+        return restore_weights(inferred, model)
+    # Still over 2 GB (weights the copy keeps): by path, with its data beside it.
     with tempfile.TemporaryDirectory(prefix="onnxsurgery-infer-") as tmp:
         src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
-        _write(model, src, external_data=True)
+        _write(bare, src, external_data=True)
         onnx.shape_inference.infer_shapes_path(str(src), str(dst), strict_mode=True, data_prop=data_prop)
         inferred = onnx.load(str(dst), load_external_data=False)
     result = onnx.ModelProto()
@@ -272,25 +506,49 @@ def _serialize(model: onnx.ModelProto) -> bytes:
     return model.SerializeToString(deterministic=True)
 
 
+def _initializers(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Initializers of ``graph`` and its subgraphs, in the order onnx externalises them."""
+    yield from graph.initializer
+    for node in graph.node:
+        for sub in subgraphs(node):
+            yield from _initializers(sub)
+
+
+def _externalise(tensor: onnx.TensorProto, location: str, folder: Path) -> None:
+    """What ``convert_model_to_external_data`` + ``write_external_data_tensors`` do to one
+    tensor: data of ``EXTERNAL_THRESHOLD`` bytes or more goes to the end of ``location``."""
+    if tensor.HasField("raw_data") and sys.getsizeof(tensor.raw_data) >= EXTERNAL_THRESHOLD:
+        set_external_data(tensor, location)
+        save_external_data(tensor, str(folder))
+        tensor.ClearField("raw_data")
+
+
 def _write(model: onnx.ModelProto, path: Path, *, external_data: bool) -> None:
-    """Write model (and its data file) at ``path`` directly; callers make it atomic."""
+    """Write model (and its data file) at ``path`` directly; callers make it atomic.
+
+    With external data, the copy that is written takes the main graph's initializers one at a
+    time, each written out and emptied before the next (never a second copy of every weight);
+    the files are those ``onnx``'s own two steps write.
+    """
     if not external_data:
         path.write_bytes(_serialize(model))
         return
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    # Externalised tensors are written in graph order to one file named after the model.
-    onnx.external_data_helper.convert_model_to_external_data(
-        copy,
-        all_tensors_to_one_file=True,
-        location=path.name + ".data",
-        size_threshold=EXTERNAL_THRESHOLD,
-        convert_attribute=False,
-    )
-    data_path = path.parent / (path.name + ".data")
+    location = path.name + ".data"
+    data_path = path.parent / location
     if data_path.exists():
         data_path.unlink()
-    onnx.external_data_helper.write_external_data_tensors(copy, str(path.parent))
+    copy = onnx.ModelProto()
+    _copy_fields(model, copy, skip="graph")
+    _copy_fields(model.graph, copy.graph, skip="initializer")
+    # Externalised tensors are written in graph order to one file named after the model.
+    for tensor in model.graph.initializer:
+        added = copy.graph.initializer.add()
+        added.CopyFrom(tensor)
+        _externalise(added, location, path.parent)
+    for node in copy.graph.node:
+        for sub in subgraphs(node):
+            for tensor in _initializers(sub):
+                _externalise(tensor, location, path.parent)
     path.write_bytes(_serialize(copy))
 
 
@@ -307,26 +565,11 @@ def save_model(
     appears at ``path`` only once it is complete; nothing is left behind when writing fails.
     """
     target = Path(path)
-    if target.is_dir():
-        raise ModelSaveError(f"{target}: is a directory; give a file name for the output model")
-    if not target.parent.exists():
-        raise ModelSaveError(f"{target}: folder {target.parent} does not exist")
     use_external = is_large(model) if external_data is None else external_data
     if is_large(model) and not use_external:
         raise ModelSaveError(f"{target}: model is over 2 GB and must be saved with external data")
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
-        staged = tmp_dir / target.name
+
+    def write(staged: Path) -> None:
         _write(model, staged, external_data=use_external)
-        if use_external:
-            os.replace(tmp_dir / (target.name + ".data"), target.parent / (target.name + ".data"))
-        with open(staged, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(staged, target)
-    except OSError as exc:
-        raise ModelSaveError(f"{target}: cannot write: {exc.strerror or exc}") from None
-    finally:
-        for leftover in tmp_dir.glob("*"):
-            leftover.unlink(missing_ok=True)
-        tmp_dir.rmdir()
-    return target
+
+    return write_atomic(target, write, what="model", companions=(".data",) if use_external else ())

@@ -96,9 +96,10 @@ class ModelSummary:
 
     def __rich__(self) -> Group:
         head = Table.grid(padding=(0, 2))
-        head.add_row("model", self.path or "(in memory)")
-        head.add_row("producer", self.producer or "?")
-        head.add_row("ir / opsets", f"ir {self.ir_version}; " + ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in self.opsets.items()))
+        # every cell is Text: paths, names and metadata are user text, never markup
+        head.add_row("model", Text(str(self.path or "(in memory)")))
+        head.add_row("producer", Text(self.producer or "?"))
+        head.add_row("ir / opsets", Text(f"ir {self.ir_version}; " + ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in self.opsets.items())))
         head.add_row("nodes", str(self.nodes))
         head.add_row(
             "weights",
@@ -112,19 +113,19 @@ class ModelSummary:
         io.add_column("dims")
         for kind, items in (("input", self.inputs), ("output", self.outputs)):
             for t in items:
-                io.add_row(kind, t.name, t.dtype, _fmt_dims(t.dims))
+                io.add_row(kind, Text(t.name), Text(t.dtype), Text(_fmt_dims(t.dims)))
         ops = Table(title="ops", title_justify="left")
         ops.add_column("op")
         ops.add_column("count", justify="right")
         for op, n in sorted(self.op_counts.items(), key=lambda kv: (-kv[1], kv[0])):
-            ops.add_row(op, str(n))
+            ops.add_row(Text(op), str(n))
         parts: list[Any] = [head, io, ops]
         if self.metadata:
             meta = Table(title="metadata", title_justify="left")
             meta.add_column("key")
             meta.add_column("value", overflow="fold")
             for k, v in self.metadata.items():
-                meta.add_row(k, v)
+                meta.add_row(Text(k), Text(v))
             parts.append(meta)
         parts.extend(self.extra)
         if not self.extra:

@@ -37,6 +37,9 @@ from onnxsurgery.pipeline.registry import PassEntry, create_pass, discover
 
 __all__ = ["PassSpec", "parse_passes", "load_recipe", "build_passes", "format_value"]
 
+#: Lists (and recipe tables) nested deeper than this are refused: no option nests that far.
+MAX_NESTING = 32
+
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-.]*")
 _KEY = re.compile(r"[A-Za-z0-9_\-:*./]+")
 _INT = re.compile(r"[+-]?\d+")
@@ -94,8 +97,14 @@ class _Parser:
 
     def error(self, what: str, pos: int | None = None) -> PassSpecError:
         at = self.pos if pos is None else pos
-        pointer = f"{self.text}\n{' ' * at}^"
-        return PassSpecError(f"--passes: {what} at column {at + 1}:\n{pointer}")
+        # one line: at most 60 characters each side of the column, the column marked <<HERE>>
+        before = self.text[max(0, at - 60) : at]
+        after = self.text[at : at + 60]
+        pointer = (
+            f"{'...' if at > 60 else ''}{before}<<HERE>>{after}"
+            f"{'...' if len(self.text) > at + 60 else ''}"
+        )
+        return PassSpecError(f"--passes: {what} at column {at + 1}: {pointer}")
 
     def skip_ws(self) -> None:
         while self.pos < len(self.text) and self.text[self.pos].isspace():
@@ -152,16 +161,18 @@ class _Parser:
             self.expect(")")
         return PassSpec(name, options)
 
-    def value(self) -> Any:
+    def value(self, depth: int = 0) -> Any:
         char = self.peek()
         if char == "[":
+            if depth >= MAX_NESTING:
+                raise self.error(f"lists nested deeper than {MAX_NESTING} levels")
             self.pos += 1
             items: list[Any] = []
             if self.peek() != "]":
-                items.append(self.value())
+                items.append(self.value(depth + 1))
                 while self.peek() == ",":
                     self.pos += 1
-                    items.append(self.value())
+                    items.append(self.value(depth + 1))
             self.expect("]")
             return items
         if char in ("'", '"'):
@@ -192,6 +203,17 @@ class _Parser:
         raise self.error("unterminated string", start)
 
 
+def _depth(value: Any, level: int = 0) -> int:
+    """How deeply lists and tables nest (stops counting past MAX_NESTING)."""
+    if level > MAX_NESTING:
+        return level
+    if isinstance(value, dict):
+        return max((_depth(v, level + 1) for v in value.values()), default=level + 1)
+    if isinstance(value, list):
+        return max((_depth(v, level + 1) for v in value), default=level + 1)
+    return level
+
+
 def parse_passes(text: str) -> list[PassSpec]:
     """Parse ``"cleanup, symbolize(x:0=batch)"`` into pass specs; errors point at the column."""
     if not text or not text.strip():
@@ -212,6 +234,10 @@ def load_recipe(path: str | os.PathLike) -> list[PassSpec]:
         raise PassSpecError(f"{p}: cannot read recipe: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise PassSpecError(f"{p}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise PassSpecError(f"{p}: arrays or tables nested too deeply to read") from None
+    if _depth(data) > MAX_NESTING:
+        raise PassSpecError(f"{p}: values nested deeper than {MAX_NESTING} levels")
     tables = data.get("pass")
     extra = sorted(set(data) - {"pass"})
     if extra:

@@ -23,7 +23,8 @@ help. Calling it on a model returns a :class:`PassResult`::
 :class:`~onnxsurgery.errors.PassOptionError` naming the pass. A pass that validates the model
 sets ``validates = True`` and returns its validation report as ``PassResult.report``.
 
-A pass never edits the model it was given in place (the pipeline hands it a copy anyway) and never
+A pass never edits the model it was given in place (the pipeline hands it the model it holds, not
+a copy: copying every weight per pass cost more than the passes themselves) and never
 returns a half-edited graph as success: when it cannot do its job it raises
 :class:`~onnxsurgery.errors.PassError` naming the node and the reason.
 """
@@ -99,9 +100,10 @@ class PassContext:
     ``references`` is the reference folder/file given to the run (``--ref``); ``output_maps`` are
     the output maps of the passes that already ran, in order; ``provider`` is the ONNX Runtime
     provider choice (``auto``, ``cuda``, ``cpu``); ``source`` is the input model's path, when the
-    model came from a file. ``cases`` are the cases read from ``references`` once, before the
-    first pass, their unnamed ``input_K``/``output_K`` bound to the input model's inputs and
-    outputs (later passes may change the outputs; ``map_outputs`` follows them from there).
+    model came from a file; passes report their stages through :meth:`stage`. ``cases`` are the
+    cases read from ``references`` once, before the first pass, their unnamed ``input_K`` /
+    ``output_K`` bound to the input model's inputs and outputs (later passes may change the
+    outputs; ``map_outputs`` follows them from there).
     """
 
     provider: str = "auto"
@@ -109,6 +111,13 @@ class PassContext:
     cases: list[Case] | None = None
     output_maps: list[OutputMap] = field(default_factory=list)
     source: Path | None = None
+    #: ``(stage, done, total)``: where a long pass is, for a progress line (the CLI's, on a terminal).
+    progress: Callable[[str, int | None, int | None], None] | None = None
+
+    def stage(self, text: str, done: int | None = None, total: int | None = None) -> None:
+        """Say which stage the pass is in (``done`` of ``total`` steps where it counts them)."""
+        if self.progress is not None:
+            self.progress(text, done, total)
 
     def map_outputs(self, outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Apply every output map collected so far to one case's reference outputs."""
@@ -150,6 +159,11 @@ class OptionInfo:
         if self.default is inspect.Parameter.empty:
             return f"{self.name} (required)"
         return f"{self.name}={self.default!r}"
+
+
+def _cut(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else f"{text[:limit]} ... ({len(text)} characters)"
 
 
 class Pass:
@@ -213,6 +227,8 @@ class Pass:
             raise
         except (TypeError, ValueError) as exc:
             raise PassOptionError(f"{cls.name}: {exc}") from None
+        except Exception as exc:  # OverflowError, OSError, RecursionError, ...: still a bad option
+            raise PassOptionError(f"{cls.name}: bad options: {type(exc).__name__}: {_cut(exc)}") from None
 
     # -- running ---------------------------------------------------------------------------------
     def preview(self, model: onnx.ModelProto) -> Any:

@@ -18,6 +18,7 @@ from importlib import metadata
 from typing import Any
 
 from onnxsurgery.errors import PassOptionError, PluginError
+from onnxsurgery.files import shown
 from onnxsurgery.pipeline.contract import Pass
 
 __all__ = ["ENTRY_POINT_GROUP", "PassEntry", "discover", "get_pass", "create_pass", "pass_names"]
@@ -97,7 +98,7 @@ def get_pass(name: str, entries: Mapping[str, PassEntry] | None = None) -> type[
     entry = entries.get(name)
     if entry is None:
         valid = ", ".join(n for n, e in entries.items() if e.available) or "(none installed)"
-        raise PassOptionError(f"unknown pass {name!r}; available passes: {valid}")
+        raise PassOptionError(f"unknown pass {shown(name)}; available passes: {valid}")
     if entry.cls is None:
         raise PluginError(f"pass {name!r} is unavailable: {entry.error}")
     return entry.cls

@@ -14,10 +14,10 @@ from typing import Any
 
 import onnx
 from rich.console import Group
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from onnxsurgery.files import write_atomic
 from onnxsurgery.pipeline.contract import Diagnostic
 
 __all__ = ["PassRecord", "PipelineReport", "write_json"]
@@ -101,29 +101,34 @@ class PipelineReport:
         }
 
     def __rich__(self) -> Group:
-        table = Table(title=f"onnxsurgery: {self.source or 'model'}", title_justify="left")
-        table.add_column("pass", style="bold")
-        table.add_column("options")
-        table.add_column("seconds", justify="right")
-        table.add_column("nodes", justify="right")
-        table.add_column("changed")
-        table.add_column("notes")
+        # short columns only, so the table reads at 80 columns; options and notes go below it,
+        # one paragraph per pass that wraps as a paragraph (all of it is in --report too)
+        table = Table(title=Text(f"onnxsurgery: {self.source or 'model'}"), title_justify="left")
+        table.add_column("pass", style="bold", no_wrap=True)
+        table.add_column("seconds", justify="right", no_wrap=True)
+        table.add_column("nodes", justify="right", no_wrap=True)
+        table.add_column("changed", no_wrap=True)
+        notes: list[Text] = []
         for rec in self.passes:
-            opts = escape(", ".join(f"{k}={v}" for k, v in rec.options.items() if v is not None))
-            notes = escape("; ".join(str(d) for d in rec.diagnostics[:4]))
-            if len(rec.diagnostics) > 4:
-                notes += f"; ... {len(rec.diagnostics) - 4} more"
-            if rec.error:
-                notes = f"[red]{escape(rec.error)}[/red]"
             table.add_row(
                 rec.name,
-                opts,
                 f"{rec.seconds:.3f}",
                 f"{rec.nodes_before} -> {rec.nodes_after}",
-                "[red]failed[/red]" if rec.error else ("yes" if rec.modified else "no"),
-                notes,
+                Text("failed", style="red") if rec.error else ("yes" if rec.modified else "no"),
             )
-        parts: list[Any] = [table]
+            opts = ", ".join(f"{k}={v}" for k, v in rec.options.items() if v is not None)
+            line = Text(rec.name, style="bold") + Text(f"({opts})" if opts else "", style="dim")
+            if rec.error:
+                line += Text(": ") + Text(rec.error, style="red")
+            elif rec.diagnostics:
+                text = "; ".join(str(d) for d in rec.diagnostics[:4])
+                if len(rec.diagnostics) > 4:
+                    text += f"; ... {len(rec.diagnostics) - 4} more (see --report)"
+                line += Text(": " + text)
+            else:
+                continue
+            notes.append(line)
+        parts: list[Any] = [table, *notes]
         blockers = [
             (rec.name, d) for rec in self.passes for d in rec.diagnostics if d.level != "info"
         ]
@@ -141,11 +146,5 @@ class PipelineReport:
 
 def write_json(data: Any, path: str | os.PathLike) -> Path:
     """Write a report as JSON atomically (temp file + rename)."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(_jsonable(data), indent=2, sort_keys=False) + "\n", encoding="utf-8")
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
+    text = json.dumps(_jsonable(data), indent=2, sort_keys=False) + "\n"
+    return write_atomic(path, lambda staged: staged.write_text(text, encoding="utf-8"), what="report")

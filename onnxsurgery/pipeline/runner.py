@@ -3,7 +3,8 @@
     Pipeline([Symbolize(dynamic_axes={"x": {0: "batch"}}), ConcatOutputs()]).run("in.onnx", "out.onnx")
     onnxsurgery.run("in.onnx", passes="symbolize, concat-outputs", output="out.onnx", references="fixtures/net")
 
-After every pass the model goes through ``onnx.checker`` and strict shape inference; each pass is
+After every pass the model goes through ``onnx.checker`` and strict shape inference (on a copy
+without the weights' data, see ``model.io.weightless``); each pass is
 timed and its node counts recorded. On any failure the pipeline stops, names the pass and the
 cause, and writes nothing. With references, the model is validated on ONNX Runtime after the
 last pass (unless the chain already ends in a validating pass); the output is written only when
@@ -14,25 +15,32 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import onnx
 
 from onnxsurgery._version import __version__
 from onnxsurgery.errors import (
+    ModelLoadError,
     OnnxSurgeryError,
     PassError,
     UsageError,
     ValidationMismatch,
 )
+from onnxsurgery.files import check_targets, shown
+from onnxsurgery.limits import LimitExceeded, Limits, check_sizes, use_limits
+from onnxsurgery.limits import current as current_limits
 from onnxsurgery.model.io import (
     check_model,
     infer_shapes,
+    prepare_model,
     read_model_file,
     save_model,
     sync_initializer_inputs,
+    weightless,
 )
 from onnxsurgery.model.walk import count_nodes
 from onnxsurgery.pipeline.chain import PassSpec, build_passes, format_value, parse_passes
@@ -42,7 +50,7 @@ from onnxsurgery.validation.against_references import validate
 from onnxsurgery.validation.references import Case, bind_cases, load_cases
 from onnxsurgery.validation.runtime import PROVIDERS
 
-__all__ = ["Pipeline", "run", "default_output_path", "PIPELINE_METADATA_KEY"]
+__all__ = ["Pipeline", "run", "default_output_path", "pass_failure", "PIPELINE_METADATA_KEY"]
 
 #: metadata_props key recording which chain produced a model (no timestamps: output stays byte-identical).
 PIPELINE_METADATA_KEY = "onnxsurgery.pipeline"
@@ -53,6 +61,34 @@ def default_output_path(source: str | os.PathLike) -> Path:
     p = Path(source)
     stem = p.name[: -len(".onnx")] if p.name.endswith(".onnx") else p.name
     return p.with_name(f"{stem}.surgery.onnx")
+
+
+def _failing_node(tb: TracebackType | None) -> str | None:
+    """The innermost frame of a traceback that holds a ``node`` (a NodeProto): where a pass was."""
+    found = None
+    while tb is not None:
+        node = tb.tb_frame.f_locals.get("node")
+        if isinstance(node, onnx.NodeProto):
+            found = node.name or f"{node.op_type} (unnamed)"
+        tb = tb.tb_next
+    return found
+
+
+def pass_failure(pass_name: str, exc: BaseException) -> PassError:
+    """The PassError for any exception a pass raised: names the pass, the node it was at (where
+    the traceback shows one), and the exception. ``--traceback`` shows the original stack."""
+    if isinstance(exc, RecursionError):
+        message = "cannot handle this graph: it nests too deeply (Python recursion limit)"
+    elif isinstance(exc, MemoryError):
+        message = "cannot handle this graph: out of memory"
+    else:
+        text = " ".join(str(exc).split())
+        text = text[:300] + " ..." if len(text) > 300 else text
+        message = f"cannot handle this graph: {type(exc).__name__}: {text}"
+    node = _failing_node(exc.__traceback__)
+    error = PassError(message, pass_name=pass_name, node=shown(node)[1:-1] if node else None)
+    error.cause_type = type(exc).__name__
+    return error
 
 
 def _describe(p: Pass) -> str:
@@ -89,7 +125,9 @@ class Pipeline:
         provider: str = "auto",
         atol: float | None = None,
         rtol: float | None = None,
+        limits: Limits | Mapping[str, Any] | None = None,
     ) -> None:
+        self.limits = limits if isinstance(limits, Limits) else current_limits().updated(limits)
         items = parse_passes(passes) if isinstance(passes, str) else list(passes)
         self.passes: list[Pass] = build_passes(items)
         if not self.passes:
@@ -115,49 +153,106 @@ class Pipeline:
         output: str | os.PathLike | None = None,
         *,
         external_data: bool | None = None,
+        base_dir: str | os.PathLike | None = None,
+        progress: Callable[[str, str, int | None, int | None], None] | None = None,
     ) -> PipelineReport:
         """Run the chain on ``model`` (path or ModelProto); write ``output`` if given.
 
-        Returns the report (``report.model`` is the final model). Raises an
+        A ModelProto goes through the same checks as a file; external data it refers to is
+        resolved against ``base_dir`` (refused without one). ``progress(where, stage, done,
+        total)`` hears where the run is: ``where`` is a pass's name (or ``load``, ``validate``,
+        ``write``), ``stage`` what it is doing, ``done`` of ``total`` where steps are counted
+        (validation cases). Returns the report (``report.model`` is the final model). Raises an
         :class:`~onnxsurgery.errors.OnnxSurgeryError` on the first failure, with the partial
-        report attached as ``error.pipeline_report``; nothing is written then.
+        report attached as ``error.pipeline_report`` (its ``model`` is the last model a pass
+        produced); nothing is written then. Any other exception a pass raises becomes a
+        :class:`~onnxsurgery.errors.PassError` naming the pass and, where known, the node.
         """
+        with use_limits(self.limits):
+            return self._run(
+                model, output, external_data=external_data, base_dir=base_dir, progress=progress
+            )
+
+    def _run(
+        self,
+        model: onnx.ModelProto | str | os.PathLike,
+        output: str | os.PathLike | None,
+        *,
+        external_data: bool | None,
+        base_dir: str | os.PathLike | None,
+        progress: Callable[[str, str, int | None, int | None], None] | None = None,
+    ) -> PipelineReport:
         start = time.perf_counter()
+        try:
+            return self._load_and_run(model, output, external_data, base_dir, start, progress)
+        except OnnxSurgeryError as exc:
+            if exc.pipeline_report is None:  # refused before any pass: still a report to write
+                exc.pipeline_report = PipelineReport(
+                    source=None if isinstance(model, onnx.ModelProto) else str(model),
+                    output=None,
+                    error=str(exc),
+                    seconds=time.perf_counter() - start,
+                )
+            raise
+
+    def _load_and_run(
+        self,
+        model: onnx.ModelProto | str | os.PathLike,
+        output: str | os.PathLike | None,
+        external_data: bool | None,
+        base_dir: str | os.PathLike | None,
+        start: float,
+        progress: Callable[[str, str, int | None, int | None], None] | None = None,
+    ) -> PipelineReport:
         source_path: Path | None = None
-        source_external = False
+        out_path = Path(output) if output is not None else None
+        where = ["load"]
+
+        def stage(text: str, done: int | None = None, total: int | None = None) -> None:
+            if progress is not None:
+                progress(where[0], text, done, total)
+
         if isinstance(model, onnx.ModelProto):
             current = onnx.ModelProto()
             current.CopyFrom(model)
+            source_external = prepare_model(current, where="model:", base_dir=base_dir)
         else:
             source_path = Path(model)
+            check_targets({"input model": source_path}, {"output": out_path})
+            stage(f"reading {source_path.name}")
             loaded = read_model_file(source_path)
             current, source_external = loaded.model, loaded.external_data
-        out_path = Path(output) if output is not None else None
-        if out_path is not None and source_path is not None:
-            if out_path.resolve() == source_path.resolve():
-                raise UsageError(
-                    f"{out_path}: the output would overwrite the input; give another -o path"
-                )
+        try:
+            check_sizes(current)
+        except LimitExceeded as exc:
+            raise ModelLoadError(f"{source_path or 'model'}: {exc}") from None
         report = PipelineReport(
             source=str(source_path) if source_path else None,
             output=str(out_path) if out_path else None,
         )
-        ctx = PassContext(provider=self.provider, references=self.references, source=source_path)
+        ctx = PassContext(
+            provider=self.provider, references=self.references, source=source_path, progress=stage
+        )
         try:
             if self.references is not None:
                 ctx.cases = _bound_cases(self.references, current)
             for p in self.passes:
+                where[0] = p.name
                 current = self._run_pass(p, current, ctx, report)
             if self.references is not None and not any(p.validates for p in self.passes):
+                where[0] = "validate"
                 self._validate(current, ctx, report)
             _stamp(current, self.chain)
             if out_path is not None:
+                where[0] = "write"
+                stage(str(out_path))
                 use_external = True if source_external and external_data is None else external_data
                 save_model(current, out_path, external_data=use_external)
         except OnnxSurgeryError as exc:
             report.error = str(exc)
             report.seconds = time.perf_counter() - start
             report.output = None
+            report.model = current
             exc.pipeline_report = report
             raise
         report.seconds = time.perf_counter() - start
@@ -168,20 +263,28 @@ class Pipeline:
         self, p: Pass, model: onnx.ModelProto, ctx: PassContext, report: PipelineReport
     ) -> onnx.ModelProto:
         before = count_nodes(model)
-        working = onnx.ModelProto()
-        working.CopyFrom(model)
         t0 = time.perf_counter()
         record = PassRecord(p.name, dict(p.options), 0.0, before, before, False)
         report.passes.append(record)
         try:
-            result = p(working, ctx)
+            ctx.stage("running")
+            # Passes get the model itself: the pipeline keeps no other reference to it, and a
+            # failed pass ends the run, so a copy per pass would only cost time and memory.
+            result = p(model, ctx)
             # IR < 4 lists initializers as inputs; passes need not know (one place restores it)
             sync_initializer_inputs(result.model)
+            try:
+                check_sizes(result.model)
+            except LimitExceeded as exc:
+                raise PassError(f"its output model: {exc}") from None
             if self.check:
+                ctx.stage("checking its output (ONNX checker, shape inference)")
                 where = "its output model"
-                check_model(result.model, where=where, error=PassError)
+                # One weightless copy for both: they see every weight's type and shape, not its data.
+                bare = weightless(result.model)
+                check_model(bare, where=where, error=PassError)
                 try:
-                    infer_shapes(result.model, data_prop=True)
+                    infer_shapes(bare, data_prop=True)
                 except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
                     first = str(exc).strip().splitlines()[0]
                     raise PassError(f"{where} fails shape inference: {first}") from None
@@ -194,9 +297,11 @@ class Pipeline:
                 record.report = exc.report
                 report.validation = exc.report if p.validates else None
             raise
-        except Exception as exc:  # a bug: keep the traceback, but say which pass raised it
-            exc.add_note(f"raised inside onnxsurgery pass {p.name!r} ({p!r})")
-            raise
+        except Exception as exc:  # whatever a pass raises on the graph it was given
+            record.seconds = time.perf_counter() - t0
+            error = pass_failure(p.name, exc)
+            record.error = str(error)
+            raise error from exc
         record.seconds = time.perf_counter() - t0
         record.nodes_after = count_nodes(result.model)
         record.modified = result.modified
@@ -215,14 +320,20 @@ class Pipeline:
             kwargs["atol"] = self.atol
         if self.rtol is not None:
             kwargs["rtol"] = self.rtol
-        result = validate(
-            model,
-            ctx.cases if ctx.cases is not None else ctx.references,
-            provider=ctx.provider,
-            output_map=ctx.map_outputs,
-            label=str(ctx.references),
-            **kwargs,
-        )
+        try:
+            result = validate(
+                model,
+                ctx.cases if ctx.cases is not None else ctx.references,
+                provider=ctx.provider,
+                output_map=ctx.map_outputs,
+                label=str(ctx.references),
+                progress=ctx.stage,
+                **kwargs,
+            )
+        except OnnxSurgeryError:
+            raise
+        except Exception as exc:  # ONNX Runtime refusing the graph, or worse: say where
+            raise pass_failure("validation", exc) from exc
         report.validation = result
         report.provider = result.provider
         if not result:
@@ -249,9 +360,18 @@ def run(
     atol: float | None = None,
     rtol: float | None = None,
     external_data: bool | None = None,
+    base_dir: str | os.PathLike | None = None,
+    limits: Limits | Mapping[str, Any] | None = None,
 ) -> PipelineReport:
-    """Run ``passes`` on ``model`` and write ``output``: the Python form of ``onnxsurgery run``."""
+    """Run ``passes`` on ``model`` and write ``output``: the Python form of ``onnxsurgery run``.
+    A ModelProto with external data needs ``base_dir``, the folder its data files are in."""
     pipeline = Pipeline(
-        passes, check=check, references=references, provider=provider, atol=atol, rtol=rtol
+        passes,
+        check=check,
+        references=references,
+        provider=provider,
+        atol=atol,
+        rtol=rtol,
+        limits=limits,
     )
-    return pipeline.run(model, output, external_data=external_data)
+    return pipeline.run(model, output, external_data=external_data, base_dir=base_dir)

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from onnxsurgery.model.io import weightless
 from onnxsurgery.model.walk import subgraphs
 from onnxsurgery.shapes.dims import Dim, as_dim
 
@@ -270,7 +271,8 @@ def static_shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
     """Traced (concrete) shapes of every tensor ONNX shape inference can give, from the input model."""
     out: dict[str, list[int | None]] = {}
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        # A weightless copy: inference needs each weight's type and shape, not its data.
+        inferred = onnx.shape_inference.infer_shapes(weightless(model), data_prop=True)
     except Exception:  # inference is a help here, not a requirement
         inferred = model
 

@@ -25,6 +25,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Union
 
+from onnxsurgery.limits import LimitExceeded
+from onnxsurgery.limits import current as current_limits
+
 __all__ = ["Dim", "DimLike", "as_dim", "dim_product", "dim_sum"]
 
 Monomial = tuple[str, ...]
@@ -64,6 +67,11 @@ class Dim:
 
     def __init__(self, terms: Mapping[Monomial, int] | None = None) -> None:
         items = [(m, c) for m, c in (terms or {}).items() if c != 0]
+        if len(items) > 64 and len(items) > current_limits().max_dim_terms:
+            raise LimitExceeded(
+                f"a symbolic size grew to {len(items)} terms (a long chain of shape arithmetic), "
+                f"over {current_limits().hint('max_dim_terms')}"
+            )
         if len(items) > 1:
             items.sort(key=lambda t: _mono_key(t[0]))
         self._terms: tuple[tuple[Monomial, int], ...] = tuple(items)

@@ -25,8 +25,12 @@ symbolic only when a constraint forces it, never because its value happens to ma
 
 from __future__ import annotations
 
+import time
+
 import onnx
 
+from onnxsurgery.errors import PassError
+from onnxsurgery.limits import current as current_limits
 from onnxsurgery.model.dtypes import elem_type_of
 from onnxsurgery.model.walk import default_opset
 from onnxsurgery.shapes.analysis import (
@@ -111,8 +115,15 @@ def propagate(model: onnx.ModelProto, axes: dict[str, dict[int, str]]) -> ShapeA
         for out in node.output:
             if out:
                 analysis.producers[out] = (index, node)
+    budget = current_limits().propagate_seconds
+    deadline = time.monotonic() + budget
     for index, node in enumerate(graph.node):
         if node.op_type == "Constant" and node.output[0] in analysis.consts:
             continue
+        if time.monotonic() > deadline:
+            raise PassError(
+                f"shape propagation stopped at node {index} of {len(graph.node)} ({node.op_type} "
+                f"{node.name!r}) after {budget:g} s, {current_limits().hint('propagate_seconds')}"
+            )
         run_node(analysis, index, node, "")
     return analysis

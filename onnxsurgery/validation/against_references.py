@@ -72,6 +72,7 @@ def validate(
     tolerances: Tolerances | None = None,
     output_map: OutputMapFn | None = None,
     label: str | None = None,
+    progress: Callable[[str, int | None, int | None], None] | None = None,
 ) -> ValidationReport:
     """Run ``model`` on every reference case and compare each output with torch's.
 
@@ -86,7 +87,8 @@ def validate(
     the references in the report when they are given as cases. Raises ProviderError when the
     provider cannot run, ModelLoadError when ONNX Runtime cannot load the model,
     ReferenceDataError when the references cannot be read or bound to the model; everything
-    about a single case goes into the report.
+    about a single case goes into the report. ``progress(stage, done, total)`` hears before
+    each case (the CLI's progress line).
     """
     check_global_tolerances(atol, rtol)
     cases, reference = _as_cases(references)
@@ -114,4 +116,4 @@ def validate(
                     ) from None
 
         runs.append((case.name, case.inputs, expected))
-    return run_cases(runner, runs, choice, atol, rtol, tols, reference)
+    return run_cases(runner, runs, choice, atol, rtol, tols, reference, progress)

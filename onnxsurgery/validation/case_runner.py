@@ -24,7 +24,7 @@ from onnxsurgery.validation.runtime import (
     ProviderChoice,
     create_session,
     describe_ort_error,
-    quiet_stderr,
+    run_session,
     too_new_hint,
 )
 from onnxsurgery.validation.tolerances import tolerance_for
@@ -64,8 +64,7 @@ class ModelRunner:
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
-            with quiet_stderr():
-                values = self.session.run(self.output_names, dict(feeds))
+            values = run_session(self.session, self.output_names, feeds)
         except Exception as exc:  # any ORT failure on this case is this case's failure
             message, node = describe_ort_error(exc)
             where = f" (node {node!r})" if node and node not in message else ""
@@ -131,12 +130,18 @@ def run_cases(
     rtol: float,
     tolerances: dict[str, tuple[float | None, float | None]],
     reference: str | None,
+    progress: Callable[[str, int | None, int | None], None] | None = None,
 ) -> ValidationReport:
-    """Run every ``(name, inputs, expected)`` on ``runner`` and gather the report."""
-    results = [
-        run_case(runner, name, inputs, expected, atol=atol, rtol=rtol, tolerances=tolerances)
-        for name, inputs, expected in runs
-    ]
+    """Run every ``(name, inputs, expected)`` on ``runner`` and gather the report;
+    ``progress(stage, done, total)`` hears before each case."""
+    runs = list(runs)
+    results = []
+    for k, (name, inputs, expected) in enumerate(runs):
+        if progress is not None:
+            progress(f"case {k + 1}/{len(runs)}", k, len(runs))
+        results.append(
+            run_case(runner, name, inputs, expected, atol=atol, rtol=rtol, tolerances=tolerances)
+        )
     return ValidationReport(
         cases=results,
         provider=choice.note,

@@ -7,11 +7,14 @@ dims from given shapes, the symbols they bind, and another model's declaration.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from onnxsurgery.errors import UsageError
+from onnxsurgery.limits import LimitExceeded
+from onnxsurgery.limits import current as current_limits
 from onnxsurgery.model.signature import InputSpec
 
 __all__ = ["RANDOM_INT_RANGE", "random_array", "random_inputs"]
@@ -98,6 +101,12 @@ def random_array(
     """Random values of ``dtype``: floats standard normal, integers in ``int_range`` (low
     inclusive, high exclusive), bools."""
     dtype = np.dtype(dtype)
+    count = math.prod(int(d) for d in dims)
+    if count > current_limits().max_elements or any(int(d) < 0 for d in dims):
+        raise LimitExceeded(
+            f"a random input of dims {list(dims)} ({count} elements) is over "
+            f"{current_limits().hint('max_elements')}"
+        )
     if dtype.kind == "b":
         return rng.random(dims) < 0.5
     if dtype.kind in "iu":

@@ -162,7 +162,7 @@ class ValidationReport:
         wide = width >= 110
         title = "validation" + (f" against {self.reference}" if self.reference else "")
         table = Table(
-            title=title,
+            title=Text(title),
             title_justify="left",
             box=box.SIMPLE_HEAD,
             pad_edge=False,
@@ -195,7 +195,7 @@ class ValidationReport:
             if out is None:
                 cells.update(output="-", result="did not run")
                 details.append(f"{case.name}: did not run: {case.error}")
-                table.add_row(*(cells.get(n, "") for n, _ in columns), style="red")
+                table.add_row(*(Text(cells.get(n, "")) for n, _ in columns), style="red")
                 continue
             shape = "x".join(map(str, out.shape)) if out.shape is not None else "-"
             if out.shape == ():
@@ -221,7 +221,8 @@ class ValidationReport:
             )
             if not out:
                 details.append(f"{case.name} {out.describe()}")
-            table.add_row(*(cells[n] for n, _ in columns), style=None if out else "red")
+            # Text, not markup: names are user text and "worst at" reads [1,2]
+            table.add_row(*(Text(cells[n]) for n, _ in columns), style=None if out else "red")
         parts: list[Any] = [table]
         hidden = len(passing) - len(shown_passing)
         if hidden:

@@ -15,6 +15,7 @@ import io
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,10 @@ import onnx
 import onnxruntime as ort
 
 from onnxsurgery.errors import ProviderError, UsageError
-from onnxsurgery.model.io import is_large, save_model
+from onnxsurgery.limits import LimitExceeded, check_sizes
+from onnxsurgery.limits import current as current_limits
+from onnxsurgery.model.dtypes import np_dtype
+from onnxsurgery.model.io import is_large, save_model, weightless
 from onnxsurgery.model.walk import default_opset
 
 __all__ = [
@@ -32,6 +36,7 @@ __all__ = [
     "ProviderChoice",
     "resolve_provider",
     "create_session",
+    "run_session",
     "run_model",
     "describe_ort_error",
     "quiet_stderr",
@@ -243,6 +248,8 @@ def create_session(
     :func:`describe_ort_error` into their own error.
     """
     choice = provider if isinstance(provider, ProviderChoice) else resolve_provider(provider)
+    if isinstance(model, onnx.ModelProto):
+        check_sizes(model)  # before ORT could try to build what the graph describes
     options = ort.SessionOptions()
     options.log_severity_level = 3
     if threads:
@@ -251,14 +258,50 @@ def create_session(
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     with quiet_stderr():
         if isinstance(model, onnx.ModelProto):
-            if is_large(model):
+            bare, weights = _split_weights(model)
+            if is_large(bare):
                 with tempfile.TemporaryDirectory(prefix="onnxsurgery-session-") as tmp:
                     path = save_model(model, Path(tmp) / "model.onnx", external_data=True)
                     return ort.InferenceSession(str(path), options, providers=choice.providers)
-            return ort.InferenceSession(
-                model.SerializeToString(), options, providers=choice.providers
+            options.add_external_initializers(list(weights), list(weights.values()))
+            session = ort.InferenceSession(
+                bare.SerializeToString(), options, providers=choice.providers
             )
+            # ORT reads these buffers in place for the session's life: keep them with it.
+            session._onnxsurgery_weights = weights
+            return session
         return ort.InferenceSession(str(model), options, providers=choice.providers)
+
+
+#: Weight types handed to ORT as OrtValues over numpy arrays (others stay in the model bytes).
+_NUMPY_WEIGHTS = frozenset(
+    (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16)
+)
+
+
+def _split_weights(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, ort.OrtValue]]:
+    """The model without its large weights' data, and those weights as OrtValues by name.
+
+    ORT then parses a small model and takes each weight from a numpy view of the model's own
+    bytes (``SessionOptions.add_external_initializers``), instead of a serialized copy of the
+    whole model that it parses into another.
+    """
+    bare = weightless(model)
+    originals = {t.name: t for t in model.graph.initializer}
+    weights: dict[str, ort.OrtValue] = {}
+    for k, stub in enumerate(bare.graph.initializer):
+        original = originals[stub.name]
+        if (
+            stub.data_location != onnx.TensorProto.EXTERNAL
+            or original.data_location == onnx.TensorProto.EXTERNAL
+        ):
+            continue
+        if stub.data_type not in _NUMPY_WEIGHTS:
+            bare.graph.initializer[k].CopyFrom(original)
+            continue
+        array = np.frombuffer(original.raw_data, dtype=np_dtype(stub.data_type))
+        weights[stub.name] = ort.OrtValue.ortvalue_from_numpy(array.reshape(tuple(stub.dims)))
+    return bare, weights
 
 
 def run_model(
@@ -270,9 +313,31 @@ def run_model(
     """Run once and return outputs by name."""
     session = model if isinstance(model, ort.InferenceSession) else create_session(model, provider)
     names = list(output_names) if output_names else [o.name for o in session.get_outputs()]
-    with quiet_stderr():
-        values = session.run(names, dict(feeds))
+    values = run_session(session, names, feeds)
     return dict(zip(names, values, strict=True))
+
+
+def run_session(
+    session: ort.InferenceSession, names: Sequence[str], feeds: Mapping[str, np.ndarray]
+) -> list[np.ndarray]:
+    """``session.run`` under the ``run_seconds`` limit: a timer sets ORT's terminate flag, and
+    a run stopped that way raises LimitExceeded naming the limit."""
+    budget = current_limits().run_seconds
+    options = ort.RunOptions()
+    timer = threading.Timer(budget, lambda: setattr(options, "terminate", True))
+    timer.daemon = True
+    timer.start()
+    try:
+        with quiet_stderr():
+            return session.run(list(names), dict(feeds), options)
+    except Exception:
+        if options.terminate:
+            raise LimitExceeded(
+                f"ONNX Runtime stopped after {budget:g} s, {current_limits().hint('run_seconds')}"
+            ) from None
+        raise
+    finally:
+        timer.cancel()
 
 
 _NODE_PATTERNS = (

@@ -42,6 +42,10 @@ from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassRes
 
 __all__ = ["FoldConstants"]
 
+#: fold-constants' ``check=N`` runs onnxsim's own comparison N times; beyond this many runs it
+#: is a typo (each run is a full inference), refused before anything runs.
+MAX_CHECK_RUNS = 1000
+
 _MODEL_FIELDS = ("producer_name", "producer_version", "domain", "model_version", "doc_string")
 
 
@@ -113,9 +117,10 @@ class FoldConstants(Pass):
                 raise ValueError(f"{option} must be true or false, got {value!r}")
         if not isinstance(isolate, bool) and isolate != "auto":
             raise ValueError(f"isolate must be true, false or auto, got {isolate!r}")
-        if isinstance(check, bool) or not isinstance(check, int) or check < 0:
+        if isinstance(check, bool) or not isinstance(check, int) or not 0 <= check <= MAX_CHECK_RUNS:
             raise ValueError(
-                f"check must be a number of random-input runs (0 or more), got {check!r}"
+                f"check must be a number of random-input runs from 0 to {MAX_CHECK_RUNS}, "
+                f"got {str(check)[:40]}"
             )
         if isinstance(skip, str):
             skip = [skip]
@@ -154,10 +159,12 @@ class FoldConstants(Pass):
         diagnostics: list[Diagnostic] = []
         original = model
         model = _without_subgraph_value_info(model)
+        ctx.stage(f"onnxsim {onnxsim_version()}")
         folded, failure, log = self._onnxsim(model, pinned_inputs, diagnostics)
         if folded is None:
             if not self.fallback:
                 self.fail(f"onnxsim failed: {failure}", details=log)
+            ctx.stage("onnx-graphsurgeon (onnxsim failed)")
             folded, how = self._graphsurgeon(model, pinned_inputs)
             if folded is None:
                 # Folding is an optimization: a model that runs is never refused for it.
@@ -171,6 +178,7 @@ class FoldConstants(Pass):
             diagnostics.append(
                 Diagnostic.warning(f"onnxsim failed ({failure}); folded with onnx-graphsurgeon {how}")
             )
+        ctx.stage("comparing the folded graph")
         return self._result(original, folded, diagnostics)
 
     def _graphsurgeon(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -46,10 +47,13 @@ def parse_size(value: int | str) -> int:
         m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMG]?B)?\s*", value, re.IGNORECASE)
         if not m:
             raise ValueError(
-                f"size {value!r} is not understood; write bytes or a number with B, KB, MB or GB "
+                f"size {value[:40]!r} is not understood; write bytes or a number with B, KB, MB or GB "
                 "(e.g. '1MB', '512KB')"
             )
-        size = int(float(m.group(1)) * _UNITS[(m.group(2) or "B").upper()])
+        number = float(m.group(1))
+        if not math.isfinite(number) or number >= MAX_SIZE_THRESHOLD:
+            raise ValueError(f"size {value[:40]!r} must be under 2 GB (onnxsim's limit)")
+        size = int(number * _UNITS[(m.group(2) or "B").upper()])
     else:
         raise TypeError(f"size must be bytes (int) or a text like '1MB', got {value!r}")
     if size <= 0:

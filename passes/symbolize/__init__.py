@@ -19,6 +19,7 @@ from typing import Any
 
 import onnx
 
+from onnxsurgery.model.io import weightless
 from onnxsurgery.passes.symbolize.batch_indices import batch_like_symbols
 from onnxsurgery.passes.symbolize.check import check_dynamic
 from onnxsurgery.passes.symbolize.plan import SymbolizePlan, normalize_axes, plan_symbolize
@@ -138,6 +139,7 @@ class Symbolize(Pass):
             return PassResult(
                 model, modified=False, diagnostics=[Diagnostic.info("no input axis to symbolize")]
             )
+        ctx.stage("planning")
         try:
             plan = plan_symbolize(model, axes)
         except ValueError as exc:
@@ -153,7 +155,11 @@ class Symbolize(Pass):
                     details=[str(b) for b in plan.blockers],
                 )
             diagnostics += [Diagnostic.blocker(str(b), node=b.node, op=b.op) for b in plan.blockers]
+        ctx.stage("rewriting")
         new = apply_plan(model, plan)
+        # The rewrite was the last reader of the constants' arrays (as large as the weights):
+        # the check and the report need none of them.
+        plan.analysis.consts.clear()
         modified = bool(plan.changes) or _io_changed(model, new)
         if not modified:
             diagnostics.append(Diagnostic.info("the model is already dynamic on these axes"))
@@ -165,6 +171,7 @@ class Symbolize(Pass):
             for c in plan.changes
         ]
         if self.check:
+            ctx.stage("checking on ONNX Runtime at the traced size and other sizes")
             blocked = {s for b in plan.blockers for s in b.symbols}
             result = check_dynamic(
                 model,
@@ -183,6 +190,9 @@ class Symbolize(Pass):
         diagnostics.insert(
             0, Diagnostic.info(f"symbols {syms}; {len(plan.changes)} constant(s) rewritten")
         )
+        # The plan is the run's report and outlives the input model: let it keep the graph it
+        # analysed, not the weights.
+        plan.analysis.model = weightless(model)
         return PassResult(new, modified=True, diagnostics=diagnostics, report=plan)
 
 

@@ -1,0 +1,154 @@
+"""The checker, shape inference and ORT sessions see models without their weights' data.
+
+Oracles: onnx's own checker and shape inference on the full model, and an ORT session built
+from the full model's bytes; the weightless forms must give the same verdicts, shapes and outputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxsurgery import load_model
+from onnxsurgery.errors import ModelLoadError
+from onnxsurgery.model.io import (
+    PLACEHOLDER,
+    adopt_graph,
+    check_model,
+    infer_shapes,
+    tensor_nbytes,
+    weightless,
+)
+from onnxsurgery.validation.runtime import create_session
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+REAL_MODELS = sorted(FIXTURES.glob("*/torchscript/model.onnx"))[:6]
+
+
+def mixed_weights_model() -> onnx.ModelProto:
+    """x[2, 64] through float32, float16, bfloat16 and int64 weights, all over 1 KiB."""
+    rng = np.random.default_rng(0)
+    w32 = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "w32")
+    w16 = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float16), "w16")
+    bits = (rng.standard_normal(64 * 64).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    wbf = helper.make_tensor("wbf", TensorProto.BFLOAT16, [64, 64], bits.tobytes(), raw=True)
+    idx = numpy_helper.from_array(np.arange(64, dtype=np.int64)[::-1].copy(), "idx")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w32"], ["a"]),
+        helper.make_node("Cast", ["a"], ["a16"], to=TensorProto.FLOAT16),
+        helper.make_node("MatMul", ["a16", "w16"], ["b16"]),
+        helper.make_node("Cast", ["b16"], ["b"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["wbf"], ["wf"], to=TensorProto.FLOAT),
+        helper.make_node("MatMul", ["b", "wf"], ["c"]),
+        helper.make_node("Gather", ["c", "idx"], ["y"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mixed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])],
+        [w32, w16, wbf, idx],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_only_large_float_weights_lose_their_data():
+    model = mixed_weights_model()
+    bare = weightless(model)
+    kinds = {t.name: t.data_location for t in bare.graph.initializer}
+    assert kinds == {
+        "w32": TensorProto.EXTERNAL,
+        "w16": TensorProto.EXTERNAL,
+        "wbf": TensorProto.EXTERNAL,
+        "idx": TensorProto.DEFAULT,  # integers may be read as shapes: kept whole
+    }
+    for stub, tensor in zip(bare.graph.initializer, model.graph.initializer, strict=True):
+        assert (stub.name, list(stub.dims), stub.data_type) == (
+            tensor.name, list(tensor.dims), tensor.data_type
+        )
+        if stub.data_location == TensorProto.EXTERNAL:
+            assert stub.external_data[0].value == PLACEHOLDER
+            assert tensor_nbytes(stub) == tensor_nbytes(tensor)
+    assert bare.ByteSize() < model.ByteSize() / 10
+
+
+def test_a_weight_of_the_wrong_size_keeps_its_data_and_the_checker_says_so():
+    model = mixed_weights_model()
+    model.graph.initializer[0].raw_data = b"\0" * 100
+    assert weightless(model).graph.initializer[0].raw_data == b"\0" * 100
+    with pytest.raises(ModelLoadError, match=r"w32.*raw_data size \(100 bytes\) is too small"):
+        check_model(model)
+    with pytest.raises(onnx.checker.ValidationError, match="too small"):
+        onnx.checker.check_model(model)  # the oracle agrees
+
+
+def test_checker_verdicts_match_onnx_on_the_full_model():
+    model = mixed_weights_model()
+    onnx.checker.check_model(model)
+    check_model(model)
+    broken = mixed_weights_model()
+    broken.graph.node[0].input[1] = "nowhere"
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(broken)
+    with pytest.raises(ModelLoadError, match="nowhere"):
+        check_model(broken)
+
+
+@pytest.mark.parametrize("path", REAL_MODELS, ids=lambda p: p.parent.parent.name)
+def test_shape_inference_is_the_same_as_on_the_full_model(path):
+    model = onnx.load(str(path))
+    ours = infer_shapes(model)
+    full = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    assert ours.SerializeToString(deterministic=True) == full.SerializeToString(deterministic=True)
+
+
+def test_adopt_graph_is_copy_then_replace_graph():
+    model = mixed_weights_model()
+    model.producer_name = "me"
+    model.metadata_props.add(key="k", value="v")
+    other = helper.make_model(helper.make_graph([], "other", [], []), producer_name="gs")
+    expected = onnx.ModelProto()
+    expected.CopyFrom(model)
+    expected.graph.CopyFrom(other.graph)
+    assert adopt_graph(model, other).SerializeToString(deterministic=True) == (
+        expected.SerializeToString(deterministic=True)
+    )
+
+
+@pytest.mark.parametrize("path", REAL_MODELS[:3], ids=lambda p: p.parent.parent.name)
+def test_sessions_with_weights_as_ortvalues_match_sessions_from_bytes(path):
+    for model in (mixed_weights_model(), onnx.load(str(path))):
+        ours = create_session(model, "cpu")
+        ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        rng = np.random.default_rng(1)
+        feeds = {}
+        for i in ref.get_inputs():
+            shape = [d if isinstance(d, int) else 2 for d in i.shape]
+            feeds[i.name] = (
+                rng.integers(0, 3, shape).astype(np.int64)
+                if "int64" in i.type
+                else rng.standard_normal(shape).astype(np.float32)
+            )
+        for got, want in zip(ours.run(None, feeds), ref.run(None, feeds), strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_weights_read_from_external_data_lose_theirs_too(tmp_path):
+    # onnx sets data_location = DEFAULT on the tensors it loads from external data: those are
+    # the weights of the models over 2 GB, whose weightless copy must stay small.
+    path = tmp_path / "m.onnx"
+    onnx.save(mixed_weights_model(), str(path), save_as_external_data=True, size_threshold=0)
+    model = load_model(path)
+    assert all(t.HasField("data_location") for t in model.graph.initializer)
+    bare = weightless(model)
+    assert [t.data_location for t in bare.graph.initializer] == [TensorProto.EXTERNAL] * 3 + [
+        TensorProto.DEFAULT
+    ]
+    assert bare.ByteSize() < model.ByteSize() / 10
