@@ -391,6 +391,8 @@ def _stub(tensor: onnx.TensorProto) -> onnx.TensorProto | None:
     """
     if tensor.data_type not in _FLOAT_TYPES or tensor.data_location == onnx.TensorProto.EXTERNAL:
         return None
+    if not tensor.HasField("raw_data"):  # float_data (packed) serializes to the same size
+        return None
     nbytes = tensor_nbytes(tensor)
     if nbytes < EXTERNAL_THRESHOLD:
         return None
