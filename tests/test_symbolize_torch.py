@@ -96,3 +96,133 @@ def test_static_export_matches_torch_at_other_batches(name, traced, exporter, tm
             ref = eager(xb).numpy()
         got = run_model(result.model, {"x": xb.numpy()}, "cpu")["y"]
         np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-3)
+
+
+# -- a decoder with a KV cache: inputs carry batch, seq, past and total = past + seq ---------------
+
+
+class CachedDecoder(nn.Module):
+    """One attention layer over a KV cache: ``input_ids [b, seq]``, ``attention_mask [b, total]``
+    (total = past + seq), ``past_k/past_v [b, heads, past, d]``; returns the logits and the
+    cache grown by ``seq``. ``causal`` adds the causal mask offset by ``past`` (the query at
+    position i sees keys up to past + i)."""
+
+    vocab, dim, heads = 32, 16, 2
+
+    def __init__(self, causal: bool) -> None:
+        super().__init__()
+        self.causal = causal
+        self.emb = nn.Embedding(self.vocab, self.dim)
+        self.q, self.k, self.v = (nn.Linear(self.dim, self.dim) for _ in range(3))
+        self.out = nn.Linear(self.dim, self.vocab)
+
+    def forward(self, ids, mask, past_k, past_v):  # noqa: ANN001
+        b, s = ids.shape
+        x = self.emb(ids)
+
+        def heads(t):  # noqa: ANN001, ANN202
+            return t.view(b, s, self.heads, self.dim // self.heads).transpose(1, 2)
+
+        q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
+        k, v = torch.cat([past_k, k], 2), torch.cat([past_v, v], 2)
+        keep = (mask[:, None, None, :] > 0).expand(b, 1, s, k.shape[2])
+        if self.causal:
+            past = past_k.shape[2]
+            causal = torch.arange(k.shape[2])[None, :] <= torch.arange(s)[:, None] + past
+            keep = keep & causal[None, None]
+        att = (q @ k.transpose(-1, -2)) / (self.dim // self.heads) ** 0.5
+        att = att.masked_fill(~keep, -1e9).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(b, s, self.dim)
+        return self.out(y), k, v
+
+
+KV_NAMES = ["input_ids", "attention_mask", "past_k", "past_v"]
+KV_AXES = {
+    "input_ids": {0: "batch", 1: "seq"},
+    "attention_mask": {0: "batch", 1: "total"},
+    "past_k": {0: "batch", 2: "past"},
+    "past_v": {0: "batch", 2: "past"},
+}
+
+
+def kv_inputs(batch: int, seq: int, past: int, seed: int) -> list:
+    g = torch.Generator().manual_seed(seed)
+    d = CachedDecoder.dim // CachedDecoder.heads
+    ids = torch.randint(0, CachedDecoder.vocab, (batch, seq), generator=g)
+    mask = torch.ones(batch, past + seq, dtype=torch.int64)
+    mask[0, 0] = 0  # a padded first position in row 0
+    cache = [torch.randn(batch, CachedDecoder.heads, past, d, generator=g) for _ in range(2)]
+    return [ids, mask, *cache]
+
+
+def kv_references(module, folder, sizes) -> None:
+    from onnxsurgery.validation.references import Case, save_case
+
+    for k, (b, s, p) in enumerate(sizes):
+        args = kv_inputs(b, s, p, k)
+        with torch.no_grad():
+            outs = module(*args)
+        inputs = {n: t.numpy() for n, t in zip(KV_NAMES, args, strict=True)}
+        outputs = {n: t.numpy() for n, t in zip(["logits", "k", "v"], outs, strict=True)}
+        save_case(Case(f"b{b}_s{s}_p{p}", inputs, outputs), folder, index=k)
+
+
+def kv_export(module, path, exporter: str) -> onnx.ModelProto:
+    kwargs = {"dynamo": True} if exporter == "dynamo" else {"dynamo": False, "opset_version": 17}
+    torch.onnx.export(
+        module, tuple(kv_inputs(2, 4, 5, 0)), str(path), input_names=KV_NAMES,
+        output_names=["logits", "k", "v"], **kwargs,
+    )  # fmt: skip
+    return onnx.load(path)
+
+
+#: (batch, seq, past) of the stored torch cases; the first is the traced size.
+KV_SIZES = [(2, 4, 5), (1, 3, 2), (3, 1, 7), (2, 6, 3)]
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_kv_cache_decoder_is_verified_at_every_batch_seq_past(exporter, tmp_path):
+    """Without the offset causal mask the decoder generalizes: the graph ties total to
+    past + seq, every check size keeps that, and torch's outputs at other sizes all match."""
+    torch.manual_seed(0)
+    module = CachedDecoder(causal=False).eval()
+    model = kv_export(module, tmp_path / "model.onnx", exporter)
+    kv_references(module, tmp_path / "refs", KV_SIZES)
+    ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path / "refs")
+    result = Symbolize(dynamic_axes=KV_AXES, verify="references")(model, ctx)
+    assert {s: str(v) for s, v in result.report.relations.items()} == {"total": "past + seq"}
+    levels = result.report.to_dict()["verification"]["levels"]
+    assert {s: v["level"] for s, v in levels.items()} == dict.fromkeys(
+        ("batch", "seq", "total", "past"), "references"
+    )
+    checked = next(d.message for d in result.diagnostics if d.message.startswith("check:"))
+    for size in re_sizes(checked):
+        assert size["total"] == size["past"] + size["seq"], checked
+
+
+def re_sizes(text: str) -> list[dict[str, int]]:
+    import re
+
+    ran = text.split("; traced-size")[0].removeprefix("check: ran at ")
+    return [
+        {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", part)} for part in ran.split("; ")
+    ]
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_kv_cache_decoder_with_offset_causal_mask_is_refused_not_failed(exporter, tmp_path):
+    """The causal mask offset by past folds into constants that count from the traced past: a
+    blocker naming that node (issue 12's ground), never a failed check; batch alone is checked
+    against torch."""
+    torch.manual_seed(0)
+    module = CachedDecoder(causal=True).eval()
+    model = kv_export(module, tmp_path / "model.onnx", exporter)
+    with pytest.raises(onnxsurgery.PassError, match="blocker") as info:
+        Symbolize(dynamic_axes=KV_AXES)(model, onnxsurgery.PassContext(provider="cpu"))
+    assert info.value.node in {n.name for n in model.graph.node}
+    assert "check" not in str(info.value).split(":")[1]
+    kv_references(module, tmp_path / "refs", [(2, 4, 5), (1, 4, 5), (3, 4, 5)])
+    batch_only = {n: {a: s for a, s in spec.items() if s == "batch"} for n, spec in KV_AXES.items()}
+    ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path / "refs")
+    result = Symbolize(dynamic_axes=batch_only, verify="references")(model, ctx)
+    assert result.report.to_dict()["verification"]["levels"]["batch"]["level"] == "references"

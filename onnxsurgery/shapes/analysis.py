@@ -135,6 +135,9 @@ class ShapeAnalysis:
     floors: dict[tuple[str, str, int], Dim] = field(default_factory=dict)  # shared opaque divisions
     #: (atom, num, den, plus): atom = num // den + plus, num or den holding unknowns
     pending_floors: list[tuple[str, Dim, Dim, int]] = field(default_factory=list)
+    #: data-constant dims of 1 that met a symbolic dim traced at 1 in a broadcast: one point,
+    #: which cannot tell a row repeated from a table of that length (dim atom -> the dim it met)
+    one_point: dict[str, Dim] = field(default_factory=dict)
     _counter: int = 0
     _use_cache: dict[tuple[int, int, str], TensorInfo] = field(default_factory=dict)
 

@@ -19,12 +19,17 @@ decides each one by structure, in this order:
    listed in ``Solution.opaque``; the analysis itself is never modified, so it can be solved
    again with more constraints).
 
-A hard constraint that still does not hold once nothing is unknown is a *conflict*: the graph
-needs that equality at every size, and it holds only at the traced one.
+A hard constraint between symbols alone that makes one of them a sum or product of the
+others (``total == past + seq``: a KV cache concatenated to the new keys, against an attention
+mask of length ``total``) is a *relation*: that symbol is expressed in the others
+(``Solution.relations``), after the first round and again before conflicts are listed. A hard
+constraint that still does not hold once nothing is unknown is a *conflict*: the graph needs that
+equality at every size, and it holds only at the traced one.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
@@ -53,6 +58,8 @@ class Solution:
     assumed: list[tuple[Constraint, str, str]] = field(
         default_factory=list
     )  # unified run-time dims
+    #: symbols the graph ties to others (``total`` -> ``past + seq``), with the constraint
+    relations: dict[str, tuple[Dim, Constraint]] = field(default_factory=dict)
 
     def resolve(self, d: Dim) -> Dim:
         """``d`` with every decided unknown replaced (cached until the next decision)."""
@@ -405,8 +412,72 @@ class _Solver:
             if len(self.unknowns(expr)) >= 2:
                 self.factor(c)
 
+    def relate(self) -> None:
+        """Turn hard constraints among symbols alone into relations (module docstring)."""
+        syms = {n for n, a in self.a.atoms.items() if a.kind == "sym"}
+        changed = True
+        while changed:
+            changed = False
+            for cid, c in enumerate(self.hard):
+                if cid in self.done:
+                    continue
+                expr = self.resolve(self.exprs[cid])
+                if expr.value == 0 or not expr.atoms() or not expr.atoms() <= syms:
+                    continue
+                found = self._relation(expr, syms)
+                if found is None:
+                    continue
+                sym, value = found
+                self.assign(sym, value, "relation")
+                self.sol.relations[sym] = (value, c)
+                self.done.add(cid)
+                self.drain()
+                changed = True
+
+    def _relation(self, expr: Dim, syms: set[str]) -> tuple[str, Dim] | None:
+        """``(s, value)`` when ``expr == 0`` reads ``s == value`` with ``value`` a sum of products
+        of the other symbols (positive coefficients, no constant, not a lone symbol), true at the
+        traced sizes."""
+        terms = list(expr.terms.items())
+        if any(not m for m, _ in terms):
+            return None
+        common = list(terms[0][0])
+        for m, _ in terms[1:]:
+            rest = list(m)
+            common = [a for a in common if a in rest and not rest.remove(a)]
+        g = 0
+        for _, coef in terms:
+            g = math.gcd(g, coef)
+        reduced = expr.exact_div(Dim({tuple(common): g})) if common or g > 1 else expr
+        if reduced is None:
+            return None
+        options = []
+        for m, coef in reduced.terms.items():
+            if len(m) != 1 or abs(coef) != 1 or m[0] not in syms:
+                continue
+            sym = m[0]
+            value = Dim.sym(sym) - reduced if coef == 1 else reduced + Dim.sym(sym)
+            vt = value.terms
+            if sym in value.atoms() or not vt or any(not mm or c <= 0 for mm, c in vt.items()):
+                continue
+            if value.is_atom():
+                # ``seq == tgt``: two names traced at one value, and which of them a traced
+                # constant stands for is a guess; that stays a conflict naming both.
+                continue
+            try:
+                if value.evaluate(self.traced) != self.traced[sym]:
+                    continue
+            except KeyError:
+                continue
+            options.append((-len(vt), self._order(sym), sym, value))
+        if not options:
+            return None
+        _, _, sym, value = min(options, key=lambda o: (o[0], o[1]))
+        return sym, value
+
     def run(self) -> Solution:
         self.drain()
+        self.relate()
         self.apply_hints()
         self.default("data")
         self.factor_pending()
@@ -416,6 +487,7 @@ class _Solver:
                 self.sol.opaque.add(name)
         self.queue.extend(range(len(self.hard)))
         self.drain()
+        self.relate()
         self.unify_runtime()
         for cid, c in enumerate(self.hard):
             if cid in self.done:

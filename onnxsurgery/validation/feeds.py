@@ -99,7 +99,7 @@ def random_array(
     int_range: tuple[int, int] = RANDOM_INT_RANGE,
 ) -> np.ndarray:
     """Random values of ``dtype``: floats standard normal, integers in ``int_range`` (low
-    inclusive, high exclusive), bools."""
+    inclusive, high exclusive), bools, strings (short words)."""
     dtype = np.dtype(dtype)
     count = math.prod(int(d) for d in dims)
     if count > current_limits().max_elements or any(int(d) < 0 for d in dims):
@@ -115,4 +115,8 @@ def random_array(
         return rng.standard_normal(dims, dtype=np.float32).astype(dtype)
     if dtype.kind == "c":
         return (rng.standard_normal(dims) + 1j * rng.standard_normal(dims)).astype(dtype)
+    if dtype.kind in "OUS":  # strings: short lowercase words
+        letters = rng.integers(ord("a"), ord("z") + 1, size=(*dims, 4))
+        words = np.apply_along_axis(lambda c: "".join(map(chr, c)), -1, letters) if letters.size else []
+        return np.asarray(words, dtype=object).reshape(dims)
     raise UsageError(f"cannot make random inputs of dtype {dtype}; give --ref cases")

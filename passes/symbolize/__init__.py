@@ -19,13 +19,14 @@ from typing import Any
 
 import onnx
 
+from onnxsurgery.errors import OnnxSurgeryError
 from onnxsurgery.model.io import weightless
-from onnxsurgery.passes.symbolize.batch_indices import batch_like_symbols
-from onnxsurgery.passes.symbolize.check import check_dynamic
+from onnxsurgery.passes.symbolize.check import LEVELS, check_dynamic, traced_only
 from onnxsurgery.passes.symbolize.plan import SymbolizePlan, normalize_axes, plan_symbolize
 from onnxsurgery.passes.symbolize.rewrite import apply_plan
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.validation.references import load_cases
 
 __all__ = ["Symbolize"]
 
@@ -39,7 +40,14 @@ class Symbolize(Pass):
     torch's format (``{"x": {0: "batch"}}`` or ``{"x": [0]}``); neither means ``*:0=batch``.
     ``strict`` (default true) fails listing every blocker; false applies what it can and reports
     the rest. ``check`` (default true) runs the result on ONNX Runtime at the traced size (same
-    outputs as the original within 1e-5) and at two other sizes per symbol.
+    outputs as the original within 1e-5), at two other sizes per symbol, and on the reference
+    cases given to the run (``--ref``). Each symbol ends verified to a level: ``references``
+    (matched stored torch outputs at other sizes), ``rows`` (batch rows shown independent),
+    ``runs`` (ran at other sizes, values unverified) or ``traced-only``; ``verify=LEVEL`` makes
+    anything less an error (``verify=references`` for builds that must not ship unverified
+    models). ``rows`` names the symbols whose rows are independent (``rows=batch``, several
+    separated by ``+``; ``rows=`` for none); by default the graph decides (the one symbol on axis 0 of every input,
+    along which no node mixes rows), never a symbol's name.
 
     Rules (symbolic shape propagation with provenance, decided by structure, not by value):
     - every tensor gets a symbolic shape (``batch*16``, ``seq + 1``); each constant read as a size
@@ -52,7 +60,11 @@ class Symbolize(Pass):
       broadcast, a Range grid, rotary cos/sin tables, a causal/sliding-window band, a per-head
       Tile); constant indices into a batch axis enumerate the batch (at batch 1 too);
     - what holds only at the traced size (a table cut to the traced length, a loop unrolled at
-      trace time, a size baked into a weight) is a blocker naming the node and what to do.
+      trace time, a size baked into a weight) is a blocker naming the node and what to do;
+    - a pattern is taken only when the traced values pin it down: 3 or more points along a
+      counting axis (two points fit any line), 2 for a repeat, no start or bound equal to a traced
+      size; along a batch, rows are independent by structure, so one row may repeat;
+    - symbols the graph ties together (``total = past + seq``) become relations, kept by the check.
 
         x[4,3,32,32] ─ ... ─ Reshape(shape=[4, -1]) ─ Gemm
         =>
@@ -67,19 +79,35 @@ class Symbolize(Pass):
         dynamic_axes: dict[str, Any] | None = None,
         strict: bool = True,
         check: bool = True,
+        verify: str | None = None,
+        rows: str | list[str] | None = None,
         **axes: str,
     ) -> None:
         super().__init__(
             **({"dynamic_axes": dynamic_axes} if dynamic_axes is not None else {}),
             **({"strict": strict} if strict is not True else {}),
             **({"check": check} if check is not True else {}),
+            **({"verify": verify} if verify is not None else {}),
+            **({"rows": rows} if rows is not None else {}),
             **axes,
         )
         for opt, value in (("strict", strict), ("check", check)):
             if not isinstance(value, bool):
                 raise TypeError(f"{opt} must be true or false, got {value!r}")
+        if verify is not None and verify not in LEVELS:
+            raise ValueError(f"verify must be one of {', '.join(LEVELS)}, got {verify!r}")
+        if verify is not None and verify != "traced-only" and not check:
+            raise ValueError(f"verify={verify} needs the check; drop check=false")
         self.strict = strict
         self.check = check
+        self.verify = verify
+        names = ([] if not rows.strip() else rows.split("+")) if isinstance(rows, str) else rows
+        if names is not None and (
+            not isinstance(names, (list, tuple))
+            or not all(isinstance(n, str) and n.strip().isidentifier() for n in names)
+        ):
+            raise ValueError(f"rows must name symbols like batch (several: a+b), got {rows!r}")
+        self.rows: set[str] | None = None if names is None else {n.strip() for n in names}
         self.explicit: dict[str, dict[int, str]] = (
             normalize_axes(dynamic_axes) if dynamic_axes is not None else {}
         )
@@ -89,7 +117,7 @@ class Symbolize(Pass):
             if m is None:
                 raise ValueError(
                     f"option {key!r} is not INPUT:AXIS (like x:0=batch or *:1=seq), nor one of "
-                    "dynamic_axes, strict, check"
+                    "dynamic_axes, strict, check, verify, rows"
                 )
             if not isinstance(sym, str) or not sym.isidentifier():
                 raise ValueError(f"{key}={sym!r}: the symbol must be a name like batch or seq")
@@ -129,7 +157,7 @@ class Symbolize(Pass):
     def preview(self, model: onnx.ModelProto) -> SymbolizePlan:
         """The changes and blockers symbolize would find in ``model`` (nothing is edited)."""
         try:
-            return plan_symbolize(model, self.resolve_axes(model))
+            return plan_symbolize(model, self.resolve_axes(model), self.rows)
         except ValueError as exc:
             self.fail(str(exc))
 
@@ -141,7 +169,7 @@ class Symbolize(Pass):
             )
         ctx.stage("planning")
         try:
-            plan = plan_symbolize(model, axes)
+            plan = plan_symbolize(model, axes, self.rows)
         except ValueError as exc:
             self.fail(str(exc))
         diagnostics = [Diagnostic.warning(n) for n in plan.notes]
@@ -170,9 +198,9 @@ class Symbolize(Pass):
             )
             for c in plan.changes
         ]
+        blocked = {s for b in plan.blockers for s in b.symbols}
         if self.check:
             ctx.stage("checking on ONNX Runtime at the traced size and other sizes")
-            blocked = {s for b in plan.blockers for s in b.symbols}
             result = check_dynamic(
                 model,
                 new,
@@ -182,11 +210,21 @@ class Symbolize(Pass):
                 ctx.provider,
                 dynamic=plan.analysis.dynamic,
                 fixed=blocked,
-                batch_rows=batch_like_symbols(plan.analysis),
+                batch_rows=plan.rows,
                 steps=_size_steps(plan),
+                relations=plan.relations,
+                references=self._references(ctx),
+                output_map=ctx.map_outputs if ctx.output_maps else None,
             )
             diagnostics.append(Diagnostic.info(f"check: {result}"))
-        syms = ", ".join(f"{s} (traced {v})" for s, v in plan.symbols.items())
+        else:
+            result = traced_only(plan.symbols)
+        plan.verification = result
+        diagnostics += self._verified(result)
+        syms = ", ".join(
+            f"{s} (traced {v}, verified: {result.levels.get(s, 'traced-only')})"
+            for s, v in plan.symbols.items()
+        )
         diagnostics.insert(
             0, Diagnostic.info(f"symbols {syms}; {len(plan.changes)} constant(s) rewritten")
         )
@@ -194,6 +232,38 @@ class Symbolize(Pass):
         # analysed, not the weights.
         plan.analysis.model = weightless(model)
         return PassResult(new, modified=True, diagnostics=diagnostics, report=plan)
+
+    def _references(self, ctx: PassContext) -> list:
+        """The run's reference cases, or none."""
+        if ctx.references is None:
+            return []
+        try:
+            return load_cases(ctx.references)
+        except OnnxSurgeryError as exc:
+            self.fail(f"reading the references for the check: {exc}")
+
+    def _verified(self, result) -> list[Diagnostic]:
+        """One line when a symbol ends below ``references`` (how to fix it); an error when below
+        ``verify``."""
+        below = {s: lv for s, lv in result.levels.items() if lv != "references"}
+        if self.verify is not None:
+            floor = LEVELS.index(self.verify)
+            short = {s: lv for s, lv in result.levels.items() if LEVELS.index(lv) > floor}
+            if short:
+                listing = ", ".join(f"{s} to {lv}" for s, lv in short.items())
+                self.fail(
+                    f"verify={self.verify}: {listing} only; give reference cases at other sizes "
+                    "(--ref DIR, made by `onnxsurgery reference record`)"
+                )
+        if not below:
+            return []
+        listing = ", ".join(f"{s}: {lv}" for s, lv in below.items())
+        return [
+            Diagnostic.warning(
+                f"values at other sizes not verified against torch ({listing}); to verify, pass "
+                "--ref with cases at other sizes (record them with `onnxsurgery reference record`)"
+            )
+        ]
 
 
 def _size_steps(plan: SymbolizePlan) -> dict[str, int]:

@@ -15,6 +15,7 @@ nothing else in the graph makes it (``as_strided`` pooling reading a flat index)
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,14 +45,67 @@ class BatchIndex:
     gather: str
 
 
-def batch_like_symbols(analysis: ShapeAnalysis) -> set[str]:
-    """Symbols whose rows are independent: ``batch`` by name, else the symbol on axis 0 of every
-    input that has one."""
-    named = {s for s in analysis.symbols if "batch" in s.lower()}
-    if not named:
-        first = {s for s, places in analysis.symbols.items() if all(ax == 0 for _, ax in places)}
-        named = first if len(first) == 1 else set()
+def batch_like_symbols(analysis: ShapeAnalysis, declared: Set[str] | None = None) -> set[str]:
+    """Symbols whose rows are independent (batches): ``declared`` by the user, else found in the
+    graph: the one symbol on axis 0 of every input carrying it, provided no node mixes rows
+    along an axis it sizes (a recurrence, a contraction, a softmax, a reduction, an arg-max or
+    top-k, a cumulative sum). Never from a symbol's name."""
+    if declared is not None:
+        return {s for s in declared if s in analysis.symbols and s not in analysis.dynamic}
+    first = {s for s, places in analysis.symbols.items() if all(ax == 0 for _, ax in places)}
+    first = {s for s in first if not _mixed(analysis, s)}
+    named = first if len(first) == 1 else set()
     return {s for s in named if s not in analysis.dynamic}
+
+
+def _axis(attrs: dict, name: str, default: int, rank: int) -> int:
+    a = int(attrs.get(name, default))
+    return a + rank if a < 0 else a
+
+
+def _mixed(analysis: ShapeAnalysis, sym: str) -> bool:
+    """Whether a node of the main graph combines values across an axis whose size holds ``sym``."""
+    for node in analysis.model.graph.node:
+        if not node.input:
+            continue
+        info = analysis.tensors.get(node.input[0])
+        if info is None or info.shape is None:
+            continue
+        shape, rank = info.shape, len(info.shape)
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        axes: list[int] = []
+        op = node.op_type
+        if op in ("RNN", "GRU", "LSTM"):
+            axes = [1 if attrs.get("layout", 0) else 0]
+        elif op in ("ArgMax", "ArgMin", "LpNormalization", "TopK"):
+            axes = [_axis(attrs, "axis", -1 if op in ("LpNormalization", "TopK") else 0, rank)]
+        elif op in ("Softmax", "LogSoftmax", "Hardmax", "CumSum"):
+            if op == "CumSum":
+                ax = analysis.consts.get(node.input[1]) if len(node.input) > 1 else None
+                axes = [int(ax.reshape(-1)[0]) % rank] if ax is not None and rank else []
+            else:
+                axes = [_axis(attrs, "axis", -1, rank)]
+        elif op.startswith("Reduce"):
+            listed = attrs.get("axes")
+            if listed is None and len(node.input) > 1 and node.input[1]:
+                const = analysis.consts.get(node.input[1])
+                listed = None if const is None else const.reshape(-1).tolist()
+            axes = list(range(rank)) if not listed else [int(a) % rank for a in listed]
+        elif op == "Gemm" and rank == 2:
+            axes = [0 if attrs.get("transA", 0) else 1]
+            other = analysis.tensors.get(node.input[1]) if len(node.input) > 1 else None
+            if other is not None and other.shape is not None and len(other.shape) == 2:
+                if sym in other.shape[1 if attrs.get("transB", 0) else 0].atoms():
+                    return True
+        elif op == "MatMul" and rank >= 1:
+            axes = [rank - 1]
+            other = analysis.tensors.get(node.input[1]) if len(node.input) > 1 else None
+            if other is not None and other.shape is not None and len(other.shape) >= 2:
+                if sym in other.shape[-2].atoms():
+                    return True
+        if any(0 <= a < rank and sym in shape[a].atoms() for a in axes):
+            return True
+    return False
 
 
 def _addressed(
@@ -75,9 +129,11 @@ def _addressed(
     return [(c, sol.resolve(data.shape[b + c])) for c in range(int(last)) if b + c < rank]
 
 
-def find_batch_indices(analysis: ShapeAnalysis, sol: Solution) -> list[BatchIndex]:
-    """Constants that enumerate a batch-like symbol traced at 1 (see the module docstring)."""
-    batch = batch_like_symbols(analysis)
+def find_batch_indices(
+    analysis: ShapeAnalysis, sol: Solution, batch: Set[str] = frozenset()
+) -> list[BatchIndex]:
+    """Constants that enumerate a symbol of ``batch`` (whose rows are independent; see the
+    module docstring)."""
     if not batch:
         return []
     graph = analysis.model.graph

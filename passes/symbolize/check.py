@@ -1,71 +1,213 @@
 """Run a symbolized model at several sizes on ONNX Runtime and check it stays right.
 
-:func:`check_dynamic` feeds random inputs (of each input's dtype; integers in a safe range) to
+:func:`check_dynamic` feeds inputs shaped by the graph (:func:`_feeds`: token ids over the
+vocabulary their gather reads, sizes never made up, initializers listed as inputs never fed) to
 
 1. the original and the rewritten model at the traced size: outputs must agree within 1e-5;
-2. the rewritten model at two other sizes per symbol: it must run, and every output dim that the
-   plan expresses in the symbols must come out as that expression evaluated at the size.
+2. the rewritten model at two other sizes per free symbol (symbols the graph ties to others,
+   ``total = past + seq``, follow them): it must run, and every output dim that the plan
+   expresses in the symbols must come out as that expression evaluated at the size;
+3. for batches (rows independent): each row must equal a run of that row alone, and the first
+   traced-many rows of a larger batch must equal the original model on those rows;
+4. the reference cases given to the run: every output must match torch's.
 
-Failures raise :class:`~onnxsurgery.errors.PassError` with the ONNX Runtime error translated
-into the node that broke (:func:`~onnxsurgery.validation.runtime.describe_ort_error`).
+Each symbol ends at the best level it reached (:data:`LEVELS`, :class:`CheckResult`). Failures
+raise :class:`~onnxsurgery.errors.PassError` with the ONNX Runtime error translated into the
+node that broke (:func:`~onnxsurgery.validation.runtime.describe_ort_error`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 
-from onnxsurgery.errors import PassError
+from onnxsurgery.errors import OnnxSurgeryError, PassError
 from onnxsurgery.model.signature import model_inputs
 from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.validation.arrays import compare_arrays
 from onnxsurgery.validation.feeds import random_array
+from onnxsurgery.validation.references import Case
 from onnxsurgery.validation.runtime import create_session, describe_ort_error, run_model
+from onnxsurgery.validation.tolerances import DEFAULT_ATOL
 
-__all__ = ["CheckResult", "check_dynamic", "check_sizes", "model_node"]
+__all__ = [
+    "LEVELS",
+    "CheckResult",
+    "check_dynamic",
+    "check_sizes",
+    "model_node",
+    "shape_inputs",
+    "traced_only",
+]
 
+
+
+#: How far a symbol was verified, best first (see :class:`CheckResult`).
+LEVELS = ("references", "rows", "runs", "traced-only")
 
 
 @dataclass
 class CheckResult:
-    """The sizes checked, and the largest difference from the original at the traced size."""
+    """The sizes checked, the largest difference from the original at the traced size, and how
+    far each symbol was verified (``levels``; the oracle behind each in ``oracles``):
+
+    - ``references``: the model matched stored torch outputs at sizes of the symbol other than
+      the traced one;
+    - ``rows``: at other sizes each batch row equals a run of that row alone (rows independent),
+      values otherwise unverified;
+    - ``runs``: ran at other sizes with the output shapes the symbols give, values unverified;
+    - ``traced-only``: checked at the traced size only (kept there by a blocker, or no check).
+    """
 
     sizes: list[dict[str, int]] = field(default_factory=list)
     max_abs_diff: float = 0.0
     rows_checked: bool = False
+    levels: dict[str, str] = field(default_factory=dict)
+    oracles: dict[str, str] = field(default_factory=dict)
+    reference_cases: int = 0
 
     def __str__(self) -> str:
         text = "; ".join(", ".join(f"{k}={v}" for k, v in s.items()) for s in self.sizes)
         rows = "; batch rows independent" if self.rows_checked else ""
-        return f"ran at {text}; traced-size outputs within {self.max_abs_diff:.2g} of the original{rows}"
+        refs = (
+            f"; matched {self.reference_cases} reference case(s)" if self.reference_cases else ""
+        )
+        levels = ", ".join(f"{s}: {lv}" for s, lv in self.levels.items())
+        return (
+            f"ran at {text}; traced-size outputs within {self.max_abs_diff:.2g} of the original"
+            f"{rows}{refs}; verified {levels}"
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "sizes": self.sizes,
+            "max_abs_diff": self.max_abs_diff,
+            "reference_cases": self.reference_cases,
+            "levels": {
+                s: {"level": lv, "oracle": self.oracles.get(s, "")} for s, lv in self.levels.items()
+            },
+        }
 
 
 def check_sizes(
     traced: Mapping[str, int],
     fixed: Set[str] = frozenset(),
     steps: Mapping[str, int] | None = None,
+    relations: Mapping[str, Dim] | None = None,
 ) -> list[dict[str, int]]:
     """The traced size, then two other values for each symbol not in ``fixed`` (others traced).
 
     The other values are ``traced + step`` and ``traced - step`` (or ``+ 2*step`` when that is
     too small); ``steps`` defaults to 1, and is larger for symbols that strided convolutions or
     pools divide, so the sizes keep the traced size's remainder (a padding computed for an even
-    height is baked into the graph).
+    height is baked into the graph). A symbol in ``relations`` (``total`` = ``past + seq``) is
+    never varied itself: every size computes it from the others, so the sizes respect what the
+    graph requires.
     """
+    relations = relations or {}
     sizes = [dict(traced)]
     for sym, v in traced.items():
-        if sym in fixed:
+        if sym in fixed or sym in relations:
             continue
         step = (steps or {}).get(sym, 1)
         others = [v + step, v - step if v - step >= 2 else v + 2 * step]
         for o in others:
             s = dict(traced)
             s[sym] = o
-            sizes.append(s)
+            for _ in relations:  # relations may chain
+                s.update({d: value.evaluate(s) for d, value in relations.items()})
+            if s not in sizes:
+                sizes.append(s)
     return sizes
+
+
+#: Ops an integer input may pass through on its way to the gather it indexes.
+_INDEX_PATH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Expand"}
+
+
+def _uses(
+    model: onnx.ModelProto, name: str, through: Set[str]
+) -> list[tuple[onnx.NodeProto, int]]:
+    """Every (node, input index) that reads ``name``, or what ops in ``through`` make of it
+    (followed from their first input to their outputs)."""
+    found: list[tuple[onnx.NodeProto, int]] = []
+    stack, seen = [name], set()
+    while stack:
+        tensor = stack.pop()
+        if tensor in seen:
+            continue
+        seen.add(tensor)
+        for node in model.graph.node:
+            for k, inp in enumerate(node.input):
+                if inp != tensor:
+                    continue
+                found.append((node, k))
+                if k == 0 and node.op_type in through:
+                    stack.extend(node.output)
+    return found
+
+
+def _index_range(model: onnx.ModelProto, name: str) -> int | None:
+    """The size of the data axis that input ``name`` indexes (Gather/GatherElements indices,
+    directly or through reshaping ops), from an initializer's or a declared static shape."""
+    shapes = {t.name: list(t.dims) for t in model.graph.initializer}
+    for vi in list(model.graph.input) + list(model.graph.value_info):
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+        shapes.setdefault(vi.name, dims)
+    sizes = []
+    for node, k in _uses(model, name, _INDEX_PATH):
+        if node.op_type in ("Gather", "GatherElements") and k == 1:
+            data = shapes.get(node.input[0])
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            if data and -len(data) <= axis < len(data) and data[axis]:
+                sizes.append(int(data[axis]))
+    return min(sizes) if sizes else None
+
+
+#: Inputs read as sizes: (op, input index). Expand and Tile accept all ones (no change).
+_SHAPE_SLOTS = {
+    ("Expand", 1), ("Reshape", 1), ("ConstantOfShape", 0), ("Tile", 1), ("Range", 0),
+    ("Range", 1), ("Range", 2), ("Slice", 1), ("Slice", 2), ("Slice", 3), ("Slice", 4),
+    ("Resize", 2), ("Resize", 3), ("Pad", 1), ("TopK", 1), ("OneHot", 1), ("Split", 1),
+    ("Unsqueeze", 1), ("Squeeze", 1), ("CenterCropPad", 1),
+}  # fmt: skip
+_ONES_OK = {("Expand", 1), ("Tile", 1)}
+
+
+def shape_inputs(model: onnx.ModelProto) -> dict[str, list[tuple[str, str, int]]]:
+    """Integer graph inputs read as sizes (an Expand target, a Reshape shape), directly or
+    through Cast/Identity: input -> [(node, op, input index)]."""
+    inits = {t.name for t in model.graph.initializer}
+    out: dict[str, list[tuple[str, str, int]]] = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        for node, k in _uses(model, vi.name, {"Cast", "Identity"}):
+            if (node.op_type, k) in _SHAPE_SLOTS:
+                out.setdefault(vi.name, []).append((node.name or node.output[0], node.op_type, k))
+    return out
+
+
+def _given_value(
+    name: str,
+    size: Mapping[str, int],
+    axes: Mapping[str, Mapping[int, str]],
+    references: Sequence[Case],
+) -> np.ndarray | None:
+    """The value of input ``name`` in a reference case at ``size`` (else at any size when every
+    case holds the same value)."""
+    values = [(c, c.inputs[name]) for c in references if name in c.inputs]
+    for case, value in values:
+        sizes = _case_sizes(axes, case.inputs)
+        if all(size.get(k) == v for k, v in sizes.items()):
+            return value
+    if values and all(np.array_equal(values[0][1], v) for _, v in values):
+        return values[0][1]
+    return None
 
 
 def _feeds(
@@ -73,10 +215,21 @@ def _feeds(
     axes: Mapping[str, Mapping[int, str]],
     size: Mapping[str, int],
     seed: int,
+    rows: Set[str] = frozenset(),
+    references: Sequence[Case] = (),
 ) -> dict[str, np.ndarray]:
+    """Random inputs at ``size``, shaped by the graph, never by input names: floats, bools and
+    strings from the one random-feed helper; integers that index a gather cover its data axis
+    (token ids over the whole vocabulary); a vector of integers along a batch (one per row:
+    lengths) lies in [1, the smallest other symbolic size], reaching it once; other integers
+    are 0/1 with the first position 1 (a valid attention mask, a valid index). Integers read
+    as sizes are never made up: taken from a reference case at this size, else all ones where
+    that is valid (an Expand target, Tile repeats); otherwise the check cannot run and says so.
+    Initializers listed as graph inputs (IR < 4) are never fed: the model's own values stay."""
     rng = np.random.default_rng(seed)
-    shapes: dict[str, list[int]] = {}
-    dtypes: dict[str, np.dtype] = {}
+    feeds: dict[str, np.ndarray] = {}
+    as_sizes = shape_inputs(model)
+    others = [size[s] for spec in axes.values() for s in spec.values() if s in size and s not in rows]
     for spec in model_inputs(model):
         if spec.optional:  # an initializer: the model's own value stays
             continue
@@ -91,32 +244,41 @@ def _feeds(
                 dims.append(d)
             else:
                 dims.append(size.get(d or "", 2))
-        shapes[spec.name] = dims
-        dtypes[spec.name] = spec.dtype if spec.dtype is not None else np.dtype(np.float32)
-    # Lengths are at most the smallest symbolic non-batch size of the other inputs.
-    seq_like = [
-        size[s] for name, spec in axes.items() for a, s in spec.items() if a != 0 and s in size
-    ]
-    feeds: dict[str, np.ndarray] = {}
-    for name, dims in shapes.items():
-        dtype = dtypes[name]
-        lname = name.lower()
-        if dtype.kind not in "iu":  # floats, bools: the one random-feed helper's defaults
-            feeds[name] = random_array(dtype, dims, rng)
-        elif "mask" in lname:  # 0/1 per position, every row attending to its first position
-            arr = random_array(dtype, dims, rng, int_range=(0, 2))
-            if arr.ndim:
-                arr[..., 0] = 1
-            feeds[name] = arr
-        elif "len" in lname and len(dims) == 1:
-            top = min(seq_like) if seq_like else max(1, min((d for d in dims if d > 1), default=1))
-            arr = random_array(dtype, dims, rng, int_range=(1, top + 1))
+        dtype = spec.dtype if spec.dtype is not None else np.dtype(np.float32)
+        if spec.name in as_sizes:
+            given = _given_value(spec.name, size, axes, references)
+            if given is not None:
+                feeds[spec.name] = given
+                continue
+            slots = as_sizes[spec.name]
+            if all((op, k) in _ONES_OK for _, op, k in slots):
+                feeds[spec.name] = np.ones(dims, dtype=dtype)
+                continue
+            node, op, k = next(x for x in slots if (x[1], x[2]) not in _ONES_OK)
+            where = ", ".join(f"{s}={v}" for s, v in size.items())
+            raise PassError(
+                f"check at {where}: input {spec.name!r} is read as a size (input {k} of {op} "
+                f"{node!r}) and no reference case gives its value here; the check does not make "
+                "sizes up: pass --ref with cases at these sizes, or check=false",
+                node=node,
+            )
+        if dtype.kind not in "iu":
+            feeds[spec.name] = random_array(dtype, dims, rng)
+            continue
+        top = _index_range(model, spec.name)
+        per_row = len(dims) == 1 and axis_symbols.get(0) in rows
+        if top is not None:
+            feeds[spec.name] = random_array(dtype, dims, rng, int_range=(0, top))
+        elif per_row and others:
+            arr = random_array(dtype, dims, rng, int_range=(1, min(others) + 1))
             if arr.size:
-                arr[rng.integers(0, arr.size)] = top
-            feeds[name] = arr
+                arr[rng.integers(0, arr.size)] = min(others)
+            feeds[spec.name] = arr
         else:
-            top = max(1, min((d for d in dims if d > 0), default=1))
-            feeds[name] = random_array(dtype, dims, rng, int_range=(0, top))
+            arr = random_array(dtype, dims, rng, int_range=(0, 2))
+            if arr.ndim and arr.size:
+                arr[..., 0] = 1
+            feeds[spec.name] = arr
     return {name: np.asarray(arr) for name, arr in feeds.items()}
 
 
@@ -165,6 +327,9 @@ def check_dynamic(
     fixed: Set[str] = frozenset(),
     batch_rows: Set[str] = frozenset(),
     steps: Mapping[str, int] | None = None,
+    relations: Mapping[str, Dim] | None = None,
+    references: Sequence[Case] = (),
+    output_map: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None = None,
     atol: float = 1e-5,
     rtol: float = 1e-5,
 ) -> CheckResult:
@@ -176,12 +341,15 @@ def check_dynamic(
     ``batch_rows`` (batches, whose rows are independent) each row's outputs must also equal a run
     of that row alone: a constant that still carries the traced batch (a mask or an index read at
     row 0) shows up there even when every shape is right. ``output_dims`` gives each output's symbolic
-    dims (None where unknown).
+    dims (None where unknown). ``references`` (stored torch cases; ``output_map`` maps their
+    outputs onto the model's) are run too: any mismatch fails the check, and a symbol whose other
+    sizes they cover is verified to ``references``. Cases that move a symbol in ``fixed`` are
+    outside what the model claims and are left out.
     """
     base = {s: (2 if s in dynamic else v) for s, v in traced.items()}
     result = CheckResult()
     where = ", ".join(f"{k}={v}" for k, v in base.items())
-    feeds = _feeds(model, axes, base, 0)
+    feeds = _feeds(model, axes, base, 0, batch_rows, references)
     try:
         expected = run_model(original, feeds, provider)
     except Exception as exc:  # noqa: BLE001 - ORT raises several types
@@ -217,18 +385,63 @@ def check_dynamic(
             raise PassError(
                 f"check at the traced size {where}: output {name!r} differs from the original"
             )
+    for sym in batch_rows:
+        if base[sym] >= 2:
+            _original_rows_independent(
+                original, provider, model, axes, output_dims, sym, base, feeds, expected,
+                batch_rows, references, atol, rtol,
+            )  # fmt: skip
     result.sizes.append(base)
-    for k, size in enumerate(check_sizes(base, fixed, steps)[1:], start=1):
+    rows_shown: set[str] = set()
+    rows_original: set[str] = set()  # the first traced-many rows matched the original model
+    prefix: set[str] = set()  # a larger run's first traced-many positions matched the original
+    for k, size in enumerate(check_sizes(base, fixed, steps, relations)[1:], start=1):
         text = ", ".join(f"{s}={v}" for s, v in size.items())
-        inputs = _feeds(model, axes, size, k)
+        inputs = _feeds(model, axes, size, k, batch_rows, references)
         try:
             outs = run_model(session, inputs)
         except Exception as exc:  # noqa: BLE001
             raise _fail(f"at {text}", exc, model) from None
         for sym in batch_rows:
             if size[sym] >= 2 and size[sym] != base[sym]:
-                _check_rows(model, session, axes, output_dims, sym, inputs, outs, text, atol, rtol)
-                result.rows_checked = True
+                if _check_rows(
+                    model, session, axes, output_dims, sym, inputs, outs, text, atol, rtol
+                ):
+                    result.rows_checked = True
+                    rows_shown.add(sym)
+        for sym in base:
+            # Grown alone: the first traced-many rows (batches: rows are independent, so they
+            # must) or positions (a causal prefix may; a mismatch proves nothing) can be set
+            # against the original model at its traced size.
+            grown = size[sym] > base[sym] and all(size[o] == base[o] for o in base if o != sym)
+            related = any(sym in v.atoms() for v in (relations or {}).values())
+            in_axis, out_axis = _axes_of(axes, output_dims, sym, outs)
+            if not grown or related or sym in fixed or not in_axis or not out_axis:
+                continue
+            n = base[sym]
+            if sym in batch_rows:
+                try:
+                    bad = _first_vs_original(
+                        original, provider, in_axis, out_axis, n, inputs, outs, atol, rtol
+                    )
+                except Exception as exc:  # noqa: BLE001
+                    raise _fail(f"of the original model on the first {n} rows ({text})", exc) from None
+                if bad is not None:
+                    raise PassError(
+                        f"check at {text}: the first {n} {sym} rows of output {bad!r} differ from "
+                        f"the original model run on those rows; a constant still carries the "
+                        f"traced {sym}"
+                    )
+                rows_original.add(sym)
+                continue
+            try:
+                bad = _first_vs_original(
+                    original, provider, in_axis, out_axis, n, inputs, outs, atol, rtol
+                )
+            except Exception:  # noqa: BLE001 - the original may not run on a prefix: no oracle
+                continue
+            if bad is None:
+                prefix.add(sym)
         for name, dims in output_dims.items():
             if dims is None or name not in outs:
                 continue
@@ -249,7 +462,233 @@ def check_dynamic(
                     "from the symbols"
                 )
         result.sizes.append(size)
+    covered = _check_references(
+        original, provider, model, session, axes, base, fixed, references, output_map, result
+    )
+    for sym in base:
+        if sym in fixed:
+            result.levels[sym], result.oracles[sym] = "traced-only", "kept at its traced size"
+        elif sym in covered:
+            result.levels[sym] = "references"
+            result.oracles[sym] = "stored torch outputs at " + ", ".join(
+                f"{sym}={v}" for v in sorted(covered[sym])
+            )
+        elif sym in rows_shown:
+            result.levels[sym] = "rows"
+            result.oracles[sym] = "each row equals a run of that row alone" + (
+                f"; the first {base[sym]} rows of a larger {sym} equal the original model"
+                if sym in rows_original
+                else ""
+            )
+        else:
+            result.levels[sym] = "runs"
+            result.oracles[sym] = "ran with the output shapes the symbols give; values unverified" + (
+                f" beyond the first {base[sym]} positions, which equal the original model "
+                "(as in a causal model)"
+                if sym in prefix
+                else ""
+            )
     return result
+
+
+def traced_only(traced: Mapping[str, int]) -> CheckResult:
+    """The result when no check ran: every symbol verified at its traced size at most."""
+    result = CheckResult(sizes=[dict(traced)])
+    for sym in traced:
+        result.levels[sym], result.oracles[sym] = "traced-only", "no check ran"
+    return result
+
+
+def _case_sizes(
+    axes: Mapping[str, Mapping[int, str]], inputs: Mapping[str, np.ndarray]
+) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, spec in axes.items():
+        arr = inputs.get(name)
+        if arr is None:
+            continue
+        for axis, sym in spec.items():
+            if -arr.ndim <= axis < arr.ndim:
+                out.setdefault(sym, int(arr.shape[axis]))
+    return out
+
+
+def _export_error(
+    original: onnx.ModelProto,
+    provider: str,
+    cases: Sequence[tuple[Case, Mapping[str, np.ndarray]]],
+) -> dict[str, float]:
+    """Per output, twice the smallest atol at which the original model matches the cases at its
+    traced size, where the default tolerance is too tight: the export's own error, which no
+    rewrite can be asked to beat."""
+    floor: dict[str, float] = {}
+    for case, want in cases:
+        try:
+            got = run_model(original, case.inputs, provider)
+        except Exception:  # noqa: BLE001 - a case the original cannot run sets no floor
+            continue
+        for name, ref in want.items():
+            if name in got:
+                cmp = compare_arrays(got[name], np.asarray(ref), name=name)
+                if not cmp and cmp.min_atol is not None and np.isfinite(cmp.min_atol):
+                    floor[name] = max(floor.get(name, 0.0), 2 * cmp.min_atol)
+    return floor
+
+
+def _check_references(
+    original: onnx.ModelProto,
+    provider: str,
+    model: onnx.ModelProto,
+    session,
+    axes: Mapping[str, Mapping[int, str]],
+    base: Mapping[str, int],
+    fixed: Set[str],
+    references: Sequence[Case],
+    output_map: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None,
+    result: CheckResult,
+) -> dict[str, set[int]]:
+    """Run every reference case the model claims; a mismatch fails the check (at the default
+    tolerance, or the original model's own error at the traced size where that is larger).
+    Returns, per symbol, the sizes other than the traced one that matching cases covered."""
+    covered: dict[str, set[int]] = {}
+    claimed = []
+    for case in references:
+        sizes = _case_sizes(axes, case.inputs)
+        if any(sizes.get(s, base[s]) != base[s] for s in fixed):
+            continue
+        try:
+            want = output_map(case.outputs) if output_map is not None else case.outputs
+        except (KeyError, ValueError, OnnxSurgeryError) as exc:
+            raise PassError(
+                f"check: mapping reference case {case.name}'s outputs onto the model's failed: {exc}"
+            ) from None
+        claimed.append((case, sizes, want))
+    traced = [(c, w) for c, sizes, w in claimed if all(sizes.get(s, v) == v for s, v in base.items())]
+    floor = _export_error(original, provider, traced)
+    for case, sizes, want in claimed:
+        where = f"reference case {case.name} ({', '.join(f'{k}={v}' for k, v in sizes.items())})"
+        try:
+            got = run_model(session, case.inputs)
+        except Exception as exc:  # noqa: BLE001
+            raise _fail(f"at {where}", exc, model) from None
+        for name, ref in want.items():
+            if name not in got:
+                continue
+            atol = max(DEFAULT_ATOL, floor.get(name, 0.0)) if name in floor else None
+            cmp = compare_arrays(got[name], np.asarray(ref), atol=atol, name=name)
+            if not cmp:
+                raise PassError(
+                    f"check at {where}: output {name!r} does not match the stored torch outputs: "
+                    f"{cmp.describe()}"
+                )
+        result.reference_cases += 1
+        for sym, v in sizes.items():
+            if sym in base and v != base[sym]:
+                covered.setdefault(sym, set()).add(v)
+    return covered
+
+
+def _axes_of(
+    axes: Mapping[str, Mapping[int, str]],
+    output_dims: Mapping[str, list[Dim | None] | None],
+    sym: str,
+    outs: Mapping[str, np.ndarray],
+) -> tuple[dict[str, int], dict[str, int]]:
+    """The input axes ``sym`` names, and the one output axis per output that follows it."""
+    in_axis = {name: a for name, spec in axes.items() for a, s in spec.items() if s == sym}
+    out_axis = {}
+    for name, dims in output_dims.items():
+        if dims is not None and name in outs:
+            hits = [i for i, d in enumerate(dims) if d is not None and d == Dim.sym(sym)]
+            if len(hits) == 1:
+                out_axis[name] = hits[0]
+    return in_axis, out_axis
+
+
+def _original_rows_independent(
+    original: onnx.ModelProto,
+    provider: str,
+    model: onnx.ModelProto,
+    axes: Mapping[str, Mapping[int, str]],
+    output_dims: Mapping[str, list[Dim | None] | None],
+    sym: str,
+    base: Mapping[str, int],
+    feeds: Mapping[str, np.ndarray],
+    expected: Mapping[str, np.ndarray],
+    rows: Set[str],
+    references: Sequence[Case],
+    atol: float,
+    rtol: float,
+) -> None:
+    """What makes ``sym`` a batch, shown on the original model at its traced size: a new row 0
+    leaves every other row of every output that follows ``sym`` as it was."""
+    in_axis, out_axis = _axes_of(axes, output_dims, sym, expected)
+    if not in_axis or not out_axis:
+        return
+    other = _feeds(model, axes, base, 1_000, rows, references)
+    changed = {}
+    for name, arr in feeds.items():
+        if name in in_axis and name in other:
+            arr = np.array(arr, copy=True)
+            index = [slice(None)] * arr.ndim
+            index[in_axis[name]] = 0
+            arr[tuple(index)] = other[name][tuple(index)]
+        changed[name] = arr
+    try:
+        got = run_model(original, changed, provider)
+    except Exception:  # noqa: BLE001 - the original may reject the new row: no evidence
+        return
+    n = base[sym]
+    for name, axis in out_axis.items():
+        keep = np.take(expected[name], range(1, n), axis=axis)
+        if not _agree(np.take(got[name], range(1, n), axis=axis), keep, atol, rtol):
+            raise PassError(
+                f"check at the traced size: in the original model, a new {sym} row 0 changes the "
+                f"other rows of output {name!r}: {sym}'s rows are not independent, so it is no "
+                f"batch; name the batches with rows=... (rows= for none)"
+            )
+
+
+def _first_vs_original(
+    original: onnx.ModelProto,
+    provider: str,
+    in_axis: Mapping[str, int],
+    out_axis: Mapping[str, int],
+    n: int,
+    inputs: Mapping[str, np.ndarray],
+    outs: Mapping[str, np.ndarray],
+    atol: float,
+    rtol: float,
+) -> str | None:
+    """The first output whose first ``n`` entries (along ``out_axis``) differ from the original
+    model run on the first ``n`` entries of the inputs (along ``in_axis``); None when all agree.
+    ONNX Runtime errors propagate."""
+    want = run_model(original, _head(inputs, in_axis, n), provider)
+    for name, axis in out_axis.items():
+        ref = want.get(name)
+        if ref is None or not _agree(np.take(outs[name], range(n), axis=axis), ref, atol, rtol):
+            return name
+    return None
+
+
+def _head(
+    inputs: Mapping[str, np.ndarray], in_axis: Mapping[str, int], n: int
+) -> dict[str, np.ndarray]:
+    """The first ``n`` entries of each input along its axis in ``in_axis`` (others whole)."""
+    return {
+        name: (np.take(arr, range(n), axis=in_axis[name]) if name in in_axis else arr)
+        for name, arr in inputs.items()
+    }
+
+
+def _agree(got: np.ndarray, ref: np.ndarray, atol: float, rtol: float) -> bool:
+    """Same shape and values, floats within 10x the check's tolerance (ORT's kernels differ
+    a little between batch sizes)."""
+    if got.shape != ref.shape:
+        return False
+    if ref.dtype.kind in "fc":
+        return bool(np.allclose(got, ref, atol=atol * 10, rtol=rtol * 10, equal_nan=True))
+    return bool(np.array_equal(got, ref))
 
 
 def _check_rows(
@@ -263,17 +702,12 @@ def _check_rows(
     text: str,
     atol: float,
     rtol: float,
-) -> None:
-    """Each row of a batch run must equal running that row alone (rows are independent)."""
-    in_axis = {name: a for name, spec in axes.items() for a, s in spec.items() if s == sym}
-    out_axis = {}
-    for name, dims in output_dims.items():
-        if dims is not None and name in outs:
-            hits = [i for i, d in enumerate(dims) if d is not None and d == Dim.sym(sym)]
-            if len(hits) == 1:
-                out_axis[name] = hits[0]
+) -> bool:
+    """Each row of a batch run must equal running that row alone (rows are independent).
+    False when no output follows ``sym`` (nothing to compare)."""
+    in_axis, out_axis = _axes_of(axes, output_dims, sym, outs)
     if not out_axis or not in_axis:
-        return
+        return False
     n = next(inputs[name].shape[a] for name, a in in_axis.items() if name in inputs)
     for row in (0, n - 1):
         alone = {
@@ -289,14 +723,10 @@ def _check_rows(
             got = single[name]
             if got.shape != want.shape:
                 continue
-            close = (
-                np.allclose(got, want, atol=atol * 10, rtol=rtol * 10, equal_nan=True)
-                if want.dtype.kind in "fc"
-                else np.array_equal(got, want)
-            )
-            if not close:
+            if not _agree(got, want, atol, rtol):
                 raise PassError(
                     f"check at {text}: {sym} rows are not independent: row {row} of output "
                     f"{name!r} differs from running that row alone; a constant still carries the "
                     f"traced {sym} (a mask or an index that reads one row)"
                 )
+    return True

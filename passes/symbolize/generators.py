@@ -16,6 +16,15 @@ matches here, verified element by element against the traced constant:
   flattened over ``batch*heads``).
 
 A constant that matches none of these is a table cut to the traced size: a blocker.
+
+Evidence (:func:`evidence_gap`): a pattern is taken only when the traced values pin it down, with
+more points along each symbolic axis than the pattern has parameters there. A moving ``affine``
+axis (base and step: two points fit any line), ``cos``/``sin`` (amplitude or phase, and the
+frequency) and a ``band`` (its values and bounds) need 3 points; a broadcast or a ``tile`` needs
+2 (one traced row repeats nothing). The exceptions are structural, never from the values: an
+axis whose symbols have independent rows (a batch) repeats its one traced row, and what counts
+along it can only enumerate the rows (an index: the check then runs rows alone), shown by two
+points or by the graph (:mod:`.batch_indices`).
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Generator", "match_generator"]
+__all__ = ["Generator", "evidence_gap", "match_generator"]
 
 
 @dataclass
@@ -198,3 +207,42 @@ def match_generator(
         if gen is not None:
             return gen
     return _tile(arr, axes, blocks or {})
+
+
+def evidence_gap(
+    gen: Generator, arr: np.ndarray, rows: set[int], structural: bool = False
+) -> str | None:
+    """Why the traced values of ``arr`` do not pin ``gen`` down, or None when they do.
+
+    ``rows`` are the symbolic axes whose symbols have independent rows (a batch): there, one
+    traced row is a broadcast by structure. ``structural``: the graph shows ``arr`` indexes a
+    batch, so its count along the batch is known without a third point.
+    """
+    for k in gen.axes:
+        n = arr.shape[k]
+        moving = gen.kind != "affine" or (k in gen.steps and bool(np.any(gen.steps[k] != 0)))
+        if gen.kind == "tile":
+            need = 2 * gen.base.shape[k]  # type: ignore[union-attr]
+            if n < need and k not in rows:
+                return (
+                    f"axis {k} holds one block of {n}: one copy does not show that it repeats"
+                )
+            continue
+        if k in rows and (structural or (gen.kind == "affine" and n >= 2)):
+            # Rows are independent: a constant that counts along them can only enumerate them
+            # (an index), and the check runs each row alone to show it reads its own row.
+            continue
+        if not moving:
+            if n < 2 and k not in rows:
+                return (
+                    f"axis {k} was traced at size 1: one point cannot tell a table of that "
+                    "length from one row repeated"
+                )
+            continue
+        if n < 3:
+            what = "a line" if gen.kind == "affine" else f"a {gen.describe()}"
+            return (
+                f"axis {k} was traced at size {n}: {n} point(s) fit {what} whatever the "
+                "table holds, so they do not show the pattern"
+            )
+    return None

@@ -30,7 +30,7 @@ from onnxsurgery.passes.symbolize.batch_indices import (
     batch_like_symbols,
     find_batch_indices,
 )
-from onnxsurgery.passes.symbolize.generators import Generator, match_generator
+from onnxsurgery.passes.symbolize.generators import Generator, evidence_gap, match_generator
 from onnxsurgery.shapes.analysis import Constraint, ConstUse, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.propagation import propagate
@@ -153,6 +153,12 @@ class SymbolizePlan:
     notes: list[str]
     analysis: ShapeAnalysis = field(repr=False)
     solution: Solution = field(repr=False)
+    #: symbols whose rows are independent (batches): given by the user or found in the graph
+    rows: set[str] = field(default_factory=set)
+    #: symbols the graph ties to others (``total`` -> ``past + seq``): never varied alone
+    relations: dict[str, Dim] = field(default_factory=dict)
+    #: the check's result (per-symbol verification levels), set by the pass after the check
+    verification: Any = field(default=None, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -166,6 +172,11 @@ class SymbolizePlan:
             "blockers": [b.to_dict() for b in self.blockers],
             "outputs": self.outputs,
             "notes": list(self.notes),
+            "rows": sorted(self.rows),
+            "relations": {s: str(v) for s, v in self.relations.items()},
+            "verification": (
+                self.verification.to_dict() if self.verification is not None else None
+            ),
         }
 
     def __rich__(self):
@@ -201,6 +212,14 @@ class SymbolizePlan:
             for name, dims in self.outputs.items()
         )
         parts.append(Text(f"outputs: {outs}"))
+        if self.verification is not None:
+            table = Table(title="verified", title_justify="left")
+            for col in ("symbol", "traced", "level", "oracle"):
+                table.add_column(col)
+            for sym, level in self.verification.levels.items():
+                oracle = self.verification.oracles.get(sym, "")
+                table.add_row(*row(sym, self.symbols.get(sym, ""), level, oracle))
+            parts.append(table)
         for note in self.notes:
             parts.append(Text(f"note: {note}", style="dim"))
         return Group(*parts)
@@ -409,13 +428,95 @@ def _same_append(a: ShapeAnalysis, prev: onnx.NodeProto, cur: onnx.NodeProto) ->
     return x is not None and y is not None and x.shape == y.shape and np.array_equal(x, y)
 
 
+def _one_point(a: ShapeAnalysis, use: ConstUse, rows: set[str]) -> Blocker | None:
+    """A data constant of size 1 on an axis that met a non-batch symbol traced at 1: kept as a
+    broadcast, though one point cannot tell that from a table of the symbol's length."""
+    if use.kind != "data":
+        return None
+    for k, atom in enumerate(use.atoms):
+        met = a.one_point.get(atom) if atom is not None else None
+        if met is None or not (met.atoms() - rows):
+            continue
+        syms = _symbol_hint(a.symbols, met.atoms())
+        old = f"{dtype_name(elem_type_of(use.array))}{_fmt(list(use.array.shape))}"
+        return Blocker(
+            use.node,
+            use.op,
+            use.tensor,
+            old,
+            f"constant {use.tensor!r} {old} has size 1 on axis {k}, where it meets {met} traced "
+            "at 1: one point cannot tell one row repeated from a table of that length, so "
+            "symbolize cannot know what it holds at another size",
+            f"export at a size of {syms} of 3 or more so the values show their pattern; "
+            + _fix_text(a, syms),
+            _sym_tuple(syms),
+        )
+    return None
+
+
+def _band_bound_gap(
+    a: ShapeAnalysis, gen: Generator, dims: list[Dim]
+) -> tuple[str, set[str]] | None:
+    """A band bound inside the traced range that equals a size the symbols give at the traced
+    size (``j - i <= 5`` with ``past`` traced at 5, the offset of a causal mask over a cache):
+    one trace cannot tell a fixed window from a bound that moves with that size."""
+    if gen.kind != "band" or gen.band is None:
+        return None
+    i_ax, j_ax, lo, hi, _, _ = gen.band
+    sizes = [dims[j_ax] - dims[i_ax], dims[i_ax] - dims[j_ax]]
+    sizes += [Dim.sym(x) for x in sorted(dims[i_ax].atoms() | dims[j_ax].atoms())]
+    for bound in (lo, hi):
+        if bound is None or bound == 0:
+            continue
+        for d in sizes:
+            if not d.is_const() and abs(bound) == abs(a.traced(d)):
+                return (
+                    f"the band's bound j - i {'>=' if bound is lo else '<='} {bound} equals {d} "
+                    "at the traced size: one trace cannot tell a fixed window from a bound that "
+                    f"moves with {d}",
+                    d.atoms(),
+                )
+    return None
+
+
+def _offset_gap(
+    a: ShapeAnalysis, gen: Generator, rows: set[str]
+) -> tuple[str, set[str]] | None:
+    """A count (``arange(seq) + 5``) whose start equals the traced size of a symbol that is not
+    a batch (``past`` traced at 5, a position offset over a cache): one trace cannot tell a
+    fixed start from one that moves with that symbol."""
+    if gen.kind != "affine" or gen.base is None or gen.base.size == 0:
+        return None
+    if not any(np.any(st != 0) for st in gen.steps.values()):
+        return None
+    start = gen.base.reshape(-1)[0]
+    if not np.all(gen.base == start) or abs(float(start)) < 2 or float(start) != int(start):
+        return None
+    for sym in sorted(a.symbols):
+        if sym not in rows and a.atoms[sym].traced == abs(int(start)):
+            return (
+                f"it counts from {int(start)}, the traced size of {sym}: one trace cannot tell a "
+                f"fixed start from an offset that moves with {sym}",
+                {sym},
+            )
+    return None
+
+
 def _changes(
-    a: ShapeAnalysis, sol: Solution, forced: dict[int, BatchIndex]
+    a: ShapeAnalysis,
+    sol: Solution,
+    forced: dict[int, BatchIndex],
+    rows: set[str] = frozenset(),  # type: ignore[assignment]
+    structural: set[int] = frozenset(),  # type: ignore[assignment]
 ) -> tuple[list[Change], list[Blocker]]:
     changes: list[Change] = []
     blockers: list[Blocker] = []
     for use in a.uses:
         resolved = [sol.resolve(Dim.sym(x)) if x is not None else None for x in use.atoms]
+        ambiguous = _one_point(a, use, rows)
+        if ambiguous is not None:
+            blockers.append(ambiguous)
+            continue
         if all(r is None or r.is_const() for r in resolved):
             continue
         if use.kind == "size":
@@ -454,23 +555,39 @@ def _changes(
                 gen.steps[bi.axis] = bi.step
             else:
                 gen = None
+        row_axes = {k for k in sym_axes if dims[k].atoms() and dims[k].atoms() <= rows}
+        atoms = set().union(*(dims[k].atoms() for k in sym_axes))
+        why = fix = None
         if gen is None:
-            syms = _symbol_hint(a.symbols, set().union(*(dims[k].atoms() for k in sym_axes)))
             axes_text = ", ".join(f"axis {k} ({dims[k]})" for k in sym_axes)
+            why = (
+                f"constant {use.tensor!r} {old} has the traced size on {axes_text} and its "
+                "values follow no pattern symbolize can extend (a table or mask cut to the "
+                "traced size), so it cannot be rebuilt at another size"
+            )
+        elif bi is None:
+            gap = evidence_gap(gen, use.array, row_axes, id(use) in structural)
+            found = (gap, set()) if gap else _band_bound_gap(a, gen, dims) or _offset_gap(a, gen, rows)
+            if found:
+                atoms |= found[1]
+                why = (
+                    f"constant {use.tensor!r} {old} fits {gen.describe()}, but its traced values "
+                    f"do not pin that down: {found[0]}"
+                )
+                fix = (
+                    "export at sizes that show the pattern (3 or more along each symbolic axis, "
+                    "no size equal to an offset or bound); "
+                )
+        if why is not None:
+            syms = _symbol_hint(a.symbols, atoms)
             blockers.append(
                 Blocker(
-                    use.node,
-                    use.op,
-                    use.tensor,
-                    old,
-                    f"constant {use.tensor!r} {old} has the traced size on {axes_text} and its "
-                    "values follow no pattern symbolize can extend (a table or mask cut to the "
-                    "traced size), so it cannot be rebuilt at another size",
-                    _fix_text(a, syms),
+                    use.node, use.op, use.tensor, old, why, (fix or "") + _fix_text(a, syms),
                     _sym_tuple(syms),
                 )
-            )
+            )  # fmt: skip
             continue
+        assert gen is not None
         new = f"{dtype_name(elem_type_of(use.array))}{_fmt(dims)} ({gen.describe()})"
         changes.append(_change(use, "data", old, new, dims, gen))
     return changes, blockers
@@ -516,10 +633,14 @@ def default_axes(model: onnx.ModelProto) -> dict[str, dict[int, str]]:
 
 
 def plan_symbolize(
-    model: onnx.ModelProto, dynamic_axes: dict[str, Any] | None = None
+    model: onnx.ModelProto,
+    dynamic_axes: dict[str, Any] | None = None,
+    rows: set[str] | None = None,
 ) -> SymbolizePlan:
     """Preview symbolize on ``model`` for ``dynamic_axes`` ({input: {axis: name}} or {input: [axes]};
-    None: axis 0 of every input as ``batch``, like ``symbolize`` alone).
+    None: axis 0 of every input as ``batch``, like ``symbolize`` alone). ``rows``: the symbols
+    whose rows are independent (batches); None finds them in the graph
+    (:func:`~.batch_indices.batch_like_symbols`).
 
     Nothing is edited. Raises ValueError for an input or axis the model does not have, or one
     name given to axes of different traced sizes.
@@ -527,7 +648,8 @@ def plan_symbolize(
     axes = normalize_axes(default_axes(model) if dynamic_axes is None else dynamic_axes)
     analysis = propagate(model, axes)
     sol = solve(analysis)
-    batch_indices = find_batch_indices(analysis, sol)
+    row_syms = batch_like_symbols(analysis, rows)
+    batch_indices = find_batch_indices(analysis, sol, row_syms)
     if batch_indices:
         for bi in batch_indices:
             atom = bi.use.atoms[bi.axis]
@@ -544,7 +666,8 @@ def plan_symbolize(
             )
         sol = solve(analysis)
     forced = {id(bi.use): bi for bi in batch_indices if bi.step is not None}
-    changes, blockers = _changes(analysis, sol, forced)
+    structural = {id(bi.use) for bi in batch_indices}
+    changes, blockers = _changes(analysis, sol, forced, row_syms, structural)
     blockers = _conflict_blockers(analysis, sol) + blockers + _unrolled_loops(analysis, sol)
     notes = []
     seen: set[tuple[str, str]] = set()
@@ -560,7 +683,12 @@ def plan_symbolize(
             f"({analysis.atoms[drop].note} == {analysis.atoms[keep].note}); ONNX Runtime checks it"
         )
     outputs = _output_dims(analysis, sol)
-    for sym in batch_like_symbols(analysis):
+    relations = {s: v for s, (v, _) in sol.relations.items()}
+    for sym, (value, c) in sol.relations.items():
+        notes.append(
+            f"{c.op} {c.node!r}: {c.why}: {sym} is {value} at every size (the check sizes keep it so)"
+        )
+    for sym in row_syms:
         for name, dims in outputs.items():
             if (
                 dims
@@ -571,4 +699,6 @@ def plan_symbolize(
                     f"output {name!r} keeps the traced {sym} {symbols[sym]} on axis 0 (no "
                     f"symbolic dim follows {sym}): nothing in the graph ties it to the input"
                 )
-    return SymbolizePlan(axes, symbols, changes, blockers, outputs, notes, analysis, sol)
+    return SymbolizePlan(
+        axes, symbols, changes, blockers, outputs, notes, analysis, sol, row_syms, relations
+    )

@@ -248,6 +248,9 @@ def broadcast(ctx: NodeCtx, shapes: list[list[Dim]], why: str = "broadcast opera
         # An unknown beats a literal 1: it may still turn out to be that symbol.
         free = [d for d in dims if not d.is_const() and not ctx.a.unknowns(d)]
         open_ = [d for d in dims if ctx.a.unknowns(d)]
+        for d in open_ if free else ():
+            if d.is_atom() and ctx.a.atoms[next(iter(d.atoms()))].kind == "data":
+                ctx.a.one_point.setdefault(next(iter(d.atoms())), free[0])
         result.append(free[0] if free else open_[0] if open_ else Dim.const(1))
     return result
 
