@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 DEMO   := fixtures/alexnet_view/torchscript
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-corpus test-large fuzz lint fixtures bench clean
+.PHONY: install demo test test-corpus test-backend test-large fuzz lint fixtures bench clean
 
 install: $(STAMP)
 
@@ -29,6 +29,11 @@ test: install
 # All 24 real architectures (make test runs 4 of them); ~17 min of exports on a cold cache.
 test-corpus: install
 	$(BIN)/python -m pytest -m corpus tests/test_corpus.py
+
+# Every ONNX backend model shipped in the onnx wheel through validate, run and compat (~2 min);
+# make test runs a subset. Counts: python bench/backend_models.py.
+test-backend: install
+	$(BIN)/python -m pytest -m backend tests/test_backend_models.py
 
 # A model over 2 GB with external data through fold-constants (~2 min, ~10 GB RAM, ~5 GB disk).
 test-large: install

@@ -87,9 +87,11 @@ class Validate(Pass):
             raise PassError(
                 "no reference cases: give validate(ref=PATH) or --ref PATH", pass_name=self.name
             )
+        cases = ctx.cases if self.ref is None and ctx.cases is not None else references
         report = validate(
             model,
-            references,
+            cases,
+            label=str(references),
             provider=self.provider or ctx.provider,
             atol=self.atol,
             rtol=self.rtol,

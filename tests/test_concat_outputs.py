@@ -436,6 +436,75 @@ def test_opset_11_uses_unsqueeze_attributes():
     assert_split_exact(model, result, {"x": rand(2, 3)})
 
 
+OLD_OPSET = """
+<ir_version: 4, opset_import: ["" : OPSET]>
+old (float[2, 3] x, float[2, 3, 4] y) => (float[2, 3] a, float[2, 3, 4] b, float[2, 1] c) {
+    a = Relu(x)
+    b = Sigmoid(y)
+    c = ReduceSum<keepdims = 1, axes = [1]>(x)
+}
+"""
+
+
+@pytest.mark.parametrize("opset", [7, 9, 10])
+def test_opsets_below_11_merge_with_ops_of_that_opset(opset):
+    """Unsqueeze/Pad take attributes there; ORT runs the result and it splits back exactly."""
+    model = parse(OLD_OPSET.replace("OPSET", str(opset)))
+    for options in (
+        {"outputs": ["a", "c"]},
+        {"outputs": ["a", "c"], "axis": 0, "pad": 0},
+        {"flatten": 1},
+        {"outputs": ["c", "b"], "axis": 0, "pad": -1},  # c: rank 2 -> 3 by Unsqueeze, padded
+    ):
+        result = apply(model, **options)
+        ops = {n.op_type: n for n in result.model.graph.node}
+        if "pad" in options:
+            assert [a.name for a in ops["Pad"].attribute] == ["mode", "pads", "value"]
+        if "Unsqueeze" in ops:
+            assert [a.name for a in ops["Unsqueeze"].attribute] == ["axes"]
+        assert_split_exact(model, result, {"x": rand(2, 3), "y": rand(2, 3, 4)})
+
+
+def test_ir3_model_keeps_its_new_initializers_listed_as_inputs():
+    """IR 3 lists every initializer as an input; the pipeline adds the pass's new ones too."""
+    model = parse(OLD_OPSET.replace("OPSET", "7").replace("ir_version: 4", "ir_version: 3"))
+    report = onnxsurgery.run(model, "concat-outputs(flatten=1)")
+    merged = report.model
+    onnx.checker.check_model(merged, full_check=True)
+    inputs = {i.name for i in merged.graph.input}
+    assert {t.name for t in merged.graph.initializer} <= inputs
+    feeds = {"x": rand(2, 3), "y": rand(2, 3, 4)}
+    got = run_model(merged, feeds, "cpu")  # only the real inputs are fed
+    want = run_model(model, feeds, "cpu")
+    np.testing.assert_array_equal(
+        got["merged"], np.concatenate([want["a"], want["b"].reshape(2, 12), want["c"]], axis=1)
+    )
+
+
+def test_pad_of_ints_below_opset_11_is_refused_naming_pad():
+    model = parse("""
+        <ir_version: 3, opset_import: ["" : 9]>
+        m (int64[2, 3] x, int64[2, 5] y) => (int64[2, 3] a, int64[2, 5] b) {
+            a = Neg(x)
+            b = Neg(y)
+        }
+    """)
+    with pytest.raises(PassError, match=r"pad= on int64 outputs needs Pad\(11\)"):
+        apply(model, axis=0, pad=0)
+
+
+def test_casts_below_opset_6_are_refused_naming_cast():
+    model = parse("""
+        <ir_version: 3, opset_import: ["" : 5]>
+        m (float[2, 3] x, double[2, 3] y) => (float[2, 3] a, double[2, 3] b) {
+            a = Neg(x)
+            b = Neg(y)
+        }
+    """)
+    with pytest.raises(PassError, match=r"dtype= casts need Cast\(6\)"):
+        apply(model, dtype="double")
+
+
 # -- nothing to do ---------------------------------------------------------------------------------
 
 

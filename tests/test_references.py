@@ -12,7 +12,7 @@ from onnx import numpy_helper
 
 from onnxsurgery.errors import ReferenceDataError
 from onnxsurgery.validation.recording import record
-from onnxsurgery.validation.references import Case, load_cases, save_case, save_npz
+from onnxsurgery.validation.references import Case, bind_cases, load_cases, save_case, save_npz
 
 
 def _case(name: str = "c", batch: int = 2) -> Case:
@@ -95,6 +95,47 @@ def test_unnamed_tensor_is_keyed_by_file_stem(tmp_path: Path) -> None:
     )
     (case,) = load_cases(tmp_path)
     assert list(case.inputs) == ["input_0"] and list(case.outputs) == ["y"]
+
+
+def _write(path: Path, array: np.ndarray, name: str = "") -> None:
+    path.write_bytes(numpy_helper.from_array(array, name=name).SerializeToString())
+
+
+def test_unnamed_tensors_bind_by_position_as_onnx_reads_them(tmp_path: Path) -> None:
+    case_dir = tmp_path / "test_data_set_0"
+    case_dir.mkdir()
+    a, b, y = np.zeros(2, np.float32), np.ones(3, np.float32), np.full(2, 7, np.float32)
+    _write(case_dir / "input_0.pb", a)
+    _write(case_dir / "input_1.pb", b, name="b")  # a named one keeps its name
+    _write(case_dir / "output_0.pb", y)
+    (case,) = bind_cases(load_cases(tmp_path), ["first", "b"], ["out"])
+    assert list(case.inputs) == ["first", "b"] and list(case.outputs) == ["out"]
+    np.testing.assert_array_equal(case.inputs["first"], a)
+    np.testing.assert_array_equal(case.outputs["out"], y)
+    assert not case.unnamed and case.source == str(case_dir)
+
+
+def test_named_tensors_are_left_as_they_are(tmp_path: Path) -> None:
+    save_case(_case(), tmp_path, index=0)
+    (loaded,) = load_cases(tmp_path)
+    (bound,) = bind_cases([loaded], list(loaded.inputs), ["some", "other", "names"])
+    assert list(bound.inputs) == list(loaded.inputs)
+    assert list(bound.outputs) == list(loaded.outputs)
+
+
+def test_positional_binding_needs_matching_counts(tmp_path: Path) -> None:
+    case_dir = tmp_path / "test_data_set_0"
+    case_dir.mkdir()
+    _write(case_dir / "input_0.pb", np.zeros(2, np.float32))
+    _write(case_dir / "output_0.pb", np.zeros(2, np.float32))
+    _write(case_dir / "output_1.pb", np.zeros(2, np.float32))
+    with pytest.raises(ReferenceDataError) as info:
+        bind_cases(load_cases(tmp_path), ["x", "mask"], None)
+    assert str(case_dir) in str(info.value)
+    assert "input_0.pb has no tensor name" in str(info.value)
+    assert "1 input file(s) while the model has 2 inputs (not initializers) (x, mask)" in str(info.value)
+    with pytest.raises(ReferenceDataError, match=r"2 output file\(s\) while the model has 1 outputs"):
+        bind_cases(load_cases(tmp_path), ["x"], ["y"])
 
 
 def test_npz_round_trip(tmp_path: Path) -> None:

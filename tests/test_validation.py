@@ -165,6 +165,21 @@ def test_size_the_model_does_not_accept_names_input_and_dims() -> None:
     )
 
 
+def test_unknown_dims_written_as_minus_one_or_question_mark_take_any_size() -> None:
+    """paddle2onnx declares [-1, 3, ?, ?]: ORT runs any size there, and so must validation."""
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Relu", ["x"], ["y"])],
+        "paddle_dims",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [-1, 3, "?", "?"])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [-1, 3, "?", "?"])],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    report = validate(model, [Case("c", {"x": x}, {"y": np.maximum(x, 0)})], provider="cpu")
+    assert report, report.summary
+
+
 def test_rank_mismatch() -> None:
     net = parse(NET)
     report = validate(net, [Case("c", {"x": X2[None]}, torch_like(X2))], provider="cpu")
@@ -173,11 +188,12 @@ def test_rank_mismatch() -> None:
     )
 
 
-def test_missing_input_is_named(net: onnx.ModelProto) -> None:
-    report = validate(net, [Case("c", {"other": X2}, torch_like(X2))], provider="cpu")
-    assert not report
-    assert report.cases[0].error.startswith("input 'x' missing from the case")
-    assert "the case has other" in report.cases[0].error
+def test_missing_input_is_a_data_error_naming_it(net: onnx.ModelProto) -> None:
+    """A case that does not give a model input is a reference problem (exit 2), not a mismatch."""
+    with pytest.raises(ReferenceDataError) as info:
+        validate(net, [Case("c", {"other": X2}, torch_like(X2))], provider="cpu")
+    assert "gives no value for model input 'x'" in str(info.value)
+    assert "the case has other" in str(info.value)
 
 
 def test_wrong_input_dtype_is_named(net: onnx.ModelProto) -> None:

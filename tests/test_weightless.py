@@ -89,6 +89,27 @@ def test_a_weight_of_the_wrong_size_keeps_its_data_and_the_checker_says_so():
         onnx.checker.check_model(model)  # the oracle agrees
 
 
+def test_a_weight_held_in_float_data_keeps_it_and_runs():
+    """float_data (packed) serializes to as many bytes as raw_data would: it is not raw_data.
+    onnxsim writes folded weights that way (light_resnet50 of the onnx wheel)."""
+    w = np.arange(64 * 147, dtype=np.float32).reshape(64, 147) / 1000  # 37 KB: over the threshold
+    init = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=w.shape)
+    init.float_data.extend(w.ravel().tolist())
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["w", "x"], ["y"])],
+        "float_data",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [147, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 2])],
+        [init],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    assert list(weightless(model).graph.initializer[0].float_data) == list(init.float_data)
+    x = np.ones((147, 2), np.float32)
+    (y,) = create_session(model, "cpu").run(None, {"x": x})
+    np.testing.assert_allclose(y, w @ x, rtol=1e-6)
+
+
 def test_checker_verdicts_match_onnx_on_the_full_model():
     model = mixed_weights_model()
     onnx.checker.check_model(model)

@@ -30,9 +30,11 @@ from onnx.external_data_helper import (
 from onnxsurgery.errors import ModelLoadError, ModelSaveError
 from onnxsurgery.files import shown, write_atomic
 from onnxsurgery.model.dtypes import np_dtype
-from onnxsurgery.model.walk import subgraphs
+from onnxsurgery.model.walk import graphs_by_path, subgraphs
 
 __all__ = [
+    "IR_INITIALIZERS_AS_INPUTS",
+    "sync_initializer_inputs",
     "ModelFile",
     "load_model",
     "read_model_file",
@@ -345,6 +347,32 @@ def is_large(model: onnx.ModelProto) -> bool:
     return tensor_bytes(model) >= LARGE_MODEL_BYTES
 
 
+#: Below this IR version every initializer must also be listed as a graph input.
+IR_INITIALIZERS_AS_INPUTS = 4
+
+
+def sync_initializer_inputs(model: onnx.ModelProto) -> list[str]:
+    """For IR < 4, list every initializer (main graph and subgraphs) as a graph input again.
+
+    Tools that treat initializers as constants (onnx-graphsurgeon, onnxsim) drop them from the
+    inputs, which IR 3's checker refuses. The input takes the initializer's dtype and dims.
+    Returns the names added; does nothing for IR >= 4.
+    """
+    if model.ir_version >= IR_INITIALIZERS_AS_INPUTS:
+        return []
+    added = []
+    for graph in graphs_by_path(model.graph).values():
+        listed = {i.name for i in graph.input}
+        for init in graph.initializer:
+            if init.name not in listed:
+                graph.input.append(
+                    onnx.helper.make_tensor_value_info(init.name, init.data_type, init.dims)
+                )
+                listed.add(init.name)
+                added.append(init.name)
+    return added
+
+
 #: Floating-point tensors the checker and shape inference see without their data (see ``weightless``).
 _FLOAT_TYPES = frozenset(
     getattr(onnx.TensorProto, name)
@@ -367,6 +395,8 @@ def _stub(tensor: onnx.TensorProto) -> onnx.TensorProto | None:
     own verdict.
     """
     if tensor.data_type not in _FLOAT_TYPES or tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return None
+    if not tensor.HasField("raw_data"):  # float_data (packed) serializes to the same size
         return None
     nbytes = tensor_nbytes(tensor)
     if nbytes < EXTERNAL_THRESHOLD:

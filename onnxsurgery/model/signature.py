@@ -64,12 +64,21 @@ def model_inputs(model: onnx.ModelProto) -> list[InputSpec]:
                 except (KeyError, TypeError, ValueError):
                     dtype = None
             if tt.HasField("shape"):
-                dims = tuple(
-                    size if (size := fixed_size(d)) is not None else (d.dim_param or None)
-                    for d in tt.shape.dim
-                )
+                dims = tuple(_dim(d) for d in tt.shape.dim)
         specs.append(InputSpec(vi.name, dtype, dims, optional=vi.name in initializers))
     return specs
+
+
+def _dim(d: onnx.TensorShapeProto.Dimension) -> int | str | None:
+    """A declared dim as this module reads it: a number, a symbol, or None when unknown.
+
+    Exporters write unknown dims in ways ORT reads as dynamic: a negative ``dim_value`` (-1,
+    paddle2onnx) or the ``dim_param`` ``"?"``, which is no symbol shared between axes.
+    """
+    size = fixed_size(d)
+    if size is not None or d.HasField("dim_value"):
+        return size
+    return d.dim_param if d.dim_param not in ("", "?") else None
 
 
 def _dims(shape: Iterable[int]) -> str:
@@ -104,6 +113,9 @@ def check_inputs(
         spec = declared.get(name)
         if spec is None:
             notes.append(f"reference input {name!r} is not a model input; ignored")
+            continue
+        if spec.optional:  # IR < 4: a weight listed as an input; its initializer is the value
+            notes.append(f"reference input {name!r} is an initializer of the model; not fed")
             continue
         array = np.asarray(value)
         if spec.dtype is not None and array.dtype != spec.dtype:

@@ -35,12 +35,15 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 import onnx
 
 from onnxsurgery.errors import PassError, PassOptionError
+
+if TYPE_CHECKING:
+    from onnxsurgery.validation.references import Case
 
 __all__ = [
     "Diagnostic",
@@ -97,11 +100,15 @@ class PassContext:
     ``references`` is the reference folder/file given to the run (``--ref``); ``output_maps`` are
     the output maps of the passes that already ran, in order; ``provider`` is the ONNX Runtime
     provider choice (``auto``, ``cuda``, ``cpu``); ``source`` is the input model's path, when the
-    model came from a file; passes report their stages through :meth:`stage`.
+    model came from a file; passes report their stages through :meth:`stage`. ``cases`` are the
+    cases read from ``references`` once, before the first pass, their unnamed ``input_K`` /
+    ``output_K`` bound to the input model's inputs and outputs (later passes may change the
+    outputs; ``map_outputs`` follows them from there).
     """
 
     provider: str = "auto"
     references: Path | None = None
+    cases: list[Case] | None = None
     output_maps: list[OutputMap] = field(default_factory=list)
     source: Path | None = None
     #: ``(stage, done, total)``: where a long pass is, for a progress line (the CLI's, on a terminal).

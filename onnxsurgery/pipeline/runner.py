@@ -39,6 +39,7 @@ from onnxsurgery.model.io import (
     prepare_model,
     read_model_file,
     save_model,
+    sync_initializer_inputs,
     weightless,
 )
 from onnxsurgery.model.walk import count_nodes
@@ -46,6 +47,7 @@ from onnxsurgery.pipeline.chain import PassSpec, build_passes, format_value, par
 from onnxsurgery.pipeline.contract import Pass, PassContext
 from onnxsurgery.pipeline.report import PassRecord, PipelineReport
 from onnxsurgery.validation.against_references import validate
+from onnxsurgery.validation.references import Case, bind_cases, load_cases
 from onnxsurgery.validation.runtime import PROVIDERS
 
 __all__ = ["Pipeline", "run", "default_output_path", "pass_failure", "PIPELINE_METADATA_KEY"]
@@ -232,6 +234,8 @@ class Pipeline:
             provider=self.provider, references=self.references, source=source_path, progress=stage
         )
         try:
+            if self.references is not None:
+                ctx.cases = _bound_cases(self.references, current)
             for p in self.passes:
                 where[0] = p.name
                 current = self._run_pass(p, current, ctx, report)
@@ -267,6 +271,8 @@ class Pipeline:
             # Passes get the model itself: the pipeline keeps no other reference to it, and a
             # failed pass ends the run, so a copy per pass would only cost time and memory.
             result = p(model, ctx)
+            # IR < 4 lists initializers as inputs; passes need not know (one place restores it)
+            sync_initializer_inputs(result.model)
             try:
                 check_sizes(result.model)
             except LimitExceeded as exc:
@@ -319,9 +325,10 @@ class Pipeline:
         try:
             result = validate(
                 model,
-                ctx.references,
+                ctx.cases if ctx.cases is not None else ctx.references,
                 provider=ctx.provider,
                 output_map=ctx.map_outputs,
+                label=str(ctx.references),
                 progress=ctx.stage,
                 **kwargs,
             )
@@ -335,6 +342,13 @@ class Pipeline:
             raise ValidationMismatch(
                 f"validation against {ctx.references} failed: {result.summary}", report=result
             )
+
+
+def _bound_cases(references: Path, model: onnx.ModelProto) -> list[Case]:
+    """The reference cases, unnamed tensors bound to ``model``'s inputs and outputs by position."""
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [i.name for i in model.graph.input if i.name not in inits]
+    return bind_cases(load_cases(references), inputs, [o.name for o in model.graph.output])
 
 
 def run(

@@ -22,7 +22,7 @@ from onnxsurgery.errors import ReferenceDataError, UsageError
 from onnxsurgery.model.signature import CaseFailure, check_inputs
 from onnxsurgery.validation.case_runner import Expected, ModelRunner, run_cases
 from onnxsurgery.validation.feeds import random_inputs
-from onnxsurgery.validation.references import Case, load_cases
+from onnxsurgery.validation.references import Case, bind_cases, load_cases
 from onnxsurgery.validation.report import ValidationReport
 from onnxsurgery.validation.runtime import ProviderChoice, resolve_provider
 from onnxsurgery.validation.tolerances import (
@@ -83,7 +83,9 @@ def compare_models(
             (f"random_{i}", random_inputs(runner_a.specs, shapes, rng, fallback_specs=runner_b.specs)) for i in range(cases)
         ]
     elif isinstance(feeds_or_cases, (str, os.PathLike)):
-        inputs = [(c.name, c.inputs) for c in load_cases(feeds_or_cases)]
+        required = [s.name for s in runner_a.specs if not s.optional]
+        loaded = bind_cases(load_cases(feeds_or_cases), required, None)
+        inputs = [(c.name, c.inputs) for c in loaded]
     elif isinstance(feeds_or_cases, Mapping):
         inputs = [("feeds_0", feeds_or_cases)]
     else:

@@ -27,7 +27,7 @@ import onnx
 from onnxsurgery.errors import ReferenceDataError, UsageError
 from onnxsurgery.model.signature import CaseFailure
 from onnxsurgery.validation.case_runner import Expected, ModelRunner, run_cases
-from onnxsurgery.validation.references import Case, load_cases
+from onnxsurgery.validation.references import Case, bind_cases, load_cases
 from onnxsurgery.validation.report import ValidationReport
 from onnxsurgery.validation.runtime import ProviderChoice, resolve_provider
 from onnxsurgery.validation.tolerances import (
@@ -71,6 +71,7 @@ def validate(
     rtol: float = DEFAULT_RTOL,
     tolerances: Tolerances | None = None,
     output_map: OutputMapFn | None = None,
+    label: str | None = None,
     progress: Callable[[str, int | None, int | None], None] | None = None,
 ) -> ValidationReport:
     """Run ``model`` on every reference case and compare each output with torch's.
@@ -80,15 +81,25 @@ def validate(
     ``tolerances`` maps an output name to ``(atol, rtol)`` (``None`` keeps the default) and is
     the only way to loosen bool/int outputs, which are otherwise compared exactly.
     ``output_map`` maps each case's reference outputs onto the model's current outputs (the
-    pipeline passes ``PassContext.map_outputs``). Raises ProviderError when the provider cannot
-    run, ModelLoadError when ONNX Runtime cannot load the model, ReferenceDataError when the
-    references cannot be read; everything about a single case goes into the report.
-    ``progress(stage, done, total)`` hears before each case (the CLI's progress line).
+    pipeline passes ``PassContext.map_outputs``; its cases come already bound to the input
+    model's outputs, so only inputs are bound here then). Tensors stored without a name are
+    bound by position (:func:`~onnxsurgery.validation.references.bind_cases`). ``label`` names
+    the references in the report when they are given as cases. Raises ProviderError when the
+    provider cannot run, ModelLoadError when ONNX Runtime cannot load the model,
+    ReferenceDataError when the references cannot be read or bound to the model; everything
+    about a single case goes into the report. ``progress(stage, done, total)`` hears before
+    each case (the CLI's progress line).
     """
     check_global_tolerances(atol, rtol)
     cases, reference = _as_cases(references)
     choice = provider if isinstance(provider, ProviderChoice) else resolve_provider(provider)
     runner = ModelRunner(model, choice)
+    cases = bind_cases(
+        cases,
+        [s.name for s in runner.specs if not s.optional],
+        runner.output_names if output_map is None else None,
+    )
+    reference = reference if reference is not None else label
     known = set(runner.output_names) | {n for c in cases for n in c.outputs}
     tols = check_tolerances(tolerances, known)
     runs: list[tuple[str, Mapping[str, np.ndarray], Expected]] = []

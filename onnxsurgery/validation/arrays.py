@@ -380,12 +380,14 @@ class _Stats:
                 np.abs(e_in, out=mag, dtype=work)
         chunk_max = float(diff.max())
         skip = None  # elements left out of the finite statistics
+        alike_at = None  # NaN/Inf placed alike: a match, but never the worst element
         if not math.isfinite(chunk_max):
             # Only the few elements where a side is NaN/Inf (or the difference overflowed).
             bad = np.flatnonzero(~np.isfinite(diff))
             av, ev = a_in[bad], e_in[bad]
             alike = (np.isnan(av) & np.isnan(ev)) | (np.isinf(av) & (av == ev))
-            diff[bad[alike]] = 0.0  # NaN where torch has NaN, same-signed Inf: a match
+            alike_at = bad[alike]
+            diff[alike_at] = 0.0  # NaN where torch has NaN, same-signed Inf: a match
             mag[bad[alike]] = 0.0
             skip = bad[~alike]
             both_finite = np.isfinite(av[~alike]) & np.isfinite(ev[~alike])
@@ -421,6 +423,8 @@ class _Stats:
         excess = np.subtract(diff, mag, out=diff)
         if skip is not None:
             excess[skip] = -math.inf
+        if alike_at is not None:
+            excess[alike_at] = -math.inf
         i = int(np.argmax(excess))
         worst = float(excess[i])
         if compare_native:  # integers compared exactly, without a detour through float

@@ -25,6 +25,7 @@ from onnxsurgery.validation.runtime import (
     create_session,
     describe_ort_error,
     run_session,
+    too_new_hint,
 )
 from onnxsurgery.validation.tolerances import tolerance_for
 
@@ -49,8 +50,15 @@ class ModelRunner:
         except Exception as exc:  # ORT rejecting the model is the user's model, not our bug
             message, node = describe_ort_error(exc)
             where = f" (node {node!r})" if node and node not in message else ""
+            hint = too_new_hint(proto)
+            if hint is None and "Could not find an implementation" in message:
+                hint = (
+                    "ONNX Runtime has no kernel for that op at the model's opset; "
+                    "`onnxsurgery run MODEL --passes compat` converts the opset"
+                )
             raise ModelLoadError(
                 f"{self.label}: ONNX Runtime cannot load the model: {message}{where}"
+                + (f"; {hint}" if hint else "")
             ) from None
         self.choice = choice
 

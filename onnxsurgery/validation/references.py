@@ -13,7 +13,10 @@ On-disk forms read by :func:`load_cases`:
       DIR/test_data_set_1/...
 
   ``input_K`` / ``output_K`` are read in numeric order of ``K``, which is graph order. A tensor
-  whose ``name`` is empty is keyed by its file stem (``input_0``).
+  whose ``name`` is empty is keyed by its file stem (``input_0``) and marked unnamed;
+  :func:`bind_cases` then binds it as ONNX's backend runner does: ``input_K`` to the K-th graph
+  input that is not an initializer, ``output_K`` to the K-th graph output, once the counts are
+  checked to match.
 - ``.npz`` files (one case per file) whose keys are ``"input:NAME"`` and ``"output:NAME"``, in
   graph order; :func:`save_npz` writes that form. A case read from ``foo.npz`` is named ``foo``.
 
@@ -30,6 +33,7 @@ import re
 import shutil
 import tempfile
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +47,7 @@ from onnxsurgery.errors import ReferenceDataError
 __all__ = [
     "Case",
     "load_cases",
+    "bind_cases",
     "save_case",
     "save_npz",
     "NPZ_INPUT_PREFIX",
@@ -60,12 +65,16 @@ _TENSOR_FILE = re.compile(r"^(input|output)_(\d+)\.pb$")
 class Case:
     """One reference case: inputs keyed by graph input name, outputs keyed by output name.
 
-    Both dicts are in graph order (insertion order is what is written to disk).
+    Both dicts are in graph order (insertion order is what is written to disk). ``source`` is
+    the file or directory the case was read from; ``unnamed`` holds the keys that are file stems
+    of tensors stored without a name (``input_0``), which :func:`bind_cases` binds by position.
     """
 
     name: str
     inputs: dict[str, np.ndarray] = field(default_factory=dict)
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    source: str | None = None
+    unnamed: frozenset[str] = frozenset()
 
 
 # --------------------------------------------------------------------------------------------
@@ -123,15 +132,20 @@ def _load_case_dir(directory: Path) -> Case:
         raise ReferenceDataError(f"reference case {str(directory)!r} has no input_K.pb files")
     if not tensors["output"]:
         raise ReferenceDataError(f"reference case {str(directory)!r} has no output_K.pb files")
-    case = Case(name=directory.name)
+    case = Case(name=directory.name, source=str(directory))
+    unnamed = set()
     for kind, target in (("input", case.inputs), ("output", case.outputs)):
         for _, f in sorted(tensors[kind]):
             name, array = _read_tensor_pb(f)
+            if not name:
+                name = f.stem
+                unnamed.add(name)
             if name in target:
                 raise ReferenceDataError(
                     f"reference case {str(directory)!r}: two {kind} tensors are named {name!r}"
                 )
             target[name] = array
+    case.unnamed = frozenset(unnamed)
     return case
 
 
@@ -157,7 +171,7 @@ def _read_tensor_pb(path: Path) -> tuple[str, np.ndarray]:
         raise ReferenceDataError(
             f"reference tensor {str(path)!r} does not decode: {type(exc).__name__}: {exc}"
         ) from exc
-    return proto.name or path.stem, np.asarray(array)
+    return proto.name, np.asarray(array)
 
 
 def _load_npz(path: Path) -> Case:
@@ -168,7 +182,7 @@ def _load_npz(path: Path) -> Case:
         raise ReferenceDataError(
             f"cannot read reference .npz {str(path)!r}: {type(exc).__name__}: {exc}"
         ) from exc
-    case = Case(name=path.stem)
+    case = Case(name=path.stem, source=str(path))
     for key, array in items:
         if key.startswith(NPZ_INPUT_PREFIX):
             case.inputs[key[len(NPZ_INPUT_PREFIX) :]] = array
@@ -184,6 +198,74 @@ def _load_npz(path: Path) -> Case:
     if not case.outputs:
         raise ReferenceDataError(f"reference .npz {str(path)!r} has no 'output:NAME' arrays")
     return case
+
+
+# --------------------------------------------------------------------------------------------
+# binding to a model
+
+
+def bind_cases(
+    cases: Sequence[Case], input_names: Sequence[str], output_names: Sequence[str] | None
+) -> list[Case]:
+    """Key every case's tensors by the model's names, as ONNX reads the test-data layout.
+
+    ``input_names`` are the model's graph inputs that are not initializers, in graph order;
+    ``output_names`` its graph outputs (``None`` leaves outputs as they are). A case with no
+    unnamed tensor comes back as it is. Unnamed ``input_K`` / ``output_K`` take the K-th name,
+    which needs the case to hold exactly as many inputs (outputs) as the model declares; then,
+    and when a required input is still missing, it is a ReferenceDataError naming the case's
+    file or directory.
+    """
+    bound = []
+    for case in cases:
+        where = case.source or case.name
+        inputs = _bind(case.inputs, case.unnamed, input_names, "input", where)
+        outputs = (
+            case.outputs
+            if output_names is None
+            else _bind(case.outputs, case.unnamed, output_names, "output", where)
+        )
+        missing = [n for n in input_names if n not in inputs]
+        if missing:
+            raise ReferenceDataError(
+                f"reference case {where!r} gives no value for model input "
+                f"{', '.join(map(repr, missing))} (the case has {', '.join(inputs) or 'none'}; "
+                f"the model's inputs are {', '.join(input_names)})"
+            )
+        bound.append(
+            Case(name=case.name, inputs=inputs, outputs=outputs, source=case.source)
+        )
+    return bound
+
+
+def _bind(
+    arrays: dict[str, np.ndarray],
+    unnamed: frozenset[str],
+    names: Sequence[str],
+    kind: str,
+    where: str,
+) -> dict[str, np.ndarray]:
+    positional = [key for key in arrays if key in unnamed and key.startswith(f"{kind}_")]
+    if not positional:
+        return arrays
+    if len(arrays) != len(names):
+        what = "inputs (not initializers)" if kind == "input" else "outputs"
+        raise ReferenceDataError(
+            f"reference case {where!r}: {', '.join(f'{k}.pb' for k in positional)} "
+            f"{'has' if len(positional) == 1 else 'have'} no tensor name, and the case holds "
+            f"{len(arrays)} {kind} file(s) while the model has {len(names)} {what} "
+            f"({', '.join(names) or 'none'}); cannot bind them by position"
+        )
+    bound: dict[str, np.ndarray] = {}
+    for key, name in zip(arrays, names, strict=True):
+        target = name if key in positional else key
+        if target in bound:
+            raise ReferenceDataError(
+                f"reference case {where!r}: {key}.pb binds to {kind} {target!r} by position, "
+                f"which another {kind} file already names"
+            )
+        bound[target] = arrays[key]
+    return bound
 
 
 # --------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from onnxsurgery.limits import LimitExceeded, check_sizes
 from onnxsurgery.limits import current as current_limits
 from onnxsurgery.model.dtypes import np_dtype
 from onnxsurgery.model.io import is_large, save_model, weightless
+from onnxsurgery.model.walk import default_opset
 
 __all__ = [
     "PROVIDERS",
@@ -39,6 +40,10 @@ __all__ = [
     "run_model",
     "describe_ort_error",
     "quiet_stderr",
+    "OrtLimits",
+    "ort_limits",
+    "session_error",
+    "too_new_hint",
 ]
 
 PROVIDERS = ("auto", "cuda", "cpu")
@@ -131,6 +136,82 @@ def _probe_cuda() -> tuple[bool, str]:
     if got and got[0] == _CUDA:
         return True, "CUDA loaded"
     return False, _cuda_reason(lines)
+
+
+@dataclass(frozen=True)
+class OrtLimits:
+    """The newest IR version and ``ai.onnx`` opset the installed ONNX Runtime loads."""
+
+    ir_version: int
+    opset: int
+
+
+def _probe_loads(ir_version: int, opset: int) -> str | None:
+    """Load a one-Relu model at ``ir_version``/``opset`` on CPU; None if it loads, else ORT's error."""
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Relu", ["x"], ["y"])],
+        "ort_limits_probe",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    model.ir_version = ir_version
+    return session_error(model)
+
+
+def session_error(model: onnx.ModelProto) -> str | None:
+    """None when ONNX Runtime's CPU provider loads ``model``; else ORT's message, one line."""
+    try:
+        create_session(model, ProviderChoice("cpu", _CPU, "CPU"), threads=1, spin=False)
+    except Exception as exc:  # ORT refusing the model is the answer asked for
+        return describe_ort_error(exc)[0]
+    return None
+
+
+@functools.cache
+def ort_limits() -> OrtLimits:
+    """Ask the installed ONNX Runtime (once per process) which IR version and opset it loads.
+
+    ORT names its maximum in the refusal ("max supported IR version: 13", "official support
+    for domain ai.onnx is till opset 26"); when a message does not, versions are tried downward.
+    """
+    newest_ir = onnx.IR_VERSION
+    newest_opset = onnx.defs.onnx_opset_version()
+    safe_opset = 13  # every ORT this project supports (>= 1.18) loads Relu at opset 13
+    error = _probe_loads(newest_ir, safe_opset)
+    ir_version = newest_ir
+    if error is not None:
+        m = re.search(r"max supported IR version: (\d+)", error)
+        ir_version = int(m.group(1)) if m else newest_ir - 1
+        while ir_version > 3 and _probe_loads(ir_version, safe_opset) is not None:
+            ir_version -= 1
+    error = _probe_loads(ir_version, newest_opset)
+    opset = newest_opset
+    if error is not None:
+        m = re.search(r"domain ai\.onnx is till opset (\d+)", error)
+        opset = int(m.group(1)) if m else newest_opset - 1
+        while opset > safe_opset and _probe_loads(ir_version, opset) is not None:
+            opset -= 1
+    return OrtLimits(ir_version, opset)
+
+
+def too_new_hint(model: onnx.ModelProto) -> str | None:
+    """One line when ``model`` is newer than the installed ORT loads (IR or opset), naming the
+    ``compat`` pass; None otherwise."""
+    limits = ort_limits()
+    opset = default_opset(model)
+    parts = []
+    if model.ir_version > limits.ir_version:
+        parts.append(f"IR version {model.ir_version} (ORT takes <= {limits.ir_version})")
+    if opset > limits.opset:
+        parts.append(f"opset {opset} (ORT takes <= {limits.opset})")
+    if not parts:
+        return None
+    return (
+        f"the model's {' and '.join(parts)} {'are' if len(parts) > 1 else 'is'} newer than "
+        f"onnxruntime {ort.__version__} "
+        "accepts; `onnxsurgery run MODEL --passes compat` lowers it where nothing needs the newer one"
+    )
 
 
 def resolve_provider(requested: str = "auto") -> ProviderChoice:

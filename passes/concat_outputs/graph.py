@@ -126,15 +126,18 @@ class _Builder:
 
     def padded(self, blocks: list[str]) -> list[str]:
         layout = self.layout
-        value = self.const(np.asarray(layout.pad).astype(layout.np_dtype()), layout.np_dtype(), "pad_value")
         aligned = [layout.aligned(i) for i in range(len(blocks))]
         zeros = [0] * layout.rank
+        if default_opset(self.model) >= 11:
+            value = self.const(np.asarray(layout.pad).astype(layout.np_dtype()), layout.np_dtype(), "pad_value")
         if all(a[j].is_const() for a in aligned for j in layout.padded_axes):
             top = {j: max(a[j].value for a in aligned) for j in layout.padded_axes}
             out = []
             for i, (x, a) in enumerate(zip(blocks, aligned, strict=True)):
                 ends = [top[j] - a[j].value if j in layout.padded_axes else 0 for j in range(layout.rank)]
-                if any(ends):
+                if any(ends) and default_opset(self.model) < 11:  # Pad(2): attributes, floats
+                    x = self.node("Pad", [x], f"part{i}/pad", mode="constant", pads=zeros + ends, value=float(layout.pad))
+                elif any(ends):
                     pads = self.const(zeros + ends, np.int64, f"part{i}/pads")
                     x = self.node("Pad", [x, pads, value], f"part{i}/pad")
                 out.append(x)

@@ -20,7 +20,7 @@ from onnxsurgery.merged_outputs import (
     render_dim,
     show_symbol,
 )
-from onnxsurgery.model.dtypes import dtype_name, is_lossless_cast, np_dtype
+from onnxsurgery.model.dtypes import dtype_name, is_lossless_cast, np_dtype, parse_dtype
 from onnxsurgery.model.walk import default_opset
 from onnxsurgery.pipeline.contract import Diagnostic
 from onnxsurgery.shapes.dims import Dim
@@ -63,8 +63,6 @@ def plan_layout(
         # ONNX shape inference names dims it cannot tell unk__N: they are unknown to us
         dims.append([None if isinstance(d, str) and _GENERATED.fullmatch(d) and d not in ours else d
                      for d in shape])  # fmt: skip
-    if default_opset(model) < 11:
-        fail(f"the model imports opset {default_opset(model)}; concat-outputs needs opset >= 11")
     target = options.elem_type
     if target is None:
         first = next((i for i, t in enumerate(types) if t != types[0]), None)
@@ -159,8 +157,36 @@ def plan_layout(
             f"added output {layout.shapes!r} (int64, the parts' shapes): the merged shape "
             f"alone does not tell {', '.join(sorted(show_symbol(s) for s in unresolved))}"
         ))  # fmt: skip
+    _check_opset(default_opset(model), layout, fail)
     layout.check()
     return layout, notes
+
+
+#: Pad(2) (opsets 2-10) takes pads and value as attributes and pads only these.
+_PAD2_TYPES = frozenset({onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE})
+
+
+def _check_opset(opset: int, layout: Layout, fail: Callable[[str], NoReturn]) -> None:
+    """Refuse, naming the op, what the nodes graph.py emits cannot express at ``opset``.
+
+    Concat, Shape and Unsqueeze (axes attribute below opset 13) exist at every opset; the rest
+    came later: Cast with an integer ``to`` at 6, Reshape with a shape input at 5, Pad with
+    computed pads (and a value of any type) at 11.
+    """
+    where = f"the model imports opset {opset}"
+    if opset < 6 and any(p.cast for p in layout.parts):
+        fail(f"dtype= casts need Cast(6) (opset >= 6); {where}")
+    if opset < 5 and layout.flatten is not None and any(
+        p.rank != layout.flatten + 1 for p in layout.parts
+    ):
+        fail(f"flatten= needs Reshape(5) with a shape input (opset >= 5); {where}")
+    if layout.padded_axes and opset < 11:
+        target = parse_dtype(layout.dtype)
+        if target not in _PAD2_TYPES:
+            fail(
+                f"pad= on {layout.dtype} outputs needs Pad(11) (opset >= 11); {where}, whose "
+                "Pad(2) pads only float16/float/double"
+            )
 
 def _check_pad_value(value: float | int | None, target: int, fail: Callable[[str], NoReturn]) -> None:
     dt = np_dtype(target)

@@ -13,10 +13,14 @@ from collections.abc import Mapping, Sequence
 
 import onnx
 
+from onnxsurgery.errors import PassError
 from onnxsurgery.model.equality import same_graph
-from onnxsurgery.model.io import tensor_bytes
+from onnxsurgery.model.io import check_model, infer_shapes, tensor_bytes
+from onnxsurgery.model.walk import graphs_by_path, subgraphs
+from onnxsurgery.passes.fold_constants.capture import first_line
 from onnxsurgery.passes.fold_constants.changes import format_bytes, op_delta, pinned_dims
 from onnxsurgery.passes.fold_constants.graphsurgeon import (
+    ATTEMPTS,
     constants_to_initializers,
     fold_with_graphsurgeon,
 )
@@ -57,8 +61,8 @@ class FoldConstants(Pass):
       ``batched_gemm=true``: on a symbolized model it adds Shape/Slice/Concat around every Gemm
       (symbolized attention_block: 38 -> 45 nodes with it, 38 -> 29 without);
     - input shapes are never overwritten: only ``input_shapes=[x:1x3x224x224]`` pins them.
-      Intermediate ``value_info`` is dropped before folding (onnxsim re-infers shapes), so a stale
-      static shape cannot be folded into a constant. A result in which a symbolic dim of a graph
+      Intermediate ``value_info`` (inside subgraphs too) is dropped before folding (onnxsim
+      re-infers shapes), so a stale static shape cannot be folded into a constant. A result in which a symbolic dim of a graph
       input or output became a number counts as an onnxsim failure;
     - with ``isolate=true`` onnxsim runs in a forked child process, so a crash in native code is
       a failure of this pass (then the fallback), not the end of the program; ``isolate=auto``
@@ -66,7 +70,10 @@ class FoldConstants(Pass):
       ``isolate=false`` never. Native console output never reaches the terminal;
     - when onnxsim fails (raises, crashes, pins a dim, fails its own ``check=N``), onnx-graphsurgeon
       ``fold_constants`` + ``cleanup`` folds instead (never folding random ops) and a warning
-      carries onnxsim's error; ``fallback=false`` makes that failure an error;
+      carries onnxsim's error; ``fallback=false`` makes that failure an error. With If/Loop/Scan
+      subgraphs it tries: everything, then keeping If nodes, then the main graph only, taking
+      the first result that passes the checker; when none does, nothing is folded, a warning
+      says why and the model comes back unchanged (folding never fails a model that runs);
     - every Constant node of the main graph becomes an initializer (onnxsim writes folded values
       as Constant nodes), so a model saved with external data keeps them in the data file;
     - ``modified`` is false when the result computes the same graph the same way: renamed tensors
@@ -150,33 +157,65 @@ class FoldConstants(Pass):
                     f"are {', '.join(map(repr, sorted(names))) or '(none)'}"
                 )
         diagnostics: list[Diagnostic] = []
+        original = model
+        model = _without_subgraph_value_info(model)
         ctx.stage(f"onnxsim {onnxsim_version()}")
         folded, failure, log = self._onnxsim(model, pinned_inputs, diagnostics)
         if folded is None:
             if not self.fallback:
                 self.fail(f"onnxsim failed: {failure}", details=log)
             ctx.stage("onnx-graphsurgeon (onnxsim failed)")
-            try:
-                folded = fold_with_graphsurgeon(model, size_threshold=self.settings.size_threshold)
-            except FolderFailed as exc:
-                self.fail(
-                    f"onnxsim failed ({failure}) and the onnx-graphsurgeon fallback failed too "
-                    f"({exc})",
-                    details=log + exc.log,
+            folded, how = self._graphsurgeon(model, pinned_inputs)
+            if folded is None:
+                # Folding is an optimization: a model that runs is never refused for it.
+                diagnostics.append(
+                    Diagnostic.warning(
+                        f"folded nothing: onnxsim failed ({failure}) and the onnx-graphsurgeon "
+                        f"fallback failed too ({how}); the model is unchanged"
+                    )
                 )
-            pinned = pinned_dims(model, folded, ignore=pinned_inputs)
-            if pinned:  # pragma: no cover - graphsurgeon never rewrites the graph inputs
-                self.fail(
-                    f"onnxsim failed ({failure}) and the onnx-graphsurgeon fallback pinned "
-                    f"{'; '.join(pinned)}"
-                )
+                return PassResult(original, modified=False, diagnostics=diagnostics)
             diagnostics.append(
-                Diagnostic.warning(
-                    f"onnxsim failed ({failure}); folded with onnx-graphsurgeon instead"
-                )
+                Diagnostic.warning(f"onnxsim failed ({failure}); folded with onnx-graphsurgeon {how}")
             )
         ctx.stage("comparing the folded graph")
-        return self._result(model, folded, diagnostics)
+        return self._result(original, folded, diagnostics)
+
+    def _graphsurgeon(
+        self, model: onnx.ModelProto, pinned_inputs: set[str]
+    ) -> tuple[onnx.ModelProto | None, str]:
+        """The fallback's first attempt (of ``ATTEMPTS``) whose result is a valid model and
+        pins no dim, and how it folded; or ``(None, why the last attempt failed)``."""
+        has_subgraphs = any(subgraphs(node) for node in model.graph.node)
+        attempts = ATTEMPTS if has_subgraphs else ATTEMPTS[:1]
+        why = ""
+        for fold_subgraphs, inline_ifs in attempts:
+            try:
+                folded = fold_with_graphsurgeon(
+                    model,
+                    size_threshold=self.settings.size_threshold,
+                    subgraphs=fold_subgraphs,
+                    inline_ifs=inline_ifs,
+                )
+            except FolderFailed as exc:
+                why = str(exc)
+                continue
+            pinned = pinned_dims(model, folded, ignore=pinned_inputs)
+            if pinned:  # graphsurgeon never rewrites the graph inputs; checked all the same
+                why = f"it pinned {'; '.join(pinned)}"
+                continue
+            unusable = _unusable(model, folded)
+            if unusable:
+                why = unusable
+                continue
+            if not has_subgraphs:
+                return folded, "instead"
+            if fold_subgraphs and inline_ifs:
+                return folded, "instead (subgraphs included)"
+            if fold_subgraphs:
+                return folded, f"instead, If nodes kept ({why} when inlining them)"
+            return folded, f"instead, main graph only ({why} when folding subgraphs)"
+        return None, why
 
     # -- steps -----------------------------------------------------------------------------------
     def _onnxsim(
@@ -198,6 +237,9 @@ class FoldConstants(Pass):
         pinned = pinned_dims(model, result.model, ignore=pinned_inputs)
         if pinned:
             return None, f"it pinned symbolic dims: {'; '.join(pinned)}", result.log
+        unusable = _unusable(model, result.model)
+        if unusable:
+            return None, unusable, result.log
         diagnostics.append(
             Diagnostic.info(f"folded with onnxsim {onnxsim_version()} ({result.where})")
         )
@@ -244,3 +286,42 @@ class FoldConstants(Pass):
             )
         )
         return PassResult(folded, modified=True, diagnostics=diagnostics)
+
+
+def _without_subgraph_value_info(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with no ``value_info`` inside If/Loop/Scan bodies (a copy, only when it has some).
+
+    Like the main graph's (dropped where onnxsim runs), shapes recorded inside subgraphs go stale
+    once folding rewrites the graph: ONNX's data propagation then refuses the folded model
+    ("Data for input 0 already exists", silero-vad after infer-shapes).
+    """
+    bodies = [g for path, g in graphs_by_path(model.graph).items() if path]
+    if not any(len(g.value_info) for g in bodies):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for path, graph in graphs_by_path(copy.graph).items():
+        if path:
+            del graph.value_info[:]
+    return copy
+
+
+def _unusable(model: onnx.ModelProto, folded: onnx.ModelProto) -> str | None:
+    """Why a folder's result would fail the pipeline's check after this pass (the ONNX checker,
+    strict shape inference with data propagation), or None. Such a result is a failure of
+    that folder: the next one is tried, and at worst nothing is folded.
+
+    Checked for models with If/Loop/Scan bodies, where both folders were seen to write such
+    results; elsewhere the pipeline's own check follows (this check costs a serialization of
+    the folded model: 2.6 s of light_vgg19's 6.3 s).
+    """
+    if not any(subgraphs(node) for node in model.graph.node):
+        return None
+    try:
+        check_model(folded, where="its result", error=PassError)
+        infer_shapes(folded, data_prop=True)
+    except PassError as exc:
+        return str(exc)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
+        return f"its result fails shape inference: {first_line(str(exc))}"
+    return None

@@ -23,6 +23,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from onnxsurgery.model.dtypes import elem_type_of
+from onnxsurgery.model.io import IR_INITIALIZERS_AS_INPUTS, sync_initializer_inputs
 from onnxsurgery.model.walk import graphs_by_path, subgraphs
 from onnxsurgery.passes.symbolize.plan import Change, SymbolizePlan
 from onnxsurgery.shapes.dims import Dim
@@ -393,14 +394,13 @@ class _Rewriter:
         g = self.m.graph
         for init in sorted(self.inits.values(), key=lambda t: t.name):
             g.initializer.append(init)
-            if self.m.ir_version < 4:  # IR < 4: every initializer is a graph input too
-                g.input.append(helper.make_tensor_value_info(init.name, init.data_type, init.dims))
         nodes = self.nodes + list(g.node)
         del g.node[:]
         g.node.extend(
             toposort_graph(nodes, {i.name for i in g.input} | {i.name for i in g.initializer})
         )
         _remove_orphans(self.m, replaced)
+        sync_initializer_inputs(self.m)  # IR < 4: the constants added are graph inputs too
         self.graphs = graphs_by_path(self.m.graph)  # the node list was rebuilt: fresh handles
         self.set_io()
 
@@ -530,7 +530,7 @@ def _remove_orphans(model: onnx.ModelProto, candidates: set[str]) -> None:
         g.initializer.extend(keep)
         # IR < 4 lists initializers as graph inputs too: a dropped one would become a required input
         inputs = [i for i in g.input if i.name not in dropped]
-        if model.ir_version < 4 and len(inputs) != len(g.input):
+        if model.ir_version < IR_INITIALIZERS_AS_INPUTS and len(inputs) != len(g.input):
             del g.input[:]
             g.input.extend(inputs)
     nodes = [n for n in g.node if not (n.op_type == "Constant" and n.output[0] in dead)]
