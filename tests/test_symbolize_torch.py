@@ -105,13 +105,15 @@ class CachedDecoder(nn.Module):
     """One attention layer over a KV cache: ``input_ids [b, seq]``, ``attention_mask [b, total]``
     (total = past + seq), ``past_k/past_v [b, heads, past, d]``; returns the logits and the
     cache grown by ``seq``. ``causal`` adds the causal mask offset by ``past`` (the query at
-    position i sees keys up to past + i)."""
+    position i sees keys up to past + i); ``fixed`` replaces that offset by a number that does
+    not move with past (a mask that only looks like the cache's at the traced past)."""
 
     vocab, dim, heads = 32, 16, 2
 
-    def __init__(self, causal: bool) -> None:
+    def __init__(self, causal: bool, fixed: int | None = None) -> None:
         super().__init__()
         self.causal = causal
+        self.fixed = fixed
         self.emb = nn.Embedding(self.vocab, self.dim)
         self.q, self.k, self.v = (nn.Linear(self.dim, self.dim) for _ in range(3))
         self.out = nn.Linear(self.dim, self.vocab)
@@ -127,7 +129,7 @@ class CachedDecoder(nn.Module):
         k, v = torch.cat([past_k, k], 2), torch.cat([past_v, v], 2)
         keep = (mask[:, None, None, :] > 0).expand(b, 1, s, k.shape[2])
         if self.causal:
-            past = past_k.shape[2]
+            past = past_k.shape[2] if self.fixed is None else self.fixed
             causal = torch.arange(k.shape[2])[None, :] <= torch.arange(s)[:, None] + past
             keep = keep & causal[None, None]
         att = (q @ k.transpose(-1, -2)) / (self.dim // self.heads) ** 0.5
@@ -209,20 +211,72 @@ def re_sizes(text: str) -> list[dict[str, int]]:
     ]
 
 
+#: the offset cases: the traced size, a decode step (seq 1), prefill (past 0), and both mixed.
+KV_OFFSET_SIZES = [(2, 4, 5), (1, 3, 2), (3, 1, 7), (2, 6, 3), (2, 1, 0), (1, 5, 0)]
+
+
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
-def test_kv_cache_decoder_with_offset_causal_mask_is_refused_not_failed(exporter, tmp_path):
-    """The causal mask offset by past folds into constants that count from the traced past: a
-    blocker naming that node (issue 12's ground), never a failed check; batch alone is checked
-    against torch."""
+def test_kv_cache_decoder_with_offset_causal_mask_matches_torch(exporter, tmp_path):
+    """The causal mask offset by past folds into a count from the traced past (torchscript:
+    ``arange(seq) + 5``) or a band ``j - i <= 5`` (dynamo). past is the length of the cache axis
+    the graph concatenates along, so the offset is rebuilt from past, and the model matches
+    torch at every stored (batch, seq, past), seq 1 and past 0 included."""
     torch.manual_seed(0)
     module = CachedDecoder(causal=True).eval()
     model = kv_export(module, tmp_path / "model.onnx", exporter)
-    with pytest.raises(onnxsurgery.PassError, match="blocker") as info:
-        Symbolize(dynamic_axes=KV_AXES)(model, onnxsurgery.PassContext(provider="cpu"))
-    assert info.value.node in {n.name for n in model.graph.node}
-    assert "check" not in str(info.value).split(":")[1]
-    kv_references(module, tmp_path / "refs", [(2, 4, 5), (1, 4, 5), (3, 4, 5)])
-    batch_only = {n: {a: s for a, s in spec.items() if s == "batch"} for n, spec in KV_AXES.items()}
+    kv_references(module, tmp_path / "refs", KV_OFFSET_SIZES)
     ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path / "refs")
-    result = Symbolize(dynamic_axes=batch_only, verify="references")(model, ctx)
-    assert result.report.to_dict()["verification"]["levels"]["batch"]["level"] == "references"
+    result = Symbolize(dynamic_axes=KV_AXES, verify="references")(model, ctx)
+    levels = result.report.to_dict()["verification"]["levels"]
+    assert {s: v["level"] for s, v in levels.items()} == dict.fromkeys(
+        ("batch", "seq", "total", "past"), "references"
+    )
+    text = "\n".join(d.message for d in result.diagnostics)
+    assert f"matched {len(KV_OFFSET_SIZES)} reference case(s)" in text
+    assert "from past" in text or "j - i <= past" in text
+    # and outside symbolize's own check: ORT on the written model against torch at a new size
+    args = kv_inputs(2, 1, 9, 99)
+    with torch.no_grad():
+        want = module(*args)
+    feeds = {n: t.numpy() for n, t in zip(KV_NAMES, args, strict=True)}
+    got = run_model(result.model, feeds, provider="cpu")
+    for w, g in zip(want, got.values(), strict=True):
+        np.testing.assert_allclose(g, w.numpy(), atol=1e-4)
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_fixed_offset_that_looks_like_the_cache_is_caught_by_references(exporter, tmp_path):
+    """A mutation: the mask's offset is a fixed 5, which equals past only at the traced size.
+    symbolize reads it as past (the graph has a cache of that length), and the torch references
+    at other pasts refuse the result: an error, never a model returned."""
+    torch.manual_seed(0)
+    module = CachedDecoder(causal=True, fixed=5).eval()
+    model = kv_export(module, tmp_path / "model.onnx", exporter)
+    kv_references(module, tmp_path / "refs", KV_OFFSET_SIZES)
+    ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path / "refs")
+    with pytest.raises(onnxsurgery.PassError, match="does not match the stored torch outputs"):
+        Symbolize(dynamic_axes=KV_AXES, verify="references")(model, ctx)
+
+
+class FixedCount(nn.Module):
+    """``arange(seq) + 5`` next to an input whose length ``n`` is traced at 5 but is no cache (no
+    Concat grows it): the start is a fixed 5 and must not be read as n."""
+
+    def forward(self, x, y):  # noqa: ANN001
+        return x + (torch.arange(x.shape[1]) + 5).float(), y * 2
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_count_equal_to_a_size_that_is_no_cache_is_still_refused(exporter, tmp_path):
+    """Issue 11's rule stands where the graph shows no cache: a start equal to a traced size is
+    value coincidence, a blocker naming the node."""
+    path = tmp_path / "model.onnx"
+    kwargs = {"dynamo": True} if exporter == "dynamo" else {"dynamo": False, "opset_version": 17}
+    x, y = torch.randn(2, 4), torch.randn(2, 5)
+    torch.onnx.export(FixedCount().eval(), (x, y), str(path), input_names=["x", "y"], **kwargs)
+    model = onnx.load(path)
+    axes = {"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "n"}}
+    with pytest.raises(onnxsurgery.PassError, match="blocker") as info:
+        Symbolize(dynamic_axes=axes)(model, onnxsurgery.PassContext(provider="cpu"))
+    assert info.value.node in {n.name for n in model.graph.node}
+    assert "it counts from 5, the traced size of n" in str(info.value)

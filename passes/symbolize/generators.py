@@ -47,21 +47,29 @@ class Generator:
     amp: np.ndarray | None = None  # cos: amplitude
     #: (i_axis, j_axis, lo, hi, a, b): ``a`` where ``lo <= j - i <= hi`` (None: unbounded), else ``b``
     band: tuple[int, int, int | None, int | None, object, object] | None = None
+    #: (where, size, traced): a start or band bound that moves with a cache size (issue 12's
+    #: offset by ``past``): ``where`` is "base" (an affine count starts at ``size``), "lo" or
+    #: "hi" (that band bound is ``size``); ``traced`` is its value in the traced constant. Set by
+    #: the plan only where the graph shows ``size`` is the length of a cache axis.
+    offset: tuple[str, object, int] | None = None
 
     def describe(self) -> str:
         if self.kind == "affine":
             moving = [k for k, s in self.steps.items() if np.any(s != 0)]
             if not moving:
                 return "Expand"
-            return "Range on axis " + ", ".join(str(k) for k in moving)
+            start = f" from {self.offset[1]}" if self.offset is not None else ""
+            return "Range on axis " + ", ".join(str(k) for k in moving) + start
         if self.kind == "tile":
             return f"Tile of a {self.base.shape[self.axes[0]]}-block on axis {self.axes[0]}"  # type: ignore[union-attr]
         if self.kind in ("cos", "sin"):
             return f"{self.kind.capitalize()}(Range * freq) on axis {self.axes[0]}"
         assert self.band is not None
         i, j, lo, hi, _, _ = self.band
-        parts = ([f"{lo} <= j - i"] if lo is not None else []) + (
-            [f"j - i <= {hi}"] if hi is not None else []
+        moved = {self.offset[0]: self.offset[1]} if self.offset is not None else {}
+        lo_text, hi_text = moved.get("lo", lo), moved.get("hi", hi)
+        parts = ([f"{lo_text} <= j - i"] if lo is not None else []) + (
+            [f"j - i <= {hi_text}"] if hi is not None else []
         )
         return f"band mask ({' and '.join(parts)}) on axes {i}, {j}"
 

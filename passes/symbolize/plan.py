@@ -552,37 +552,67 @@ def _one_point(a: ShapeAnalysis, use: ConstUse, rows: set[str]) -> Blocker | Non
     return None
 
 
+def cache_symbols(a: ShapeAnalysis) -> set[str]:
+    """Symbols that are the length of a cache axis: a graph input axis along which a Concat joins
+    that input with values the graph computes (``present = Concat(past, new)``). Only these may
+    be read as the offset of a count or a band bound, since the graph shows they are one."""
+    inputs = {i.name for i in a.model.graph.input}
+    ranks = {i.name: len(i.type.tensor_type.shape.dim) for i in a.model.graph.input}
+    axis_sym = {(t, ax): sym for sym, places in a.symbols.items() for t, ax in places}
+    found: set[str] = set()
+    for node in a.model.graph.node:
+        if node.op_type != "Concat" or not any(x not in inputs for x in node.input if x):
+            continue
+        axis = next((int(at.i) for at in node.attribute if at.name == "axis"), 0)
+        for x in node.input:
+            if x in inputs and ranks.get(x):
+                sym = axis_sym.get((x, axis % ranks[x]))
+                if sym is not None:
+                    found.add(sym)
+    return found
+
+
 def _band_bound_gap(
-    a: ShapeAnalysis, gen: Generator, dims: list[Dim]
+    a: ShapeAnalysis, gen: Generator, dims: list[Dim], cache: set[str]
 ) -> tuple[str, set[str]] | None:
     """A band bound inside the traced range that equals a size the symbols give at the traced
     size (``j - i <= 5`` with ``past`` traced at 5, the offset of a causal mask over a cache):
-    one trace cannot tell a fixed window from a bound that moves with that size."""
+    one trace cannot tell a fixed window from a bound that moves with that size. Where the only
+    size it equals is made of cache lengths (:func:`cache_symbols`), the bound is taken to move
+    with it (``gen.offset``) and the check against references decides."""
     if gen.kind != "band" or gen.band is None:
         return None
     i_ax, j_ax, lo, hi, _, _ = gen.band
     sizes = [dims[j_ax] - dims[i_ax], dims[i_ax] - dims[j_ax]]
     sizes += [Dim.sym(x) for x in sorted(dims[i_ax].atoms() | dims[j_ax].atoms())]
-    for bound in (lo, hi):
+    for where, bound in (("lo", lo), ("hi", hi)):
         if bound is None or bound == 0:
             continue
-        for d in sizes:
-            if not d.is_const() and abs(bound) == abs(a.traced(d)):
-                return (
-                    f"the band's bound j - i {'>=' if bound is lo else '<='} {bound} equals {d} "
-                    "at the traced size: one trace cannot tell a fixed window from a bound that "
-                    f"moves with {d}",
-                    d.atoms(),
-                )
+        hits = [d for d in sizes if not d.is_const() and abs(bound) == abs(a.traced(d))]
+        hits = [d for k, d in enumerate(hits) if not any(d in (e, -e) for e in hits[:k])]
+        cached = [d for d in hits if d.atoms() <= cache]
+        if hits and len(cached) == len(hits) == 1 and gen.offset is None:
+            d = cached[0]
+            gen.offset = (where, d if a.traced(d) == bound else -d, int(bound))
+            continue
+        if hits:
+            d = hits[0]
+            return (
+                f"the band's bound j - i {'>=' if bound is lo else '<='} {bound} equals {d} "
+                "at the traced size: one trace cannot tell a fixed window from a bound that "
+                f"moves with {d}",
+                d.atoms(),
+            )
     return None
 
 
 def _offset_gap(
-    a: ShapeAnalysis, gen: Generator, rows: set[str]
+    a: ShapeAnalysis, gen: Generator, rows: set[str], cache: set[str]
 ) -> tuple[str, set[str]] | None:
     """A count (``arange(seq) + 5``) whose start equals the traced size of a symbol that is not
     a batch (``past`` traced at 5, a position offset over a cache): one trace cannot tell a
-    fixed start from one that moves with that symbol."""
+    fixed start from one that moves with that symbol. Where that symbol is the only one of that
+    size and is a cache length (:func:`cache_symbols`), the start is taken to move with it."""
     if gen.kind != "affine" or gen.base is None or gen.base.size == 0:
         return None
     if not any(np.any(st != 0) for st in gen.steps.values()):
@@ -590,13 +620,18 @@ def _offset_gap(
     start = gen.base.reshape(-1)[0]
     if not np.all(gen.base == start) or abs(float(start)) < 2 or float(start) != int(start):
         return None
-    for sym in sorted(a.symbols):
-        if sym not in rows and a.atoms[sym].traced == abs(int(start)):
-            return (
-                f"it counts from {int(start)}, the traced size of {sym}: one trace cannot tell a "
-                f"fixed start from an offset that moves with {sym}",
-                {sym},
-            )
+    hits = [s for s in sorted(a.symbols) if s not in rows and a.atoms[s].traced == abs(int(start))]
+    if hits == [hits[0]] and hits[0] in cache:
+        d = Dim.sym(hits[0])
+        gen.offset = ("base", d if int(start) > 0 else -d, int(start))
+        return None
+    if hits:
+        sym = hits[0]
+        return (
+            f"it counts from {int(start)}, the traced size of {sym}: one trace cannot tell a "
+            f"fixed start from an offset that moves with {sym}",
+            {sym},
+        )
     return None
 
 
@@ -609,6 +644,7 @@ def _changes(
 ) -> tuple[list[Change], list[Blocker]]:
     changes: list[Change] = []
     blockers: list[Blocker] = []
+    cache = cache_symbols(a)
     for use in a.uses:
         resolved = [sol.resolve(Dim.sym(x)) if x is not None else None for x in use.atoms]
         ambiguous = _one_point(a, use, rows)
@@ -665,7 +701,11 @@ def _changes(
             )
         elif bi is None:
             gap = evidence_gap(gen, use.array, row_axes, id(use) in structural)
-            found = (gap, set()) if gap else _band_bound_gap(a, gen, dims) or _offset_gap(a, gen, rows)
+            found = (
+                (gap, set())
+                if gap
+                else _band_bound_gap(a, gen, dims, cache) or _offset_gap(a, gen, rows, cache)
+            )
             if found:
                 atoms |= found[1]
                 why = (

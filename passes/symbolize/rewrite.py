@@ -255,6 +255,17 @@ class _Rewriter:
         full: set[int] = set()  # symbolic axes the generated tensor already spans
         if gen.kind == "affine":
             acc = self.initializer(f"{tag}/base", gen.base)  # type: ignore[arg-type]
+            if gen.offset is not None:  # the start moves with a cache length: base - traced + it
+                _, size, traced = gen.offset
+                rest = (gen.base - traced).astype(arr.dtype)  # type: ignore[operator]
+                start = self.expr(size)  # type: ignore[arg-type]
+                if arr.dtype != np.int64:
+                    start = self.node(
+                        "Cast", [start], f"{tag}/start", to=elem_type_of(arr)
+                    )
+                acc = self.node(
+                    "Add", [self.initializer(f"{tag}/rest", rest), start], f"{tag}/from"
+                )
             for k in gen.axes:
                 step = gen.steps[k]
                 if not np.any(step != 0):
@@ -307,15 +318,14 @@ class _Rewriter:
                 ],
                 f"{tag}/diff",
             )
+            moved = {gen.offset[0]: gen.offset[1]} if gen.offset is not None else {}
             conds = []
             if lo is not None:
-                conds.append(
-                    self.node("GreaterOrEqual", [diff, self.const([lo], scalar=True)], f"{tag}/lo")
-                )
+                bound = self.expr(moved["lo"]) if "lo" in moved else self.const([lo], scalar=True)
+                conds.append(self.node("GreaterOrEqual", [diff, bound], f"{tag}/lo"))
             if hi is not None:
-                conds.append(
-                    self.node("LessOrEqual", [diff, self.const([hi], scalar=True)], f"{tag}/hi")
-                )
+                bound = self.expr(moved["hi"]) if "hi" in moved else self.const([hi], scalar=True)
+                conds.append(self.node("LessOrEqual", [diff, bound], f"{tag}/hi"))
             cond = conds[0] if len(conds) == 1 else self.node("And", conds, f"{tag}/cond")
             if arr.dtype == np.bool_ and bool(a) and not bool(b):
                 acc = cond
