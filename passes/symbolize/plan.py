@@ -621,7 +621,7 @@ def _offset_gap(
     if not np.all(gen.base == start) or abs(float(start)) < 2 or float(start) != int(start):
         return None
     hits = [s for s in sorted(a.symbols) if s not in rows and a.atoms[s].traced == abs(int(start))]
-    if hits == [hits[0]] and hits[0] in cache:
+    if len(hits) == 1 and hits[0] in cache:
         d = Dim.sym(hits[0])
         gen.offset = ("base", d if int(start) > 0 else -d, int(start))
         return None
