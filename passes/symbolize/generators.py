@@ -63,7 +63,8 @@ class Generator:
         if self.kind == "tile":
             return f"Tile of a {self.base.shape[self.axes[0]]}-block on axis {self.axes[0]}"  # type: ignore[union-attr]
         if self.kind in ("cos", "sin"):
-            return f"{self.kind.capitalize()}(Range * freq) on axis {self.axes[0]}"
+            pos = f"(Range + {self.offset[1]})" if self.offset is not None else "Range"
+            return f"{self.kind.capitalize()}({pos} * freq) on axis {self.axes[0]}"
         assert self.band is not None
         i, j, lo, hi, _, _ = self.band
         moved = {self.offset[0]: self.offset[1]} if self.offset is not None else {}
@@ -149,10 +150,72 @@ def _trig(arr: np.ndarray, axes: list[int]) -> Generator | None:
     return None
 
 
-def _band(arr: np.ndarray, axes: list[int]) -> Generator | None:
-    if len(axes) != 2:
+def _trig_from(arr: np.ndarray, axes: list[int], start: int) -> Generator | None:
+    """Rotary cos/sin at positions ``start .. start + n - 1`` (a table offset by a cache length),
+    unit amplitude. The angle per step comes coarse from the recurrence ``x[i-1] + x[i+1] =
+    2 cos(f) x[i]`` (needs 3 points, any branch), then exact from the position where the inverse
+    is best conditioned, on the branch the coarse value picks; every traced value must fit.
+    ``offset`` holds the start only: the plan names the size it moves with."""
+    if arr.dtype.kind != "f" or len(axes) != 1 or start < 1:
         return None
-    i_ax, j_ax = sorted(axes)
+    k = axes[0]
+    n = arr.shape[k]
+    if n < 3:
+        return None
+    x = np.moveaxis(arr.astype(np.float64), k, 0)
+    mid = x[1:-1]
+    den = 2 * np.sum(mid * mid, axis=0)
+    num = np.sum((x[:-2] + x[2:]) * mid, axis=0)
+    coarse = np.arccos(np.clip(num / np.where(den > 0, den, 1.0), -1.0, 1.0))
+    pos = (start + np.arange(n)).reshape((n,) + (1,) * (x.ndim - 1))
+    turns = np.round(coarse * pos / (2 * np.pi))
+    for kind in ("cos", "sin"):
+        if kind == "cos":
+            base = np.arccos(np.clip(x, -1.0, 1.0))
+            branches = [base, -base]
+        else:
+            base = np.arcsin(np.clip(x, -1.0, 1.0))
+            branches = [base, np.pi - base]
+        guess = coarse * pos
+        best = None
+        for br in branches:
+            for shift in (-1, 0, 1):
+                theta = br + 2 * np.pi * (turns + shift)
+                cand = np.abs(theta - guess)
+                best = (theta, cand) if best is None else (
+                    np.where(cand < best[1], theta, best[0]), np.minimum(cand, best[1])
+                )
+        assert best is not None
+        freqs = best[0] / pos
+        # per column, the position where an error in x moves the angle least
+        cond = np.abs(np.sin(best[0]) if kind == "cos" else np.cos(best[0])) * pos
+        pick = np.argmax(cond, axis=0)
+        freq = np.take_along_axis(freqs, pick[None], axis=0)
+        fit = np.cos(pos * freq) if kind == "cos" else np.sin(pos * freq)
+        if _close(arr, np.moveaxis(fit, 0, k).astype(arr.dtype)):
+            return Generator(
+                kind,
+                axes,
+                steps={k: np.moveaxis(freq, 0, k).astype(np.float32)},
+                offset=("phase", None, start),
+            )
+    return None
+
+
+def _band(arr: np.ndarray, axes: list[int]) -> Generator | None:
+    """A band over two of ``axes``; any other symbolic axis must be a broadcast (a causal mask
+    expanded over the batch), rebuilt by Expand."""
+    if len(axes) < 2:
+        return None
+    for n, i_ax in enumerate(axes):
+        for j_ax in axes[n + 1 :]:
+            gen = _band_on(arr, axes, i_ax, j_ax)
+            if gen is not None:
+                return gen
+    return None
+
+
+def _band_on(arr: np.ndarray, axes: list[int], i_ax: int, j_ax: int) -> Generator | None:
     ni, nj = arr.shape[i_ax], arr.shape[j_ax]
     # Every other axis must be uniform: reduce to the (i, j) plane.
     plane = arr
@@ -202,19 +265,26 @@ def _tile(arr: np.ndarray, axes: list[int], blocks: dict[int, int]) -> Generator
 
 
 def match_generator(
-    arr: np.ndarray, axes: list[int], blocks: dict[int, int] | None = None
+    arr: np.ndarray,
+    axes: list[int],
+    blocks: dict[int, int] | None = None,
+    starts: tuple[int, ...] = (),
 ) -> Generator | None:
     """The generator that reproduces ``arr`` along its symbolic ``axes``, or None.
 
     ``blocks`` maps an axis whose size is ``symbols * c`` to ``c``: such an axis may repeat a
-    block of ``c`` (a per-head table tiled over ``batch*heads``).
+    block of ``c`` (a per-head table tiled over ``batch*heads``). ``starts``: positions a
+    cos/sin table may start from (the traced cache lengths, from the plan), tried last.
     """
     axes = sorted(axes)
     for finder in (_affine, _trig, _band):
         gen = finder(arr, axes)
         if gen is not None:
             return gen
-    return _tile(arr, axes, blocks or {})
+    gen = _tile(arr, axes, blocks or {})
+    for start in starts:
+        gen = gen or _trig_from(arr, axes, start)
+    return gen
 
 
 def evidence_gap(
@@ -229,6 +299,8 @@ def evidence_gap(
     for k in gen.axes:
         n = arr.shape[k]
         moving = gen.kind != "affine" or (k in gen.steps and bool(np.any(gen.steps[k] != 0)))
+        if gen.kind == "band" and gen.band is not None:
+            moving = k in gen.band[:2]
         if gen.kind == "tile":
             need = 2 * gen.base.shape[k]  # type: ignore[union-attr]
             if n < need and k not in rows:

@@ -645,6 +645,12 @@ def _changes(
     changes: list[Change] = []
     blockers: list[Blocker] = []
     cache = cache_symbols(a)
+    # a cos/sin table may start at a cache length's traced size, if no other symbol has that size
+    starts: dict[int, str] = {}
+    for sym in sorted(cache - set(rows)):
+        n = a.atoms[sym].traced
+        if sum(1 for s in a.symbols if s not in rows and a.atoms[s].traced == n) == 1:
+            starts[n] = sym
     for use in a.uses:
         resolved = [sol.resolve(Dim.sym(x)) if x is not None else None for x in use.atoms]
         ambiguous = _one_point(a, use, rows)
@@ -678,7 +684,9 @@ def _changes(
                     ((mono, coef),) = terms.items()
                     if mono and coef > 1:
                         blocks[k] = coef
-            gen = match_generator(use.array, sym_axes, blocks)
+            gen = match_generator(use.array, sym_axes, blocks, tuple(starts))
+            if gen is not None and gen.offset is not None and gen.offset[0] == "phase":
+                gen.offset = ("phase", Dim.sym(starts[gen.offset[2]]), gen.offset[2])
         else:  # a batch enumeration traced at 1: its step comes from the gather it indexes
             rest = [k for k in sym_axes if k != bi.axis]
             gen = (

@@ -287,13 +287,14 @@ class _Rewriter:
             full.update(range(rank))
         elif gen.kind in ("cos", "sin"):
             k = gen.axes[0]
+            pos = self.index(dims[k], k, rank, np.float32)
+            if gen.offset is not None:  # positions start .. start + n - 1, start a cache length
+                f32 = elem_type_of(np.dtype(np.float32))
+                start = self.expr(gen.offset[1])  # type: ignore[arg-type]
+                start = self.node("Cast", [start], f"{tag}/start", to=f32)
+                pos = self.node("Add", [pos, start], f"{tag}/pos")
             angle = self.node(
-                "Mul",
-                [
-                    self.index(dims[k], k, rank, np.float32),
-                    self.initializer(f"{tag}/freq", gen.steps[k]),
-                ],
-                f"{tag}/angle",
+                "Mul", [pos, self.initializer(f"{tag}/freq", gen.steps[k])], f"{tag}/angle"
             )
             acc = self.node(gen.kind.capitalize(), [angle], f"{tag}/{gen.kind}")
             if gen.amp is not None and not np.all(gen.amp == 1):

@@ -1,0 +1,103 @@
+"""symbolize on a tiny transformers Llama (RoPE, grouped-query attention, a 2-layer KV cache)
+exported statically by the dynamo exporter at batch 2, seq 4, past 5: its rotary cos/sin tables
+sit at positions past .. past + seq - 1 and its causal mask is offset by past. Compared with
+torch at (batch, seq, past) sizes it was never traced at, seq 1 and past 0 included."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+
+import onnxsurgery
+from onnxsurgery.passes.symbolize import Symbolize
+from onnxsurgery.validation.references import Case, save_case
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.e2e
+
+LAYERS, KV_HEADS, HEAD_DIM, VOCAB = 2, 2, 8, 64
+NAMES = ["input_ids"] + [f"past_{k}{i}" for i in range(LAYERS) for k in "kv"]
+OUTPUTS = ["logits"] + [f"present_{k}{i}" for i in range(LAYERS) for k in "kv"]
+#: (batch, seq, past): the traced size, a decode step (seq 1), prefill (past 0), and mixed.
+SIZES = [(2, 4, 5), (1, 3, 2), (3, 1, 7), (2, 6, 3), (2, 1, 0), (1, 5, 0)]
+
+
+class CachedLlama(torch.nn.Module):
+    """``input_ids`` and the flat cache in; logits and the grown cache out (no attention mask:
+    the causal mask comes from the cache position)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.config = transformers.LlamaConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=LAYERS,
+            num_attention_heads=4, num_key_value_heads=KV_HEADS, max_position_embeddings=64,
+        )  # fmt: skip
+        self.lm = transformers.LlamaForCausalLM(self.config)
+
+    def forward(self, ids, *flat):  # noqa: ANN001
+        cache = transformers.DynamicCache(config=self.config)
+        for i in range(LAYERS):
+            cache.update(flat[2 * i], flat[2 * i + 1], i)
+        out = self.lm(input_ids=ids, past_key_values=cache, use_cache=True)
+        grown = [t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
+        return (out.logits, *grown)
+
+
+def llama_inputs(batch: int, seq: int, past: int, seed: int) -> list:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, VOCAB, (batch, seq), generator=g)
+    cache = [torch.randn(batch, KV_HEADS, past, HEAD_DIM, generator=g) for _ in range(2 * LAYERS)]
+    return [ids, *cache]
+
+
+def test_cached_llama_rotary_from_past_matches_torch(tmp_path):
+    torch.manual_seed(0)
+    module = CachedLlama().eval()
+    path = tmp_path / "model.onnx"
+    with torch.no_grad():
+        torch.onnx.export(
+            module, tuple(llama_inputs(2, 4, 5, 0)), str(path), input_names=NAMES,
+            output_names=OUTPUTS, dynamo=True,
+        )  # fmt: skip
+    for k, (b, s, p) in enumerate(SIZES):
+        args = llama_inputs(b, s, p, k)
+        with torch.no_grad():
+            outs = module(*args)
+        inputs = {n: t.numpy() for n, t in zip(NAMES, args, strict=True)}
+        outputs = {n: t.numpy() for n, t in zip(OUTPUTS, outs, strict=True)}
+        save_case(Case(f"b{b}_s{s}_p{p}", inputs, outputs), tmp_path / "refs", index=k)
+    axes = {"input_ids": {0: "batch", 1: "seq"}}
+    axes.update({n: {0: "batch", 2: "past"} for n in NAMES[1:]})
+    ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path / "refs")
+    result = Symbolize(dynamic_axes=axes, verify="references")(onnx.load(path), ctx)
+    levels = result.report.to_dict()["verification"]["levels"]
+    assert {s: v["level"] for s, v in levels.items()} == dict.fromkeys(
+        ("batch", "seq", "past"), "references"
+    )
+    text = "\n".join(d.message for d in result.diagnostics)
+    assert f"matched {len(SIZES)} reference case(s)" in text
+    assert "Cos((Range + past) * freq)" in text and "Sin((Range + past) * freq)" in text
+
+
+def test_rotary_table_offset_where_no_cache_gives_the_start_is_refused(tmp_path):
+    """The same cos table offset by 5 but with no cache in the graph (5 is only a traced size
+    of another input): no start to read it from, so it stays a blocker naming the node."""
+
+    class Rotary(torch.nn.Module):
+        def forward(self, x, y):  # noqa: ANN001
+            pos = torch.arange(x.shape[1]).float() + 5
+            freq = 10000 ** (-torch.arange(0, 8, 2).float() / 8)
+            return x * torch.cos(pos[:, None] * freq), y * 2
+
+    path = tmp_path / "model.onnx"
+    torch.onnx.export(
+        Rotary().eval(), (torch.randn(2, 4, 4), torch.randn(2, 5)), str(path),
+        input_names=["x", "y"], dynamo=True,
+    )  # fmt: skip
+    model = onnx.load(path)
+    axes = {"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "n"}}
+    with pytest.raises(onnxsurgery.PassError, match="blocker") as info:
+        Symbolize(dynamic_axes=axes)(model, onnxsurgery.PassContext(provider="cpu"))
+    assert info.value.node in {n.name for n in model.graph.node}
