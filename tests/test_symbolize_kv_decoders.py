@@ -1,7 +1,8 @@
-"""symbolize on a tiny transformers Llama (RoPE, grouped-query attention, a 2-layer KV cache)
-exported statically by the dynamo exporter at batch 2, seq 4, past 5: its rotary cos/sin tables
-sit at positions past .. past + seq - 1 and its causal mask is offset by past. Compared with
-torch at (batch, seq, past) sizes it was never traced at, seq 1 and past 0 included."""
+"""symbolize on tiny transformers decoders with a 2-layer KV cache exported statically at batch 2,
+seq 4, past 5: a Llama (RoPE, grouped-query attention; rotary cos/sin tables at positions past ..
+past + seq - 1, a causal mask offset by past) by dynamo, and a GPT-2 (learned positions, ``wpe``
+gathered at past .. past + seq - 1) by both exporters. Compared with torch at (batch, seq, past)
+sizes they were never traced at, seq 1 and past 0 included."""
 
 from __future__ import annotations
 
@@ -79,6 +80,66 @@ def test_cached_llama_rotary_from_past_matches_torch(tmp_path):
     text = "\n".join(d.message for d in result.diagnostics)
     assert f"matched {len(SIZES)} reference case(s)" in text
     assert "Cos((Range + past) * freq)" in text and "Sin((Range + past) * freq)" in text
+
+
+class CachedGPT2(torch.nn.Module):
+    """GPT-2 with learned absolute positions over the same flat cache (4 heads of 8)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.config = transformers.GPT2Config(
+            vocab_size=VOCAB, n_embd=32, n_layer=LAYERS, n_head=4, n_positions=64
+        )
+        self.lm = transformers.GPT2LMHeadModel(self.config)
+
+    forward = CachedLlama.forward
+
+
+def gpt2_inputs(batch: int, seq: int, past: int, seed: int) -> list:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, VOCAB, (batch, seq), generator=g)
+    return [ids, *(torch.randn(batch, 4, past, HEAD_DIM, generator=g) for _ in range(2 * LAYERS))]
+
+
+def test_cached_gpt2_learned_positions(tmp_path):
+    """torchscript keeps ``wpe`` a weight and gathers it at a count from the traced past: rebuilt
+    from past, it matches torch at every stored size. dynamo folds the gathered rows into a
+    [1, seq, 32] constant: the positions are gone from the graph, so it is a blocker naming the
+    Add that reads them, never a model."""
+    torch.manual_seed(0)
+    module = CachedGPT2().eval()
+    for k, (b, s, p) in enumerate(SIZES):
+        args = gpt2_inputs(b, s, p, k)
+        with torch.no_grad():
+            outs = module(*args)
+        inputs = {n: t.numpy() for n, t in zip(NAMES, args, strict=True)}
+        outputs = {n: t.numpy() for n, t in zip(OUTPUTS, outs, strict=True)}
+        save_case(Case(f"b{b}_s{s}_p{p}", inputs, outputs), tmp_path / "refs", index=k)
+    axes = {"input_ids": {0: "batch", 1: "seq"}}
+    axes.update({n: {0: "batch", 2: "past"} for n in NAMES[1:]})
+    ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path / "refs")
+    for exporter in ("torchscript", "dynamo"):
+        path = tmp_path / f"{exporter}.onnx"
+        kwargs = {"dynamo": True} if exporter == "dynamo" else {"dynamo": False, "opset_version": 17}
+        with torch.no_grad():
+            torch.onnx.export(
+                module, tuple(gpt2_inputs(2, 4, 5, 0)), str(path), input_names=NAMES,
+                output_names=OUTPUTS, **kwargs,
+            )  # fmt: skip
+        model = onnx.load(path)
+        if exporter == "torchscript":
+            result = Symbolize(dynamic_axes=axes, verify="references")(model, ctx)
+            levels = result.report.to_dict()["verification"]["levels"]
+            assert {s: v["level"] for s, v in levels.items()} == dict.fromkeys(
+                ("batch", "seq", "past"), "references"
+            )
+            text = "\n".join(d.message for d in result.diagnostics)
+            assert f"matched {len(SIZES)} reference case(s)" in text and "from past" in text
+        else:
+            with pytest.raises(onnxsurgery.PassError, match="blocker") as info:
+                Symbolize(dynamic_axes=axes, verify="references")(model, ctx)
+            assert info.value.node in {n.name for n in model.graph.node}
+            assert "[1, 4, 32]" in str(info.value)
 
 
 def test_rotary_table_offset_where_no_cache_gives_the_start_is_refused(tmp_path):
