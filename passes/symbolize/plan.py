@@ -707,6 +707,12 @@ def _changes(
                 "values follow no pattern symbolize can extend (a table or mask cut to the "
                 "traced size), so it cannot be rebuilt at another size"
             )
+            if cache and use.array.dtype.kind == "f":
+                why += (
+                    f" (the graph has a cache of length {', '.join(sorted(cache))}: a learned "
+                    "position table gathered at the traced positions and folded by the exporter "
+                    "looks like this, and its weight is no longer in the graph to gather from)"
+                )
         elif bi is None:
             gap = evidence_gap(gen, use.array, row_axes, id(use) in structural)
             found = (
