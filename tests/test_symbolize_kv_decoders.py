@@ -26,11 +26,13 @@ SIZES = [(2, 4, 5), (1, 3, 2), (3, 1, 7), (2, 6, 3), (2, 1, 0), (1, 5, 0)]
 
 
 class CachedLlama(torch.nn.Module):
-    """``input_ids`` and the flat cache in; logits and the grown cache out (no attention mask:
-    the causal mask comes from the cache position)."""
+    """``input_ids`` (with ``mask``, then ``attention_mask [batch, past + seq]``) and the flat
+    cache in; logits and the grown cache out. Without a mask the causal mask comes from the
+    cache position alone."""
 
-    def __init__(self) -> None:
+    def __init__(self, mask: bool = False) -> None:
         super().__init__()
+        self.mask = mask
         self.config = transformers.LlamaConfig(
             vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=LAYERS,
             num_attention_heads=4, num_key_value_heads=KV_HEADS, max_position_embeddings=64,
@@ -38,45 +40,59 @@ class CachedLlama(torch.nn.Module):
         self.lm = transformers.LlamaForCausalLM(self.config)
 
     def forward(self, ids, *flat):  # noqa: ANN001
+        mask, flat = (flat[0], flat[1:]) if getattr(self, "mask", False) else (None, flat)
         cache = transformers.DynamicCache(config=self.config)
         for i in range(LAYERS):
             cache.update(flat[2 * i], flat[2 * i + 1], i)
-        out = self.lm(input_ids=ids, past_key_values=cache, use_cache=True)
+        out = self.lm(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True)
         grown = [t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
         return (out.logits, *grown)
 
 
-def llama_inputs(batch: int, seq: int, past: int, seed: int) -> list:
+def llama_inputs(batch: int, seq: int, past: int, seed: int, mask: bool = False) -> list:
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, VOCAB, (batch, seq), generator=g)
     cache = [torch.randn(batch, KV_HEADS, past, HEAD_DIM, generator=g) for _ in range(2 * LAYERS)]
-    return [ids, *cache]
+    if not mask:
+        return [ids, *cache]
+    keep = torch.ones(batch, past + seq, dtype=torch.int64)
+    if past > 0:  # a padded first cached position in row 0 (no query left with no key at all)
+        keep[0, 0] = 0
+    return [ids, keep, *cache]
 
 
-def test_cached_llama_rotary_from_past_matches_torch(tmp_path):
+@pytest.mark.parametrize("mask", [False, True], ids=["no_mask", "attention_mask"])
+def test_cached_llama_rotary_from_past_matches_torch(mask, tmp_path):
+    """With an attention mask, the mask is read by a GatherND whose index grid counts every key
+    position: that ties total to past + seq, so the check never feeds a mask too short."""
     torch.manual_seed(0)
-    module = CachedLlama().eval()
+    module = CachedLlama(mask).eval()
+    names = NAMES[:1] + ["attention_mask"] * mask + NAMES[1:]
     path = tmp_path / "model.onnx"
     with torch.no_grad():
         torch.onnx.export(
-            module, tuple(llama_inputs(2, 4, 5, 0)), str(path), input_names=NAMES,
+            module, tuple(llama_inputs(2, 4, 5, 0, mask)), str(path), input_names=names,
             output_names=OUTPUTS, dynamo=True,
         )  # fmt: skip
     for k, (b, s, p) in enumerate(SIZES):
-        args = llama_inputs(b, s, p, k)
+        args = llama_inputs(b, s, p, k, mask)
         with torch.no_grad():
             outs = module(*args)
-        inputs = {n: t.numpy() for n, t in zip(NAMES, args, strict=True)}
+        inputs = {n: t.numpy() for n, t in zip(names, args, strict=True)}
         outputs = {n: t.numpy() for n, t in zip(OUTPUTS, outs, strict=True)}
         save_case(Case(f"b{b}_s{s}_p{p}", inputs, outputs), tmp_path / "refs", index=k)
     axes = {"input_ids": {0: "batch", 1: "seq"}}
     axes.update({n: {0: "batch", 2: "past"} for n in NAMES[1:]})
+    if mask:
+        axes["attention_mask"] = {0: "batch", 1: "total"}
     ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path / "refs")
     result = Symbolize(dynamic_axes=axes, verify="references")(onnx.load(path), ctx)
     levels = result.report.to_dict()["verification"]["levels"]
     assert {s: v["level"] for s, v in levels.items()} == dict.fromkeys(
-        ("batch", "seq", "past"), "references"
+        ("batch", "seq", "past", *["total"] * mask), "references"
     )
+    if mask:
+        assert {s: str(v) for s, v in result.report.relations.items()} == {"total": "past + seq"}
     text = "\n".join(d.message for d in result.diagnostics)
     assert f"matched {len(SIZES)} reference case(s)" in text
     assert "Cos((Range + past) * freq)" in text and "Sin((Range + past) * freq)" in text

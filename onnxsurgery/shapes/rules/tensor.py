@@ -358,7 +358,29 @@ def _gather_nd(ctx: NodeCtx):
         return fallback(ctx)
     b = ctx.attr("batch_dims", 0)
     last = int(plain[-1].value)  # the index tuple's length is fixed
+    _gather_nd_spans(ctx, data, idx, b, last)
     return [out(idx[:-1] + data[b + last :], ctx.dtype(0))]
+
+
+def _gather_nd_spans(ctx: NodeCtx, data: list[Dim], idx: list[Dim], b: int, last: int) -> None:
+    """A constant index grid whose component ``c`` counts 0 .. n-1 along one of its axes, n the
+    traced length of the data axis it reads (a mask read at every key position): soft-tie that
+    index axis to the data axis, as a Slice bound equal to the whole axis is."""
+    arr = ctx.a.consts.get(ctx.node.input[1])
+    if arr is None or arr.ndim != len(idx) or arr.shape[-1] != last or arr.dtype.kind not in "iu":
+        return
+    for c in range(last):
+        if b + c >= len(data) or data[b + c].is_const():
+            continue
+        comp = arr[..., c]
+        for k in range(comp.ndim):
+            n = comp.shape[k]
+            if idx[k].is_const() or n < 2 or n != ctx.traced(data[b + c]):
+                continue
+            shape = [1] * comp.ndim
+            shape[k] = n
+            if np.array_equal(comp, np.broadcast_to(np.arange(n).reshape(shape), comp.shape)):
+                ctx.suggest(idx[k], data[b + c], f"GatherND index counts the whole axis {b + c}")
 
 
 @rule("Expand")
