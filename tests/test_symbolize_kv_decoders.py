@@ -61,18 +61,23 @@ def llama_inputs(batch: int, seq: int, past: int, seed: int, mask: bool = False)
     return [ids, keep, *cache]
 
 
-@pytest.mark.parametrize("mask", [False, True], ids=["no_mask", "attention_mask"])
-def test_cached_llama_rotary_from_past_matches_torch(mask, tmp_path):
-    """With an attention mask, the mask is read by a GatherND whose index grid counts every key
+@pytest.mark.parametrize(
+    ("exporter", "mask"), [("dynamo", False), ("dynamo", True), ("torchscript", False)]
+)
+def test_cached_llama_rotary_from_past_matches_torch(exporter, mask, tmp_path):
+    """dynamo folds the rotary tables to cos/sin at past .. past + seq - 1; torchscript keeps
+    Cos/Sin nodes over a folded angle table ``(5 + i) * f``, a count from past steps of f. With
+    an attention mask (dynamo), the mask is read by a GatherND whose index grid counts every key
     position: that ties total to past + seq, so the check never feeds a mask too short."""
     torch.manual_seed(0)
     module = CachedLlama(mask).eval()
     names = NAMES[:1] + ["attention_mask"] * mask + NAMES[1:]
+    kwargs = {"dynamo": True} if exporter == "dynamo" else {"dynamo": False, "opset_version": 17}
     path = tmp_path / "model.onnx"
     with torch.no_grad():
         torch.onnx.export(
             module, tuple(llama_inputs(2, 4, 5, 0, mask)), str(path), input_names=names,
-            output_names=OUTPUTS, dynamo=True,
+            output_names=OUTPUTS, **kwargs,
         )  # fmt: skip
     for k, (b, s, p) in enumerate(SIZES):
         args = llama_inputs(b, s, p, k, mask)
@@ -95,7 +100,10 @@ def test_cached_llama_rotary_from_past_matches_torch(mask, tmp_path):
         assert {s: str(v) for s, v in result.report.relations.items()} == {"total": "past + seq"}
     text = "\n".join(d.message for d in result.diagnostics)
     assert f"matched {len(SIZES)} reference case(s)" in text
-    assert "Cos((Range + past) * freq)" in text and "Sin((Range + past) * freq)" in text
+    if exporter == "dynamo":
+        assert "Cos((Range + past) * freq)" in text and "Sin((Range + past) * freq)" in text
+    else:
+        assert "from past steps" in text
 
 
 class CachedGPT2(torch.nn.Module):
@@ -158,7 +166,8 @@ def test_cached_gpt2_learned_positions(tmp_path):
             assert "[1, 4, 32]" in str(info.value) and "folded by the exporter" in str(info.value)
 
 
-def test_rotary_table_offset_where_no_cache_gives_the_start_is_refused(tmp_path):
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_rotary_table_offset_where_no_cache_gives_the_start_is_refused(exporter, tmp_path):
     """The same cos table offset by 5 but with no cache in the graph (5 is only a traced size
     of another input): no start to read it from, so it stays a blocker naming the node."""
 
@@ -169,12 +178,15 @@ def test_rotary_table_offset_where_no_cache_gives_the_start_is_refused(tmp_path)
             return x * torch.cos(pos[:, None] * freq), y * 2
 
     path = tmp_path / "model.onnx"
+    kwargs = {"dynamo": True} if exporter == "dynamo" else {"dynamo": False, "opset_version": 17}
     torch.onnx.export(
         Rotary().eval(), (torch.randn(2, 4, 4), torch.randn(2, 5)), str(path),
-        input_names=["x", "y"], dynamo=True,
+        input_names=["x", "y"], **kwargs,
     )  # fmt: skip
     model = onnx.load(path)
     axes = {"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "n"}}
     with pytest.raises(onnxsurgery.PassError, match="blocker") as info:
         Symbolize(dynamic_axes=axes)(model, onnxsurgery.PassContext(provider="cpu"))
     assert info.value.node in {n.name for n in model.graph.node}
+    if exporter == "torchscript":  # Cos over a folded angle table (5 + i) * f
+        assert "it counts from 5 steps, the traced size of n" in str(info.value)

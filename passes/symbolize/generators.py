@@ -58,7 +58,9 @@ class Generator:
             moving = [k for k, s in self.steps.items() if np.any(s != 0)]
             if not moving:
                 return "Expand"
-            start = f" from {self.offset[1]}" if self.offset is not None else ""
+            start = ""
+            if self.offset is not None:
+                start = f" from {self.offset[1]}" + (" steps" if self.offset[0] == "scaled" else "")
             return "Range on axis " + ", ".join(str(k) for k in moving) + start
         if self.kind == "tile":
             return f"Tile of a {self.base.shape[self.axes[0]]}-block on axis {self.axes[0]}"  # type: ignore[union-attr]

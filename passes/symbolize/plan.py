@@ -617,19 +617,31 @@ def _offset_gap(
         return None
     if not any(np.any(st != 0) for st in gen.steps.values()):
         return None
-    start = gen.base.reshape(-1)[0]
-    if not np.all(gen.base == start) or abs(float(start)) < 2 or float(start) != int(start):
+    where, start = "base", gen.base.reshape(-1)[0]
+    moving = [k for k, st in gen.steps.items() if np.any(st != 0)]
+    if len(moving) == 1:  # positions o .. o+n-1 times a per-column step (rotary angles 5 * f)
+        step = np.broadcast_to(gen.steps[moving[0]], gen.base.shape).astype(np.float64)
+        base = gen.base.astype(np.float64)
+        on = step != 0
+        ratio = base[on] / step[on]
+        if ratio.size and np.all(base[~on] == 0) and np.allclose(ratio, ratio[0], rtol=1e-5):
+            r = float(np.round(ratio[0]))
+            if abs(r - ratio[0]) < 1e-4 and not np.all(step[on] == 1):
+                where, start = "scaled", r
+    if where == "base" and not np.all(gen.base == start):
+        return None
+    if abs(float(start)) < 2 or float(start) != int(start):
         return None
     hits = [s for s in sorted(a.symbols) if s not in rows and a.atoms[s].traced == abs(int(start))]
     if len(hits) == 1 and hits[0] in cache:
         d = Dim.sym(hits[0])
-        gen.offset = ("base", d if int(start) > 0 else -d, int(start))
+        gen.offset = (where, d if int(start) > 0 else -d, int(start))
         return None
     if hits:
         sym = hits[0]
         return (
-            f"it counts from {int(start)}, the traced size of {sym}: one trace cannot tell a "
-            f"fixed start from an offset that moves with {sym}",
+            f"it counts from {int(start)}{' steps' if where == 'scaled' else ''}, the traced size "
+            f"of {sym}: one trace cannot tell a fixed start from an offset that moves with {sym}",
             {sym},
         )
     return None

@@ -256,13 +256,19 @@ class _Rewriter:
         if gen.kind == "affine":
             acc = self.initializer(f"{tag}/base", gen.base)  # type: ignore[arg-type]
             if gen.offset is not None:  # the start moves with a cache length: base - traced + it
-                _, size, traced = gen.offset
-                rest = (gen.base - traced).astype(arr.dtype)  # type: ignore[operator]
+                where, size, traced = gen.offset
                 start = self.expr(size)  # type: ignore[arg-type]
                 if arr.dtype != np.int64:
                     start = self.node(
                         "Cast", [start], f"{tag}/start", to=elem_type_of(arr)
                     )
+                step = np.ones((), dtype=arr.dtype)
+                if where == "scaled":  # (past + i) * step: the start is past steps
+                    step = next(st for st in gen.steps.values() if np.any(st != 0))
+                    start = self.node(
+                        "Mul", [start, self.initializer(f"{tag}/startstep", step)], f"{tag}/startx"
+                    )
+                rest = (gen.base - traced * step).astype(arr.dtype)  # type: ignore[operator]
                 acc = self.node(
                     "Add", [self.initializer(f"{tag}/rest", rest), start], f"{tag}/from"
                 )
