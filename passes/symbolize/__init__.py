@@ -71,6 +71,10 @@ class Symbolize(Pass):
     - a pattern is taken only when the traced values pin it down: 3 or more points along a
       counting axis (two points fit any line), 2 for a repeat, no start or bound equal to a traced
       size; along a batch, rows are independent by structure, so one row may repeat;
+    - the one exception is a cache length: where a graph input axis is grown by a Concat with
+      computed values (``present = Concat(past, new)``), a count, a rotary table or a band bound
+      that starts at that axis's traced size (and at no other symbol's) moves with it
+      (positions past .. past + seq - 1), and the check against references decides;
     - symbols the graph ties together (``total = past + seq``) become relations, kept by the check.
 
         x[4,3,32,32] ─ ... ─ Reshape(shape=[4, -1]) ─ Gemm
