@@ -24,6 +24,7 @@ from onnxsurgery.model.io import (
     tensor_nbytes,
     weightless,
 )
+from onnxsurgery.passes.cleanup import Cleanup
 from onnxsurgery.validation.runtime import create_session
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -173,3 +174,32 @@ def test_weights_read_from_external_data_lose_theirs_too(tmp_path):
         TensorProto.DEFAULT
     ]
     assert bare.ByteSize() < model.ByteSize() / 10
+
+
+def test_cleanup_on_a_weightless_copy_keeps_every_kept_weight_and_leaves_the_input_alone():
+    # cleanup runs graphsurgeon on a weightless copy and puts the kept weights back: the output
+    # must run like the original (ORT on the original model is the oracle), carry no
+    # placeholder, drop the dead weight, and the input model must come out byte for byte as it went in.
+    model = mixed_weights_model()
+    rng = np.random.default_rng(2)
+    dead = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "dead_w")
+    model.graph.initializer.append(dead)
+    model.graph.node.append(helper.make_node("MatMul", ["x", "dead_w"], ["dead"]))
+    shift = numpy_helper.from_array(np.full((2, 64), 0.5, np.float32))
+    model.graph.node.insert(0, helper.make_node("Constant", [], ["shift"], value=shift))
+    model.graph.node.append(helper.make_node("Add", ["y", "shift"], ["z"]))
+    model.graph.output[0].name = "z"
+    before = model.SerializeToString(deterministic=True)
+
+    result = Cleanup()(model)
+
+    assert model.SerializeToString(deterministic=True) == before
+    assert result.modified
+    assert [t.name for t in result.model.graph.initializer] == ["w32", "w16", "wbf", "idx"]
+    assert not any(t.external_data for t in result.model.graph.initializer)
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    ref = ort.InferenceSession(before, providers=["CPUExecutionProvider"])
+    got = ort.InferenceSession(
+        result.model.SerializeToString(), providers=["CPUExecutionProvider"]
+    ).run(None, {"x": x})
+    np.testing.assert_array_equal(got[0], ref.run(None, {"x": x})[0])

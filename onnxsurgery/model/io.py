@@ -455,10 +455,12 @@ def adopt_graph(model: onnx.ModelProto, source: onnx.ModelProto) -> onnx.ModelPr
 
 
 def restore_weights(derived: onnx.ModelProto, model: onnx.ModelProto) -> onnx.ModelProto:
-    """``derived`` (made from a weightless copy of ``model``) with each placeholder weight of
-    its main graph replaced by ``model``'s initializer of that name; returns ``derived``."""
+    """``derived`` (made from a weightless copy of ``model``) with each placeholder weight
+    replaced by ``model``'s main-graph initializer of that name; returns ``derived``. Subgraphs
+    are searched too: a tool may move a weight only a subgraph reads into that subgraph
+    (onnx-graphsurgeon's export does)."""
     originals = {t.name: t for t in model.graph.initializer}
-    for tensor in derived.graph.initializer:
+    for tensor in _initializers(derived.graph):
         if (
             tensor.data_location == onnx.TensorProto.EXTERNAL
             and tensor.external_data
