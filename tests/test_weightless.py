@@ -90,6 +90,23 @@ def test_a_weight_of_the_wrong_size_keeps_its_data_and_the_checker_says_so():
         onnx.checker.check_model(model)  # the oracle agrees
 
 
+@pytest.mark.parametrize("field", ["doc_string", "metadata_props", "segment"])
+def test_a_weight_with_any_other_field_set_keeps_it_whole(field):
+    # The placeholder carries name, type, dims and location only: a weight with anything more
+    # stays as it is, so nothing of it is lost to the checker or to a session.
+    model = mixed_weights_model()
+    tensor = model.graph.initializer[0]
+    if field == "doc_string":
+        tensor.doc_string = "a note"
+    elif field == "metadata_props":
+        tensor.metadata_props.add(key="k", value="v")
+    else:
+        tensor.segment.begin, tensor.segment.end = 0, 64
+    kept = weightless(model).graph.initializer[0]
+    assert kept.SerializeToString() == tensor.SerializeToString()
+    assert weightless(model).graph.initializer[1].data_location == TensorProto.EXTERNAL
+
+
 def test_a_weight_held_in_float_data_keeps_it_and_runs():
     """float_data (packed) serializes to as many bytes as raw_data would: it is not raw_data.
     onnxsim writes folded weights that way (light_resnet50 of the onnx wheel)."""
