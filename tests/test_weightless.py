@@ -220,3 +220,21 @@ def test_cleanup_on_a_weightless_copy_keeps_every_kept_weight_and_leaves_the_inp
         result.model.SerializeToString(), providers=["CPUExecutionProvider"]
     ).run(None, {"x": x})
     np.testing.assert_array_equal(got[0], ref.run(None, {"x": x})[0])
+
+
+def test_a_session_sharing_weights_with_another_runs_its_own_model():
+    # A rewritten model beside its original: equal weights are one buffer, a changed one is its
+    # own; each session must still compute its own model (oracle: sessions from the bytes).
+    model = mixed_weights_model()
+    changed = onnx.ModelProto()
+    changed.CopyFrom(model)
+    w16 = numpy_helper.to_array(changed.graph.initializer[1])
+    changed.graph.initializer[1].CopyFrom(numpy_helper.from_array(w16 * 2, "w16"))
+    first = create_session(model, "cpu")
+    second = create_session(changed, "cpu", share_with=first)
+    assert second._onnxsurgery_weights["w32"] is first._onnxsurgery_weights["w32"]
+    assert second._onnxsurgery_weights["w16"] is not first._onnxsurgery_weights["w16"]
+    x = {"x": np.random.default_rng(3).standard_normal((2, 64)).astype(np.float32)}
+    for session, m in ((first, model), (second, changed)):
+        ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        np.testing.assert_array_equal(session.run(None, x)[0], ref.run(None, x)[0])

@@ -397,7 +397,7 @@ def check_dynamic(
             )
         raise error from None
     try:
-        session = create_session(model, provider)
+        session = create_session(model, provider, share_with=reference)
     except Exception as exc:  # noqa: BLE001
         raise _fail("loading the rewritten model", exc) from None
     try:
