@@ -5,7 +5,7 @@ from __future__ import annotations
 import onnx
 import onnx_graphsurgeon as gs
 
-from onnxsurgery.model.io import adopt_graph
+from onnxsurgery.model.io import adopt_graph, restore_weights, weightless
 from onnxsurgery.model.walk import subgraphs
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 
@@ -34,12 +34,16 @@ class Cleanup(Pass):
         self.inputs = inputs
 
     def run(self, model: onnx.ModelProto, ctx: PassContext) -> PassResult:
-        graph = gs.import_onnx(model)
+        # graphsurgeon works on a weightless copy (its export copies every tensor it is given);
+        # the kept weights are put back from ``model`` afterwards, each copied once.
+        bare = weightless(model)
+        graph = gs.import_onnx(bare)
         graph.cleanup(remove_unused_graph_inputs=self.inputs, recurse_subgraphs=True)
         unsorted = not _is_sorted(model.graph)
         if unsorted:
             graph.toposort(recurse_subgraphs=True)
         cleaned = gs.export_onnx(graph, do_type_check=False)
+        del graph, bare
 
         before_nodes = [n.name or n.output[0] for n in model.graph.node]
         after_nodes = [n.name or n.output[0] for n in cleaned.graph.node]
@@ -55,7 +59,7 @@ class Cleanup(Pass):
             return PassResult(model, modified=False, diagnostics=[Diagnostic.info("nothing to clean")])
 
         # Keep every model-level field (opsets, metadata, producer) and take only the graph.
-        out = adopt_graph(model, cleaned)
+        out = adopt_graph(model, restore_weights(cleaned, model))
         diagnostics = []
         if removed_nodes:
             diagnostics.append(Diagnostic.info(f"removed {removed_nodes} dead node(s)"))

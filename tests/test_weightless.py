@@ -24,6 +24,7 @@ from onnxsurgery.model.io import (
     tensor_nbytes,
     weightless,
 )
+from onnxsurgery.passes.cleanup import Cleanup
 from onnxsurgery.validation.runtime import create_session
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -87,6 +88,23 @@ def test_a_weight_of_the_wrong_size_keeps_its_data_and_the_checker_says_so():
         check_model(model)
     with pytest.raises(onnx.checker.ValidationError, match="too small"):
         onnx.checker.check_model(model)  # the oracle agrees
+
+
+@pytest.mark.parametrize("field", ["doc_string", "metadata_props", "segment"])
+def test_a_weight_with_any_other_field_set_keeps_it_whole(field):
+    # The placeholder carries name, type, dims and location only: a weight with anything more
+    # stays as it is, so nothing of it is lost to the checker or to a session.
+    model = mixed_weights_model()
+    tensor = model.graph.initializer[0]
+    if field == "doc_string":
+        tensor.doc_string = "a note"
+    elif field == "metadata_props":
+        tensor.metadata_props.add(key="k", value="v")
+    else:
+        tensor.segment.begin, tensor.segment.end = 0, 64
+    kept = weightless(model).graph.initializer[0]
+    assert kept.SerializeToString() == tensor.SerializeToString()
+    assert weightless(model).graph.initializer[1].data_location == TensorProto.EXTERNAL
 
 
 def test_a_weight_held_in_float_data_keeps_it_and_runs():
@@ -173,3 +191,50 @@ def test_weights_read_from_external_data_lose_theirs_too(tmp_path):
         TensorProto.DEFAULT
     ]
     assert bare.ByteSize() < model.ByteSize() / 10
+
+
+def test_cleanup_on_a_weightless_copy_keeps_every_kept_weight_and_leaves_the_input_alone():
+    # cleanup runs graphsurgeon on a weightless copy and puts the kept weights back: the output
+    # must run like the original (ORT on the original model is the oracle), carry no
+    # placeholder, drop the dead weight, and the input model must come out byte for byte as it went in.
+    model = mixed_weights_model()
+    rng = np.random.default_rng(2)
+    dead = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "dead_w")
+    model.graph.initializer.append(dead)
+    model.graph.node.append(helper.make_node("MatMul", ["x", "dead_w"], ["dead"]))
+    shift = numpy_helper.from_array(np.full((2, 64), 0.5, np.float32))
+    model.graph.node.insert(0, helper.make_node("Constant", [], ["shift"], value=shift))
+    model.graph.node.append(helper.make_node("Add", ["y", "shift"], ["z"]))
+    model.graph.output[0].name = "z"
+    before = model.SerializeToString(deterministic=True)
+
+    result = Cleanup()(model)
+
+    assert model.SerializeToString(deterministic=True) == before
+    assert result.modified
+    assert [t.name for t in result.model.graph.initializer] == ["w32", "w16", "wbf", "idx"]
+    assert not any(t.external_data for t in result.model.graph.initializer)
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    ref = ort.InferenceSession(before, providers=["CPUExecutionProvider"])
+    got = ort.InferenceSession(
+        result.model.SerializeToString(), providers=["CPUExecutionProvider"]
+    ).run(None, {"x": x})
+    np.testing.assert_array_equal(got[0], ref.run(None, {"x": x})[0])
+
+
+def test_a_session_sharing_weights_with_another_runs_its_own_model():
+    # A rewritten model beside its original: equal weights are one buffer, a changed one is its
+    # own; each session must still compute its own model (oracle: sessions from the bytes).
+    model = mixed_weights_model()
+    changed = onnx.ModelProto()
+    changed.CopyFrom(model)
+    w16 = numpy_helper.to_array(changed.graph.initializer[1])
+    changed.graph.initializer[1].CopyFrom(numpy_helper.from_array(w16 * 2, "w16"))
+    first = create_session(model, "cpu")
+    second = create_session(changed, "cpu", share_with=first)
+    assert second._onnxsurgery_weights["w32"] is first._onnxsurgery_weights["w32"]
+    assert second._onnxsurgery_weights["w16"] is not first._onnxsurgery_weights["w16"]
+    x = {"x": np.random.default_rng(3).standard_normal((2, 64)).astype(np.float32)}
+    for session, m in ((first, model), (second, changed)):
+        ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        np.testing.assert_array_equal(session.run(None, x)[0], ref.run(None, x)[0])

@@ -382,30 +382,36 @@ _FLOAT_TYPES = frozenset(
 PLACEHOLDER = "onnxsurgery-weights-placeholder"
 
 
-def _varint_size(n: int) -> int:
-    return max(1, (n.bit_length() + 6) // 7)
+#: (name, is repeated) of every TensorProto field a placeholder does not carry over.
+_OTHER_TENSOR_FIELDS = tuple(
+    (f.name, f.is_repeated)
+    for f in onnx.TensorProto.DESCRIPTOR.fields
+    if f.name not in ("name", "data_type", "dims", "data_location", "raw_data")
+)
 
 
 def _stub(tensor: onnx.TensorProto) -> onnx.TensorProto | None:
     """A data-less stand-in for a large floating-point tensor whose data is exactly its
     ``raw_data`` of the size its dims and type say; None for any other tensor.
 
-    The check compares serialized sizes, so that no tensor's data is copied to look at it: a
-    tensor with other fields, or data of the wrong size, stays as it is and gets the checker's
-    own verdict.
+    The check looks at which fields are set and at the data's length: a tensor with other
+    fields, or data of the wrong size, stays as it is and gets the checker's own verdict.
+    (``ByteSize()`` would serialize the tensor to measure it: a copy of every weight, on every
+    weightless copy.)
     """
     if tensor.data_type not in _FLOAT_TYPES or tensor.data_location == onnx.TensorProto.EXTERNAL:
         return None
-    if not tensor.HasField("raw_data"):  # float_data (packed) serializes to the same size
+    if not (tensor.HasField("raw_data") and tensor.HasField("name")):
         return None
+    for name, repeated in _OTHER_TENSOR_FIELDS:  # float_data, doc_string, segment, ...
+        if len(getattr(tensor, name)) if repeated else tensor.HasField(name):
+            return None
     nbytes = tensor_nbytes(tensor)
-    if nbytes < EXTERNAL_THRESHOLD:
+    if nbytes < EXTERNAL_THRESHOLD or len(tensor.raw_data) != nbytes:
         return None
     stub = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
     if tensor.HasField("data_location"):  # set to DEFAULT by onnx when it loads external data
         stub.data_location = tensor.data_location
-    if tensor.ByteSize() != stub.ByteSize() + 1 + _varint_size(nbytes) + nbytes:
-        return None
     stub.data_location = onnx.TensorProto.EXTERNAL
     for key, value in (("location", PLACEHOLDER), ("offset", "0"), ("length", str(nbytes))):
         stub.external_data.add(key=key, value=value)
@@ -455,10 +461,12 @@ def adopt_graph(model: onnx.ModelProto, source: onnx.ModelProto) -> onnx.ModelPr
 
 
 def restore_weights(derived: onnx.ModelProto, model: onnx.ModelProto) -> onnx.ModelProto:
-    """``derived`` (made from a weightless copy of ``model``) with each placeholder weight of
-    its main graph replaced by ``model``'s initializer of that name; returns ``derived``."""
+    """``derived`` (made from a weightless copy of ``model``) with each placeholder weight
+    replaced by ``model``'s main-graph initializer of that name; returns ``derived``. Subgraphs
+    are searched too: a tool may move a weight only a subgraph reads into that subgraph
+    (onnx-graphsurgeon's export does)."""
     originals = {t.name: t for t in model.graph.initializer}
-    for tensor in derived.graph.initializer:
+    for tensor in _initializers(derived.graph):
         if (
             tensor.data_location == onnx.TensorProto.EXTERNAL
             and tensor.external_data

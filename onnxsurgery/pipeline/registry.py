@@ -12,7 +12,7 @@ a :class:`~onnxsurgery.errors.PluginError`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -21,7 +21,15 @@ from onnxsurgery.errors import PassOptionError, PluginError
 from onnxsurgery.files import shown
 from onnxsurgery.pipeline.contract import Pass
 
-__all__ = ["ENTRY_POINT_GROUP", "PassEntry", "discover", "get_pass", "create_pass", "pass_names"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "PassEntries",
+    "PassEntry",
+    "discover",
+    "get_pass",
+    "create_pass",
+    "pass_names",
+]
 
 ENTRY_POINT_GROUP = "onnxsurgery.passes"
 
@@ -66,8 +74,37 @@ def _load(ep: metadata.EntryPoint) -> PassEntry:
     return PassEntry(ep.name, _source(ep), cls=obj)
 
 
-def discover() -> dict[str, PassEntry]:
-    """Every pass the installed packages declare, sorted by name."""
+class PassEntries(Mapping[str, PassEntry]):
+    """The declared passes by name, sorted; each pass's module is imported the first time its
+    entry is looked up, so a chain naming one pass imports that pass only."""
+
+    def __init__(self, declared: dict[str, metadata.EntryPoint], duplicates: dict[str, list[str]]):
+        self._declared = declared
+        self._duplicates = duplicates
+        self._loaded: dict[str, PassEntry] = {}
+
+    def __getitem__(self, name: str) -> PassEntry:
+        entry = self._loaded.get(name)
+        if entry is None:
+            if name in self._duplicates:
+                sources = " and ".join(self._duplicates[name])
+                entry = PassEntry(
+                    name, sources, error=f"pass name {name!r} is declared twice: by {sources}"
+                )
+            else:
+                entry = _load(self._declared[name])  # KeyError for an undeclared name
+            self._loaded[name] = entry
+        return entry
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._declared)
+
+    def __len__(self) -> int:
+        return len(self._declared)
+
+
+def discover() -> PassEntries:
+    """Every pass the installed packages declare, sorted by name (imported when looked up)."""
     seen: dict[str, metadata.EntryPoint] = {}
     duplicates: dict[str, list[str]] = {}
     for ep in _entry_points():
@@ -76,16 +113,7 @@ def discover() -> dict[str, PassEntry]:
             seen[ep.name] = ep
         elif previous.value != ep.value:
             duplicates.setdefault(ep.name, [_source(previous)]).append(_source(ep))
-    entries: dict[str, PassEntry] = {}
-    for name in sorted(seen):
-        if name in duplicates:
-            sources = " and ".join(duplicates[name])
-            entries[name] = PassEntry(
-                name, sources, error=f"pass name {name!r} is declared twice: by {sources}"
-            )
-        else:
-            entries[name] = _load(seen[name])
-    return entries
+    return PassEntries({name: seen[name] for name in sorted(seen)}, duplicates)
 
 
 def pass_names() -> list[str]:

@@ -238,11 +238,16 @@ def create_session(
     *,
     threads: int | None = None,
     spin: bool = True,
+    share_with: ort.InferenceSession | None = None,
 ) -> ort.InferenceSession:
     """An InferenceSession for ``model`` (a ModelProto or a path) on the chosen provider.
 
     ``spin=False`` stops ORT's worker threads from busy-waiting after each run, so numpy work
     between runs (validation's comparisons) gets the CPU.
+
+    ``share_with``: another session made here; each weight of ``model`` with the name, type,
+    shape and bytes of one of its weights is handed to ORT as that same buffer, not a second
+    copy (a rewritten model beside its original shares nearly all its weights).
 
     Raises whatever ONNX Runtime raises when the model is invalid; callers translate it with
     :func:`describe_ort_error` into their own error.
@@ -258,7 +263,9 @@ def create_session(
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     with quiet_stderr():
         if isinstance(model, onnx.ModelProto):
-            bare, weights = _split_weights(model)
+            bare, weights, arrays = _split_weights(
+                model, getattr(share_with, "_onnxsurgery_arrays", None) or {}
+            )
             if is_large(bare):
                 with tempfile.TemporaryDirectory(prefix="onnxsurgery-session-") as tmp:
                     path = save_model(model, Path(tmp) / "model.onnx", external_data=True)
@@ -269,6 +276,7 @@ def create_session(
             )
             # ORT reads these buffers in place for the session's life: keep them with it.
             session._onnxsurgery_weights = weights
+            session._onnxsurgery_arrays = arrays
             return session
         return ort.InferenceSession(str(model), options, providers=choice.providers)
 
@@ -279,16 +287,21 @@ _NUMPY_WEIGHTS = frozenset(
 )
 
 
-def _split_weights(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, ort.OrtValue]]:
-    """The model without its large weights' data, and those weights as OrtValues by name.
+def _split_weights(
+    model: onnx.ModelProto, shared: Mapping[str, tuple[np.ndarray, ort.OrtValue]]
+) -> tuple[onnx.ModelProto, dict[str, ort.OrtValue], dict[str, tuple[np.ndarray, ort.OrtValue]]]:
+    """The model without its large weights' data, those weights as OrtValues by name, and
+    (array, OrtValue) by name for a later session to share.
 
     ORT then parses a small model and takes each weight from a numpy view of the model's own
     bytes (``SessionOptions.add_external_initializers``), instead of a serialized copy of the
-    whole model that it parses into another.
+    whole model that it parses into another. A weight equal, byte for byte, to one in ``shared``
+    (same name, type and shape) is that entry's OrtValue.
     """
     bare = weightless(model)
     originals = {t.name: t for t in model.graph.initializer}
     weights: dict[str, ort.OrtValue] = {}
+    arrays: dict[str, tuple[np.ndarray, ort.OrtValue]] = {}
     for k, stub in enumerate(bare.graph.initializer):
         original = originals[stub.name]
         if (
@@ -300,8 +313,23 @@ def _split_weights(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, o
             bare.graph.initializer[k].CopyFrom(original)
             continue
         array = np.frombuffer(original.raw_data, dtype=np_dtype(stub.data_type))
-        weights[stub.name] = ort.OrtValue.ortvalue_from_numpy(array.reshape(tuple(stub.dims)))
-    return bare, weights
+        array = array.reshape(tuple(stub.dims))
+        known = shared.get(stub.name)
+        if known is not None and _same_bytes(known[0], array):
+            arrays[stub.name] = known
+        else:
+            arrays[stub.name] = (array, ort.OrtValue.ortvalue_from_numpy(array))
+        weights[stub.name] = arrays[stub.name][1]
+    return bare, weights, arrays
+
+
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """Same dtype, shape and bytes (NaN payloads included, unlike ``==``)."""
+    return (
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8))
+    )
 
 
 def run_model(

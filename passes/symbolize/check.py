@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 
 from onnxsurgery.errors import OnnxSurgeryError, PassError
 from onnxsurgery.model.signature import model_inputs
@@ -375,7 +376,9 @@ def check_dynamic(
     where = ", ".join(f"{k}={v}" for k, v in base.items())
     feeds = _feeds(model, axes, base, 0, batch_rows, references)
     try:
-        expected = run_model(original, feeds, provider)
+        # One session of the original for every run of it below (each used to build its own).
+        reference = create_session(original, provider)
+        expected = run_model(reference, feeds)
     except Exception as exc:  # noqa: BLE001 - ORT raises several types
         error = _fail(f"of the original model at the traced size {where}", exc)
         unsized = _unsized(model, axes, base)
@@ -394,7 +397,7 @@ def check_dynamic(
             )
         raise error from None
     try:
-        session = create_session(model, provider)
+        session = create_session(model, provider, share_with=reference)
     except Exception as exc:  # noqa: BLE001
         raise _fail("loading the rewritten model", exc) from None
     try:
@@ -427,7 +430,7 @@ def check_dynamic(
     for sym in batch_rows:
         if base[sym] >= 2:
             _original_rows_independent(
-                original, provider, model, axes, output_dims, sym, base, feeds, expected,
+                reference, model, axes, output_dims, sym, base, feeds, expected,
                 batch_rows, references, atol, rtol,
             )  # fmt: skip
     result.sizes.append(base)
@@ -461,7 +464,7 @@ def check_dynamic(
             if sym in batch_rows:
                 try:
                     bad = _first_vs_original(
-                        original, provider, in_axis, out_axis, n, inputs, outs, atol, rtol
+                        reference, in_axis, out_axis, n, inputs, outs, atol, rtol
                     )
                 except Exception as exc:  # noqa: BLE001
                     raise _fail(f"of the original model on the first {n} rows ({text})", exc) from None
@@ -475,7 +478,7 @@ def check_dynamic(
                 continue
             try:
                 bad = _first_vs_original(
-                    original, provider, in_axis, out_axis, n, inputs, outs, atol, rtol
+                    reference, in_axis, out_axis, n, inputs, outs, atol, rtol
                 )
             except Exception:  # noqa: BLE001 - the original may not run on a prefix: no oracle
                 continue
@@ -502,7 +505,7 @@ def check_dynamic(
                 )
         result.sizes.append(size)
     covered = _check_references(
-        original, provider, model, session, axes, base, fixed, references, output_map, result
+        reference, model, session, axes, base, fixed, references, output_map, result
     )
     for sym in base:
         if sym in fixed:
@@ -553,8 +556,7 @@ def _case_sizes(
 
 
 def _export_error(
-    original: onnx.ModelProto,
-    provider: str,
+    original: ort.InferenceSession,
     cases: Sequence[tuple[Case, Mapping[str, np.ndarray]]],
 ) -> dict[str, float]:
     """Per output, twice the smallest atol at which the original model matches the cases at its
@@ -563,7 +565,7 @@ def _export_error(
     floor: dict[str, float] = {}
     for case, want in cases:
         try:
-            got = run_model(original, case.inputs, provider)
+            got = run_model(original, case.inputs)
         except Exception:  # noqa: BLE001 - a case the original cannot run sets no floor
             continue
         for name, ref in want.items():
@@ -575,8 +577,7 @@ def _export_error(
 
 
 def _check_references(
-    original: onnx.ModelProto,
-    provider: str,
+    original: ort.InferenceSession,
     model: onnx.ModelProto,
     session,
     axes: Mapping[str, Mapping[int, str]],
@@ -603,7 +604,7 @@ def _check_references(
             ) from None
         claimed.append((case, sizes, want))
     traced = [(c, w) for c, sizes, w in claimed if all(sizes.get(s, v) == v for s, v in base.items())]
-    floor = _export_error(original, provider, traced)
+    floor = _export_error(original, traced)
     for case, sizes, want in claimed:
         where = f"reference case {case.name} ({', '.join(f'{k}={v}' for k, v in sizes.items())})"
         try:
@@ -645,8 +646,7 @@ def _axes_of(
 
 
 def _original_rows_independent(
-    original: onnx.ModelProto,
-    provider: str,
+    original: ort.InferenceSession,
     model: onnx.ModelProto,
     axes: Mapping[str, Mapping[int, str]],
     output_dims: Mapping[str, list[Dim | None] | None],
@@ -674,7 +674,7 @@ def _original_rows_independent(
             arr[tuple(index)] = other[name][tuple(index)]
         changed[name] = arr
     try:
-        got = run_model(original, changed, provider)
+        got = run_model(original, changed)
     except Exception:  # noqa: BLE001 - the original may reject the new row: no evidence
         return
     n = base[sym]
@@ -689,8 +689,7 @@ def _original_rows_independent(
 
 
 def _first_vs_original(
-    original: onnx.ModelProto,
-    provider: str,
+    original: ort.InferenceSession,
     in_axis: Mapping[str, int],
     out_axis: Mapping[str, int],
     n: int,
@@ -702,7 +701,7 @@ def _first_vs_original(
     """The first output whose first ``n`` entries (along ``out_axis``) differ from the original
     model run on the first ``n`` entries of the inputs (along ``in_axis``); None when all agree.
     ONNX Runtime errors propagate."""
-    want = run_model(original, _head(inputs, in_axis, n), provider)
+    want = run_model(original, _head(inputs, in_axis, n))
     for name, axis in out_axis.items():
         ref = want.get(name)
         if ref is None or not _agree(np.take(outs[name], range(n), axis=axis), ref, atol, rtol):
