@@ -17,7 +17,7 @@ from test_symbolize import parse
 import onnxsurgery
 from onnxsurgery.errors import PassError, PassOptionError
 from onnxsurgery.passes.symbolize import Symbolize
-from onnxsurgery.passes.symbolize.check import _feeds
+from onnxsurgery.passes.symbolize.feeds import check_feeds as _feeds
 from onnxsurgery.validation.references import Case, save_case
 from onnxsurgery.validation.runtime import run_model
 

@@ -6,8 +6,10 @@ The pass reads as stages, each a module that only reads what the one before it p
     generators.py       how a constant was generated along its traced axes (Range grids, tables)
     batch_indices.py    constant indices that enumerate the batch
     plan.py             the plan: every change (constant -> shape computation) and every blocker
+    blockers.py         a blocker (what holds only at the traced size), grouped and summarized
     rewrite.py          apply the plan to a copy of the graph
     check.py            run the result on ONNX Runtime at the traced size and at other sizes
+    feeds.py            the check's inputs, shaped by the graph (ids, sizes, masks), never by names
 
 :class:`Symbolize` below ties them together: options -> plan -> rewrite -> check.
 """
@@ -21,14 +23,10 @@ import onnx
 
 from onnxsurgery.errors import OnnxSurgeryError
 from onnxsurgery.model.io import weightless
-from onnxsurgery.passes.symbolize.check import LEVELS, check_dynamic, shape_inputs, traced_only
-from onnxsurgery.passes.symbolize.plan import (
-    SymbolizePlan,
-    blocker_summary,
-    group_blockers,
-    normalize_axes,
-    plan_symbolize,
-)
+from onnxsurgery.passes.symbolize.blockers import blocker_summary, group_blockers
+from onnxsurgery.passes.symbolize.check import LEVELS, check_dynamic, traced_only
+from onnxsurgery.passes.symbolize.feeds import shape_inputs
+from onnxsurgery.passes.symbolize.plan import SymbolizePlan, normalize_axes, plan_symbolize
 from onnxsurgery.passes.symbolize.rewrite import apply_plan
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 from onnxsurgery.shapes.dims import Dim

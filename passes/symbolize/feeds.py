@@ -1,0 +1,218 @@
+"""Inputs for symbolize's check, shaped by the graph and never by input names.
+
+:func:`check_feeds` gives integers that index a gather the range of its data axis (token ids
+over the vocabulary), takes inputs read as sizes from the references (or all ones where the
+graph shows ones are valid), and never feeds an initializer that old models also list as an
+input; :func:`shape_inputs` finds the inputs that are shapes; :func:`unsized_axes` names the
+dynamic axes no symbol sizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence, Set
+
+import numpy as np
+import onnx
+
+from onnxsurgery.errors import PassError
+from onnxsurgery.model.signature import model_inputs
+from onnxsurgery.validation.feeds import random_array
+from onnxsurgery.validation.references import Case
+
+__all__ = ["case_sizes", "check_feeds", "shape_inputs", "unsized_axes"]
+
+
+def case_sizes(
+    axes: Mapping[str, Mapping[int, str]], inputs: Mapping[str, np.ndarray]
+) -> dict[str, int]:
+    """Each symbol's size in a case, read off the input axes it names."""
+    out: dict[str, int] = {}
+    for name, spec in axes.items():
+        arr = inputs.get(name)
+        if arr is None:
+            continue
+        for axis, sym in spec.items():
+            if -arr.ndim <= axis < arr.ndim:
+                out.setdefault(sym, int(arr.shape[axis]))
+    return out
+
+
+#: Ops an integer input may pass through on its way to the gather it indexes.
+_INDEX_PATH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Expand"}
+
+
+def _uses(
+    model: onnx.ModelProto, name: str, through: Set[str]
+) -> list[tuple[onnx.NodeProto, int]]:
+    """Every (node, input index) that reads ``name``, or what ops in ``through`` make of it
+    (followed from their first input to their outputs)."""
+    found: list[tuple[onnx.NodeProto, int]] = []
+    stack, seen = [name], set()
+    while stack:
+        tensor = stack.pop()
+        if tensor in seen:
+            continue
+        seen.add(tensor)
+        for node in model.graph.node:
+            for k, inp in enumerate(node.input):
+                if inp != tensor:
+                    continue
+                found.append((node, k))
+                if k == 0 and node.op_type in through:
+                    stack.extend(node.output)
+    return found
+
+
+def _index_range(model: onnx.ModelProto, name: str) -> int | None:
+    """The size of the data axis that input ``name`` indexes (Gather/GatherElements indices,
+    directly or through reshaping ops), from an initializer's or a declared static shape."""
+    shapes = {t.name: list(t.dims) for t in model.graph.initializer}
+    for vi in list(model.graph.input) + list(model.graph.value_info):
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+        shapes.setdefault(vi.name, dims)
+    sizes = []
+    for node, k in _uses(model, name, _INDEX_PATH):
+        if node.op_type in ("Gather", "GatherElements") and k == 1:
+            data = shapes.get(node.input[0])
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            if data and -len(data) <= axis < len(data) and data[axis]:
+                sizes.append(int(data[axis]))
+    return min(sizes) if sizes else None
+
+
+#: Inputs read as sizes: (op, input index). Expand and Tile accept all ones (no change).
+_SHAPE_SLOTS = {
+    ("Expand", 1), ("Reshape", 1), ("ConstantOfShape", 0), ("Tile", 1), ("Range", 0),
+    ("Range", 1), ("Range", 2), ("Slice", 1), ("Slice", 2), ("Slice", 3), ("Slice", 4),
+    ("Resize", 2), ("Resize", 3), ("Pad", 1), ("TopK", 1), ("OneHot", 1), ("Split", 1),
+    ("Unsqueeze", 1), ("Squeeze", 1), ("CenterCropPad", 1),
+}  # fmt: skip
+_ONES_OK = {("Expand", 1), ("Tile", 1)}
+
+
+def shape_inputs(model: onnx.ModelProto) -> dict[str, list[tuple[str, str, int]]]:
+    """Integer graph inputs read as sizes (an Expand target, a Reshape shape), directly or
+    through Cast/Identity: input -> [(node, op, input index)]."""
+    inits = {t.name for t in model.graph.initializer}
+    out: dict[str, list[tuple[str, str, int]]] = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        for node, k in _uses(model, vi.name, {"Cast", "Identity"}):
+            if (node.op_type, k) in _SHAPE_SLOTS:
+                out.setdefault(vi.name, []).append((node.name or node.output[0], node.op_type, k))
+    return out
+
+
+def _given_value(
+    name: str,
+    size: Mapping[str, int],
+    axes: Mapping[str, Mapping[int, str]],
+    references: Sequence[Case],
+) -> np.ndarray | None:
+    """The value of input ``name`` in a reference case at ``size`` (else at any size when every
+    case holds the same value)."""
+    values = [(c, c.inputs[name]) for c in references if name in c.inputs]
+    for case, value in values:
+        sizes = case_sizes(axes, case.inputs)
+        if all(size.get(k) == v for k, v in sizes.items()):
+            return value
+    if values and all(np.array_equal(values[0][1], v) for _, v in values):
+        return values[0][1]
+    return None
+
+
+def check_feeds(
+    model: onnx.ModelProto,
+    axes: Mapping[str, Mapping[int, str]],
+    size: Mapping[str, int],
+    seed: int,
+    rows: Set[str] = frozenset(),
+    references: Sequence[Case] = (),
+) -> dict[str, np.ndarray]:
+    """Random inputs at ``size``, shaped by the graph, never by input names: floats, bools and
+    strings from the one random-feed helper; integers that index a gather cover its data axis
+    (token ids over the whole vocabulary); a vector of integers along a batch (one per row:
+    lengths) lies in [1, the smallest other symbolic size], reaching it once; other integers
+    are 0/1 with the first position 1 (a valid attention mask, a valid index). Integers read
+    as sizes are never made up: taken from a reference case at this size, else all ones where
+    that is valid (an Expand target, Tile repeats); otherwise the check cannot run and says so.
+    Initializers listed as graph inputs (IR < 4) are never fed: the model's own values stay."""
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    as_sizes = shape_inputs(model)
+    others = [size[s] for spec in axes.values() for s in spec.values() if s in size and s not in rows]
+    types = {vi.name: vi.type for vi in model.graph.input}
+    for spec in model_inputs(model):
+        if spec.optional:  # an initializer: the model's own value stays
+            continue
+        kind = types[spec.name].WhichOneof("value")
+        if kind != "tensor_type":
+            kind = (kind or "value of no type").removesuffix("_type").replace("_", " ")
+            raise PassError(
+                f"check: input {spec.name!r} is a {kind}, not a tensor; the "
+                "check makes up no values for it: run symbolize with check=false"
+            )
+        axis_symbols = axes.get(spec.name, {})
+        declared = spec.dims or ()
+        dims = []
+        for k, d in enumerate(declared):
+            ax_sym = axis_symbols.get(k) or axis_symbols.get(k - len(declared))
+            if ax_sym is not None:
+                dims.append(size[ax_sym])
+            elif isinstance(d, int):
+                dims.append(d)
+            else:
+                dims.append(size.get(d or "", 2))
+        dtype = spec.dtype if spec.dtype is not None else np.dtype(np.float32)
+        if spec.name in as_sizes:
+            given = _given_value(spec.name, size, axes, references)
+            if given is not None:
+                feeds[spec.name] = given
+                continue
+            slots = as_sizes[spec.name]
+            if all((op, k) in _ONES_OK for _, op, k in slots):
+                feeds[spec.name] = np.ones(dims, dtype=dtype)
+                continue
+            node, op, k = next(x for x in slots if (x[1], x[2]) not in _ONES_OK)
+            where = ", ".join(f"{s}={v}" for s, v in size.items())
+            raise PassError(
+                f"check at {where}: input {spec.name!r} is read as a size (input {k} of {op} "
+                f"{node!r}) and no reference case gives its value here; the check does not make "
+                "sizes up: pass --ref with cases at these sizes, or check=false",
+                node=node,
+            )
+        if dtype.kind not in "iu":
+            feeds[spec.name] = random_array(dtype, dims, rng)
+            continue
+        top = _index_range(model, spec.name)
+        per_row = len(dims) == 1 and axis_symbols.get(0) in rows
+        if top is not None:
+            feeds[spec.name] = random_array(dtype, dims, rng, int_range=(0, top))
+        elif per_row and others:
+            arr = random_array(dtype, dims, rng, int_range=(1, min(others) + 1))
+            if arr.size:
+                arr[rng.integers(0, arr.size)] = min(others)
+            feeds[spec.name] = arr
+        else:
+            arr = random_array(dtype, dims, rng, int_range=(0, 2))
+            if arr.ndim and arr.size:
+                arr[..., 0] = 1
+            feeds[spec.name] = arr
+    return {name: np.asarray(arr) for name, arr in feeds.items()}
+
+
+def unsized_axes(
+    model: onnx.ModelProto, axes: Mapping[str, Mapping[int, str]], size: Mapping[str, int]
+) -> list[str]:
+    """The input axes :func:`check_feeds` gives a made-up 2: dynamic in the model, named by no symbol."""
+    out = []
+    for spec in model_inputs(model):
+        named = axes.get(spec.name, {})
+        for k, d in enumerate(spec.dims or ()):
+            rank = len(spec.dims or ())
+            if not spec.optional and not isinstance(d, int) and k not in named and (
+                k - rank not in named and (d or "") not in size
+            ):
+                out.append(f"axis {k} of input {spec.name!r}")
+    return out
