@@ -50,6 +50,7 @@ __all__ = [
     "LARGE_MODEL_BYTES",
     "PROTOBUF_LIMIT",
     "weightless",
+    "copy_fields",
     "adopt_graph",
     "restore_weights",
     "PLACEHOLDER",
@@ -418,7 +419,8 @@ def _stub(tensor: onnx.TensorProto) -> onnx.TensorProto | None:
     return stub
 
 
-def _copy_fields(source, target, skip: str) -> None:
+def copy_fields(source: Message, target: Message, skip: str) -> None:
+    """Copy every set field of ``source`` but ``skip`` into ``target`` (same message type)."""
     for field, value in source.ListFields():
         if field.name == skip:
             continue
@@ -439,8 +441,8 @@ def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
     models grow (and works for models over 2 GB without writing them out).
     """
     copy = onnx.ModelProto()
-    _copy_fields(model, copy, skip="graph")
-    _copy_fields(model.graph, copy.graph, skip="initializer")
+    copy_fields(model, copy, skip="graph")
+    copy_fields(model.graph, copy.graph, skip="initializer")
     for tensor in model.graph.initializer:
         stub = _stub(tensor)
         copy.graph.initializer.append(tensor if stub is None else stub)
@@ -456,7 +458,7 @@ def adopt_graph(model: onnx.ModelProto, source: onnx.ModelProto) -> onnx.ModelPr
     for field, _ in source.ListFields():
         if field.name != "graph":
             source.ClearField(field.name)
-    _copy_fields(model, source, skip="graph")
+    copy_fields(model, source, skip="graph")
     return source
 
 
@@ -541,9 +543,13 @@ def _externalise(tensor: onnx.TensorProto, location: str, folder: Path) -> None:
 def _write(model: onnx.ModelProto, path: Path, *, external_data: bool) -> None:
     """Write model (and its data file) at ``path`` directly; callers make it atomic.
 
-    With external data, the copy that is written takes the main graph's initializers one at a
-    time, each written out and emptied before the next (never a second copy of every weight);
-    the files are those ``onnx``'s own two steps write.
+    With external data, the main graph's weights go to the data file straight from ``model``,
+    one at a time: each weight's bytes are read once (``raw_data`` is a copy each time it is
+    read) and the copy that is serialized gets only each tensor's description. A weight copied
+    into that copy and cleared there would stay in memory (with protobuf's upb backend a
+    cleared field keeps its memory until the whole message goes): +1x the model's size at every
+    save. The files are those ``onnx``'s own two steps (``convert_model_to_external_data`` +
+    ``write_external_data_tensors``) write.
     """
     if not external_data:
         path.write_bytes(_serialize(model))
@@ -553,13 +559,31 @@ def _write(model: onnx.ModelProto, path: Path, *, external_data: bool) -> None:
     if data_path.exists():
         data_path.unlink()
     copy = onnx.ModelProto()
-    _copy_fields(model, copy, skip="graph")
-    _copy_fields(model.graph, copy.graph, skip="initializer")
+    copy_fields(model, copy, skip="graph")
+    copy_fields(model.graph, copy.graph, skip="initializer")
     # Externalised tensors are written in graph order to one file named after the model.
-    for tensor in model.graph.initializer:
-        added = copy.graph.initializer.add()
-        added.CopyFrom(tensor)
-        _externalise(added, location, path.parent)
+    data = None
+    try:
+        for tensor in model.graph.initializer:
+            raw = tensor.raw_data if tensor.HasField("raw_data") else None
+            if raw is None or sys.getsizeof(raw) < EXTERNAL_THRESHOLD:
+                copy.graph.initializer.append(tensor)
+                continue
+            if data is None:
+                data = open(data_path, "wb")  # noqa: SIM115 (closed below)
+            offset = data.tell()
+            data.write(raw)
+            del raw
+            described = onnx.TensorProto()
+            copy_fields(tensor, described, skip="raw_data")
+            del described.external_data[:]
+            described.data_location = onnx.TensorProto.EXTERNAL
+            for key, value in (("location", location), ("offset", offset), ("length", data.tell() - offset)):
+                described.external_data.add(key=key, value=str(value))
+            copy.graph.initializer.append(described)
+    finally:
+        if data is not None:
+            data.close()
     for node in copy.graph.node:
         for sub in subgraphs(node):
             for tensor in _initializers(sub):
