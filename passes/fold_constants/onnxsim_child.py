@@ -3,8 +3,10 @@
 - :func:`run_onnxsim` runs ``onnxsim.simplify`` on a model, by default in a forked child process,
   so that a native crash (segfault, abort) inside onnxsim, onnx-optimizer or ONNX Runtime becomes
   a :class:`FolderFailed` instead of killing the caller, and everything native code prints goes to
-  a log instead of the terminal. Models near the 2 GB protobuf limit go through onnxsim's
-  path-based entry point (``simplify(path, output_path=...)``) with external data.
+  a log instead of the terminal. On models over 2 GB, the weights no folding reads reach onnxsim
+  as graph inputs (:mod:`~onnxsurgery.passes.fold_constants.held_weights`) and come back after;
+  what is still near the 2 GB protobuf limit goes through onnxsim's path-based entry point
+  (``simplify(path, output_path=...)``) with external data.
 Isolation uses ``fork``: a spawned interpreter costs ~5 s per call (``import onnxsim`` alone
 takes ~4.5 s). A fork still costs 2-3.5x onnxsim's own time on models up to 100 MB (see
 :data:`AUTO_ISOLATE_BYTES`), so by default (``isolate="auto"``) only models over 2 GB fork;
@@ -39,6 +41,8 @@ from onnxsurgery.passes.fold_constants.capture import (
     first_line,
     read_log,
 )
+from onnxsurgery.passes.fold_constants.changes import format_bytes
+from onnxsurgery.passes.fold_constants.held_weights import held_weights, restore_held, without_held
 from onnxsurgery.passes.fold_constants.options import OnnxsimSettings
 
 __all__ = [
@@ -263,22 +267,28 @@ def run_onnxsim(
     import onnxsim  # noqa: F401  (imported here once, so a forked child starts with it loaded)
 
     nbytes = tensor_bytes(model)
-    large = nbytes >= LARGE_MODEL_BYTES
     forked = fork_available() and (
         nbytes >= AUTO_ISOLATE_BYTES if isolate == "auto" else bool(isolate)
     )
+    # Over 2 GB, weights no folding reads reach onnxsim as graph inputs (held_weights.py).
+    held = held_weights(model) if nbytes >= LARGE_MODEL_BYTES else []
+    given = without_held(model, held) if held else model
+    given_bytes = tensor_bytes(given) if held else nbytes
+    large = given_bytes >= LARGE_MODEL_BYTES
     where = "forked child process" if forked else "in-process"
     with tempfile.TemporaryDirectory(prefix="onnxsurgery-fold-") as tmp:
         workdir = Path(tmp)
         folded = None
         if forked:
             check_ok = _run_forked(
-                lambda: _simplify_to_file(model, settings, workdir, large=large), workdir
+                lambda: _simplify_to_file(given, settings, workdir, large=large), workdir
             )
         else:
             try:
                 with captured_output(workdir / "native.log"):
-                    folded, check_ok = _simplify(model, settings, workdir, owned=False, large=large)
+                    folded, check_ok = _simplify(
+                        given, settings, workdir, owned=given is not model, large=large
+                    )
             except Exception as exc:
                 raise FolderFailed(
                     f"{type(exc).__name__}: {first_line(str(exc)) or type(exc).__name__}",
@@ -294,6 +304,12 @@ def run_onnxsim(
                 raise FolderFailed(
                     f"onnxsim's output cannot be read back: {first_line(str(exc))}"
                 ) from exc
+        if held:
+            back = restore_held(folded, model, held)
+            where += (
+                f"; {len(held)} weight(s) no folding reads ({format_bytes(nbytes - given_bytes)}) went to "
+                f"onnxsim as inputs, {back} came back"
+            )
         return FoldedModel(folded, check_ok, where, read_log(workdir / "native.log"))
 
 
