@@ -432,6 +432,31 @@ def copy_fields(source: Message, target: Message, skip: str) -> None:
             setattr(target, field.name, value)
 
 
+#: Every TensorProto field but ``raw_data``: (name, is repeated, is a message).
+_DESCRIBING_FIELDS = tuple(
+    (f.name, f.is_repeated, f.message_type is not None)
+    for f in onnx.TensorProto.DESCRIPTOR.fields
+    if f.name != "raw_data"
+)
+
+
+def _description(tensor: onnx.TensorProto) -> onnx.TensorProto:
+    """A copy of ``tensor`` without its ``raw_data``, never reading that field (``ListFields``
+    and ``CopyFrom`` would copy every weight's bytes once more)."""
+    out = onnx.TensorProto()
+    for name, repeated, message in _DESCRIBING_FIELDS:
+        if repeated:
+            values = getattr(tensor, name)
+            if len(values):
+                getattr(out, name).extend(values)
+        elif tensor.HasField(name):
+            if message:
+                getattr(out, name).CopyFrom(getattr(tensor, name))
+            else:
+                setattr(out, name, getattr(tensor, name))
+    return out
+
+
 def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``model`` whose large floating-point initializers (main graph) carry no data.
 
@@ -574,8 +599,7 @@ def _write(model: onnx.ModelProto, path: Path, *, external_data: bool) -> None:
             offset = data.tell()
             data.write(raw)
             del raw
-            described = onnx.TensorProto()
-            copy_fields(tensor, described, skip="raw_data")
+            described = _description(tensor)
             del described.external_data[:]
             described.data_location = onnx.TensorProto.EXTERNAL
             for key, value in (("location", location), ("offset", offset), ("length", data.tell() - offset)):
