@@ -569,3 +569,28 @@ def test_parse_tolerance_spec() -> None:
     for bad in ("logits", "logits=a", "logits=1,2,3", "logits=-1"):
         with pytest.raises(UsageError, match="--tol"):
             parse_tolerance_spec(bad)
+
+
+def test_many_cases_keep_their_order_and_results(net: onnx.ModelProto) -> None:
+    """Comparisons run beside the next case's inference: each case keeps its place and its own
+    verdict whether it passed, mismatched or could not run."""
+    rng = np.random.default_rng(3)
+    cases = []
+    for i in range(12):
+        x = rng.standard_normal((1 + i % 4, 3)).astype(np.float32)
+        outputs = torch_like(x)
+        if i % 5 == 2:  # a mismatch on y
+            outputs = {"y": outputs["y"] + np.float32(1.0), "z": outputs["z"]}
+        if i == 7:  # cannot run: the wrong number of columns
+            x = np.zeros((2, 4), np.float32)
+        cases.append(Case(f"test_data_set_{i}", {"x": x}, outputs))
+    report = validate(net, cases, provider="cpu")
+    assert [c.name for c in report.cases] == [c.name for c in cases]
+    for i, case in enumerate(report.cases):
+        if i == 7:
+            assert case.error and "x" in case.error and not case.outputs
+            continue
+        assert case.error is None
+        y, z = case.outputs
+        assert bool(z) and bool(y) == (i % 5 != 2), (i, y.describe())
+        assert y.shape == (1 + i % 4, 2)
