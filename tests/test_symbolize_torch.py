@@ -240,11 +240,16 @@ def test_kv_cache_decoder_with_offset_causal_mask_matches_torch(exporter, tmp_pa
     assert f"matched {len(KV_OFFSET_SIZES)} reference case(s)" in text
     assert "from past" in text or "j - i <= past" in text
     # and outside symbolize's own check: ORT on the written model against torch at a new size
-    args = kv_inputs(2, 1, 9, 99)
+    assert_kv_matches_torch(module, result.model, (2, 1, 9), seed=99)
+
+
+def assert_kv_matches_torch(module, model, size: tuple[int, int, int], seed: int) -> None:
+    """ORT on ``model`` against torch eager at (batch, seq, past) ``size``, no reference."""
+    args = kv_inputs(*size, seed)
     with torch.no_grad():
         want = module(*args)
     feeds = {n: t.numpy() for n, t in zip(KV_NAMES, args, strict=True)}
-    got = run_model(result.model, feeds, provider="cpu")
+    got = run_model(model, feeds, provider="cpu")
     for w, g in zip(want, got.values(), strict=True):
         np.testing.assert_allclose(g, w.numpy(), atol=1e-4)
 
@@ -265,13 +270,8 @@ def test_kv_cache_decoder_with_sliding_window_matches_torch(exporter, tmp_path):
     text = "\n".join(d.message for d in result.diagnostics)
     assert f"matched {len(KV_OFFSET_SIZES)} reference case(s)" in text
     assert "past - 2 <= j - i" in text, text
-    args = kv_inputs(1, 2, 11, 98)  # outside the references: a past the window cuts deep into
-    with torch.no_grad():
-        want = module(*args)
-    feeds = {n: t.numpy() for n, t in zip(KV_NAMES, args, strict=True)}
-    got = run_model(result.model, feeds, provider="cpu")
-    for w, g in zip(want, got.values(), strict=True):
-        np.testing.assert_allclose(g, w.numpy(), atol=1e-4)
+    # outside the references: a past the window cuts deep into
+    assert_kv_matches_torch(module, result.model, (1, 2, 11), seed=98)
 
 
 @pytest.mark.parametrize("window", [None, 3])

@@ -729,9 +729,9 @@ def _cached_wrapper(model: Any) -> Any:
             super().__init__()
             self.model = model
 
-        def forward(  # noqa: ANN201, PLR0913
+        def forward(  # noqa: ANN001
             self, input_ids, attention_mask, past_key_0, past_value_0, past_key_1, past_value_1
-        ):  # noqa: ANN001
+        ):
             cache = DynamicCache(((past_key_0, past_value_0), (past_key_1, past_value_1)))
             out = self.model(
                 input_ids=input_ids,
