@@ -15,7 +15,10 @@ real model's length (512), because the dynamo exporter folds tables under 8192 e
 traced-size constants, which would make the corpus harder than real models in a way they never
 are. Shapes are written as templates: a string is a symbol (``"batch"``, ``"seq"``), an int is fixed.
 ``traced`` sizes are what the static exports are made at; ``checks`` are the other sizes the
-symbolized model must match torch eager at.
+symbolized model must match torch eager at. The decoders with a KV cache (``*_kv``) take the flat
+cache as inputs and return it grown: their sizes give ``batch``, ``seq``, ``past`` and the mask's
+``total``, always ``past + seq`` (a symbol of its own, as a user names it; symbolize must find
+the relation), with a decode step (seq 1) and a prefill (past 0) among the checks.
 """
 
 from __future__ import annotations
