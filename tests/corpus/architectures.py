@@ -797,6 +797,22 @@ def _mistral_kv() -> Any:
     return _cached_wrapper(MistralForCausalLM(cfg))
 
 
+def _bloom_kv() -> Any:
+    from transformers import BloomConfig, BloomForCausalLM
+
+    cfg = BloomConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        n_layer=KV_LAYERS,
+        n_head=4,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=3,
+        attn_implementation="eager",
+    )
+    return _cached_wrapper(BloomForCausalLM(cfg))
+
+
 def _cached(
     name: str, family: str, builder: Callable[[], Any], kv_heads: int, head_dim: int
 ) -> Architecture:
@@ -1058,6 +1074,13 @@ _KV: tuple[Architecture, ...] = (
         "Mistral LM with a KV cache (sliding window 4 < past + seq, RoPE, GQA)",
         _mistral_kv,
         kv_heads=2,
+        head_dim=HIDDEN // 4,
+    ),
+    _cached(
+        "bloom_kv",
+        "BLOOM LM with a KV cache (ALiBi biases from the mask's positions over past + seq)",
+        _bloom_kv,
+        kv_heads=4,
         head_dim=HIDDEN // 4,
     ),
 )
