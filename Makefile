@@ -26,7 +26,7 @@ demo: install
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# All 28 real architectures, 4 of them decoders with a KV cache (make test runs 4 of them); ~18 min
+# All 29 real architectures, 5 of them decoders with a KV cache (make test runs 4 of them); ~18 min
 # of exports on a cold cache.
 test-corpus: install
 	$(BIN)/python -m pytest -m corpus tests/test_corpus.py

@@ -797,6 +797,25 @@ def _mistral_kv() -> Any:
     return _cached_wrapper(MistralForCausalLM(cfg))
 
 
+def _qwen2_kv() -> Any:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=64,
+        num_hidden_layers=KV_LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        use_sliding_window=True,
+        sliding_window=4,
+        max_window_layers=1,  # layer 0 full attention, layer 1 a window of 4: two masks
+        attn_implementation="eager",
+    )
+    return _cached_wrapper(Qwen2ForCausalLM(cfg))
+
+
 def _bloom_kv() -> Any:
     from transformers import BloomConfig, BloomForCausalLM
 
@@ -1073,6 +1092,13 @@ _KV: tuple[Architecture, ...] = (
         "mistral_kv",
         "Mistral LM with a KV cache (sliding window 4 < past + seq, RoPE, GQA)",
         _mistral_kv,
+        kv_heads=2,
+        head_dim=HIDDEN // 4,
+    ),
+    _cached(
+        "qwen2_kv",
+        "Qwen2 LM with a KV cache (a full and a sliding-window layer: two masks, RoPE, GQA)",
+        _qwen2_kv,
         kv_heads=2,
         head_dim=HIDDEN // 4,
     ),
