@@ -113,3 +113,23 @@ def test_without_and_restore_held_round_trip(monkeypatch) -> None:
     got = run_model(folded, feeds, provider="cpu")
     for name in expected:
         np.testing.assert_array_equal(got[name], expected[name])
+
+
+@pytest.mark.e2e
+def test_hold_weights_false_gives_onnxsim_every_weight(everything_large) -> None:
+    [entry] = [e for e in EXPORTED if e.id == "attention_block-torchscript"]
+    report = onnxsurgery.run(
+        entry.model_path, passes="fold-constants(hold_weights=false)", provider="cpu"
+    )
+    [record] = report.passes
+    assert record.error is None
+    assert "went to onnxsim as inputs" not in record.diagnostics[0].message
+    [case, *_] = load_cases(entry.references_dir)
+    got = run_model(report.model, case.inputs, provider="cpu", output_names=list(case.outputs))
+    for name, ref in case.outputs.items():
+        np.testing.assert_allclose(got[name], ref, atol=ATOL, rtol=RTOL, err_msg=name)
+
+
+def test_hold_weights_must_be_a_bool() -> None:
+    with pytest.raises(onnxsurgery.PassOptionError, match="hold_weights must be true or false"):
+        onnxsurgery.create_pass("fold-constants", {"hold_weights": "sometimes"})

@@ -81,7 +81,9 @@ class FoldConstants(Pass):
       the pass 46 s -> 19 s, peak RSS 3.2x -> 2.2x the model's size). Folding is unchanged (a
       weight a constant-only node reads, ``Transpose(W)``, ``Mul(W, 0.5)``, still goes to
       onnxsim); optimizer fusions that rewrite such a weight's values (BatchNorm into Conv, Q/K/V
-      packed into one attention op) are not made on such models;
+      packed into one attention op) are not made on such models: ``hold_weights=false`` gives
+      onnxsim every weight (its fusions then run, at the cost of it loading, writing and reading
+      back the whole model);
     - every Constant node of the main graph becomes an initializer (onnxsim writes folded values
       as Constant nodes), so a model saved with external data keeps them in the data file;
     - ``modified`` is false when the result computes the same graph the same way: renamed tensors
@@ -105,6 +107,7 @@ class FoldConstants(Pass):
         fallback: bool = True,
         isolate: bool | str = "auto",
         batched_gemm: bool = False,
+        hold_weights: bool = True,
     ) -> None:
         super().__init__(
             fuse_bn=fuse_bn,
@@ -115,11 +118,13 @@ class FoldConstants(Pass):
             fallback=fallback,
             isolate=isolate,
             batched_gemm=batched_gemm,
+            hold_weights=hold_weights,
         )
         for option, value in (
             ("fuse_bn", fuse_bn),
             ("fallback", fallback),
             ("batched_gemm", batched_gemm),
+            ("hold_weights", hold_weights),
         ):
             if not isinstance(value, bool):
                 raise ValueError(f"{option} must be true or false, got {value!r}")
@@ -153,6 +158,7 @@ class FoldConstants(Pass):
         )
         self.fallback = fallback
         self.isolate = isolate
+        self.hold_weights = hold_weights
 
     def run(self, model: onnx.ModelProto, ctx: PassContext) -> PassResult:
         pinned_inputs = set(self.settings.input_shapes or ())
@@ -233,7 +239,9 @@ class FoldConstants(Pass):
         if not fork_available() and wants_isolation(model, self.isolate):
             diagnostics.append(Diagnostic.info("onnxsim ran in-process: no fork on this platform"))
         try:
-            result = run_onnxsim(model, self.settings, isolate=self.isolate)
+            result = run_onnxsim(
+                model, self.settings, isolate=self.isolate, hold_weights=self.hold_weights
+            )
         except FolderFailed as exc:
             return None, str(exc), exc.log
         if not result.check_ok:

@@ -254,7 +254,11 @@ def wants_isolation(model: onnx.ModelProto, isolate: bool | str) -> bool:
 
 
 def run_onnxsim(
-    model: onnx.ModelProto, settings: OnnxsimSettings, *, isolate: bool | str = "auto"
+    model: onnx.ModelProto,
+    settings: OnnxsimSettings,
+    *,
+    isolate: bool | str = "auto",
+    hold_weights: bool = True,
 ) -> FoldedModel:
     """Run ``onnxsim.simplify`` on ``model`` (never modified) and return its result.
 
@@ -262,7 +266,8 @@ def run_onnxsim(
     :class:`FolderFailed` with ``crashed=True`` instead of ending this process; ``"auto"`` does
     so for models of :data:`AUTO_ISOLATE_BYTES` or more. Whatever onnxsim or native code prints
     is kept in ``FoldedModel.log`` / ``FolderFailed.log``, never shown. Raises
-    :class:`FolderFailed` when onnxsim raises.
+    :class:`FolderFailed` when onnxsim raises. ``hold_weights``: on a model over 2 GB, the
+    weights no folding reads go to onnxsim as graph inputs (``held_weights.py``).
     """
     import onnxsim  # noqa: F401  (imported here once, so a forked child starts with it loaded)
 
@@ -271,7 +276,7 @@ def run_onnxsim(
         nbytes >= AUTO_ISOLATE_BYTES if isolate == "auto" else bool(isolate)
     )
     # Over 2 GB, weights no folding reads reach onnxsim as graph inputs (held_weights.py).
-    held = held_weights(model) if nbytes >= LARGE_MODEL_BYTES else []
+    held = held_weights(model) if hold_weights and nbytes >= LARGE_MODEL_BYTES else []
     given = without_held(model, held) if held else model
     given_bytes = tensor_bytes(given) if held else nbytes
     large = given_bytes >= LARGE_MODEL_BYTES
