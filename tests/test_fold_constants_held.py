@@ -133,3 +133,23 @@ def test_hold_weights_false_gives_onnxsim_every_weight(everything_large) -> None
 def test_hold_weights_must_be_a_bool() -> None:
     with pytest.raises(onnxsurgery.PassOptionError, match="hold_weights must be true or false"):
         onnxsurgery.create_pass("fold-constants", {"hold_weights": "sometimes"})
+
+
+@pytest.mark.e2e
+def test_called_directly_the_input_is_left_as_it_was(everything_large) -> None:
+    """Outside the pipeline (``owns_input`` false) the held weights come back as copies and the
+    model given to the pass is untouched; in the pipeline they stay where they are."""
+    from onnxsurgery.passes.fold_constants import FoldConstants
+
+    [entry] = [e for e in EXPORTED if e.id == "alexnet_view-torchscript"]
+    model = onnx.load(str(entry.model_path))
+    before = model.SerializeToString()
+    result = FoldConstants()(model)
+    assert model.SerializeToString() == before
+    assert result.model is not model
+    assert "went to onnxsim as inputs, " in result.diagnostics[0].message  # "..., N came back"
+    piped = onnxsurgery.run(entry.model_path, passes="fold-constants", provider="cpu").model
+    assert piped.graph.node == result.model.graph.node
+    assert {t.name: t.raw_data for t in piped.graph.initializer} == {
+        t.name: t.raw_data for t in result.model.graph.initializer
+    }

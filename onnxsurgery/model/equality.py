@@ -26,6 +26,10 @@ def _tensor_key(tensor: onnx.TensorProto, content: bool) -> str:
             h.update(len(s).to_bytes(8, "little") + s)
     elif tensor.HasField("raw_data"):
         h.update(tensor.raw_data)
+    elif tensor.data_location == onnx.TensorProto.EXTERNAL:
+        # Data not loaded (a weightless placeholder): where it lives is what identifies it.
+        for entry in tensor.external_data:
+            h.update(f"{entry.key}={entry.value};".encode())
     else:
         array = np.ascontiguousarray(numpy_helper.to_array(tensor))
         h.update(memoryview(array).cast("B"))

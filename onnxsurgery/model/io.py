@@ -50,6 +50,7 @@ __all__ = [
     "LARGE_MODEL_BYTES",
     "PROTOBUF_LIMIT",
     "weightless",
+    "weight_stub",
     "copy_fields",
     "adopt_graph",
     "restore_weights",
@@ -391,7 +392,7 @@ _OTHER_TENSOR_FIELDS = tuple(
 )
 
 
-def _stub(tensor: onnx.TensorProto) -> onnx.TensorProto | None:
+def weight_stub(tensor: onnx.TensorProto) -> onnx.TensorProto | None:
     """A data-less stand-in for a large floating-point tensor whose data is exactly its
     ``raw_data`` of the size its dims and type say; None for any other tensor.
 
@@ -469,7 +470,7 @@ def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
     copy_fields(model, copy, skip="graph")
     copy_fields(model.graph, copy.graph, skip="initializer")
     for tensor in model.graph.initializer:
-        stub = _stub(tensor)
+        stub = weight_stub(tensor)
         copy.graph.initializer.append(tensor if stub is None else stub)
     return copy
 

@@ -24,7 +24,8 @@ help. Calling it on a model returns a :class:`PassResult`::
 sets ``validates = True`` and returns its validation report as ``PassResult.report``.
 
 A pass never edits the model it was given in place (the pipeline hands it the model it holds, not
-a copy: copying every weight per pass cost more than the passes themselves) and never
+a copy: copying every weight per pass cost more than the passes themselves), unless
+``PassContext.owns_input`` says the caller drops that model once the pass returns; and never
 returns a half-edited graph as success: when it cannot do its job it raises
 :class:`~onnxsurgery.errors.PassError` naming the node and the reason.
 """
@@ -113,6 +114,11 @@ class PassContext:
     source: Path | None = None
     #: ``(stage, done, total)``: where a long pass is, for a progress line (the CLI's, on a terminal).
     progress: Callable[[str, int | None, int | None], None] | None = None
+    #: True when the caller drops the model it hands the pass once the pass returns (the
+    #: pipeline does): the pass may then build its result from that model's own messages instead
+    #: of copying them (fold-constants keeps a 2 GB model's weights where they are). Only once
+    #: nothing can fail any more: a pass that raises leaves its input as it was given.
+    owns_input: bool = False
 
     def stage(self, text: str, done: int | None = None, total: int | None = None) -> None:
         """Say which stage the pass is in (``done`` of ``total`` steps where it counts them)."""

@@ -231,7 +231,11 @@ class Pipeline:
             output=str(out_path) if out_path else None,
         )
         ctx = PassContext(
-            provider=self.provider, references=self.references, source=source_path, progress=stage
+            provider=self.provider,
+            references=self.references,
+            source=source_path,
+            progress=stage,
+            owns_input=True,  # `current` is dropped for each pass's result
         )
         try:
             if self.references is not None:

@@ -16,7 +16,7 @@ import onnx
 
 from onnxsurgery.errors import PassError
 from onnxsurgery.model.equality import same_graph
-from onnxsurgery.model.io import check_model, infer_shapes, tensor_bytes
+from onnxsurgery.model.io import check_model, infer_shapes, tensor_bytes, weightless
 from onnxsurgery.model.walk import graphs_by_path, subgraphs
 from onnxsurgery.passes.fold_constants.capture import first_line
 from onnxsurgery.passes.fold_constants.changes import format_bytes, op_delta, pinned_dims
@@ -25,6 +25,7 @@ from onnxsurgery.passes.fold_constants.graphsurgeon import (
     constants_to_initializers,
     fold_with_graphsurgeon,
 )
+from onnxsurgery.passes.fold_constants.held_weights import adopt_held, held_view
 from onnxsurgery.passes.fold_constants.onnxsim_child import (
     FolderFailed,
     fork_available,
@@ -174,7 +175,10 @@ class FoldConstants(Pass):
         original = model
         model = _without_subgraph_value_info(model)
         ctx.stage(f"onnxsim {onnxsim_version()}")
-        folded, failure, log = self._onnxsim(model, pinned_inputs, diagnostics)
+        # Held weights may stay where they are in `model` (never copied into the result) when
+        # this pass may edit it: the caller drops it, or it is this pass's own copy.
+        owned = ctx.owns_input or model is not original
+        folded, failure, log, held = self._onnxsim(model, pinned_inputs, diagnostics, owned)
         if folded is None:
             if not self.fallback:
                 self.fail(f"onnxsim failed: {failure}", details=log)
@@ -193,7 +197,7 @@ class FoldConstants(Pass):
                 Diagnostic.warning(f"onnxsim failed ({failure}); folded with onnx-graphsurgeon {how}")
             )
         ctx.stage("comparing the folded graph")
-        return self._result(original, folded, diagnostics)
+        return self._result(original, folded, diagnostics, model, held)
 
     def _graphsurgeon(
         self, model: onnx.ModelProto, pinned_inputs: set[str]
@@ -233,39 +237,58 @@ class FoldConstants(Pass):
 
     # -- steps -----------------------------------------------------------------------------------
     def _onnxsim(
-        self, model: onnx.ModelProto, pinned_inputs: set[str], diagnostics: list[Diagnostic]
-    ) -> tuple[onnx.ModelProto | None, str, list[str]]:
-        """``(onnxsim's result, "", its log)``, or ``(None, why it failed, its log)``."""
+        self,
+        model: onnx.ModelProto,
+        pinned_inputs: set[str],
+        diagnostics: list[Diagnostic],
+        owned: bool,
+    ) -> tuple[onnx.ModelProto | None, str, list[str], list[str]]:
+        """``(onnxsim's result, "", its log, held weights it still has as inputs)``, or
+        ``(None, why it failed, its log, [])``. ``owned``: held weights may stay inputs (for
+        :func:`adopt_held` to give back from ``model`` itself)."""
         if not fork_available() and wants_isolation(model, self.isolate):
             diagnostics.append(Diagnostic.info("onnxsim ran in-process: no fork on this platform"))
         try:
             result = run_onnxsim(
-                model, self.settings, isolate=self.isolate, hold_weights=self.hold_weights
+                model,
+                self.settings,
+                isolate=self.isolate,
+                hold_weights=self.hold_weights,
+                restore=not owned,
             )
         except FolderFailed as exc:
-            return None, str(exc), exc.log
+            return None, str(exc), exc.log, []
         if not result.check_ok:
             why = (
                 f"its own check with {self.settings.check} random input(s) found outputs that "
                 "differ from the original model"
             )
-            return None, why, result.log
-        pinned = pinned_dims(model, result.model, ignore=pinned_inputs)
+            return None, why, result.log, []
+        pinned = pinned_dims(model, result.model, ignore=pinned_inputs)  # held inputs: not in model
         if pinned:
-            return None, f"it pinned symbolic dims: {'; '.join(pinned)}", result.log
+            return None, f"it pinned symbolic dims: {'; '.join(pinned)}", result.log, []
         unusable = _unusable(model, result.model)
         if unusable:
-            return None, unusable, result.log
+            return None, unusable, result.log, []
         diagnostics.append(
             Diagnostic.info(f"folded with onnxsim {onnxsim_version()} ({result.where})")
         )
-        return result.model, "", result.log
+        return result.model, "", result.log, result.held
 
     def _result(
-        self, model: onnx.ModelProto, folded: onnx.ModelProto, diagnostics: list[Diagnostic]
+        self,
+        model: onnx.ModelProto,
+        folded: onnx.ModelProto,
+        diagnostics: list[Diagnostic],
+        source: onnx.ModelProto,
+        held: list[str],
     ) -> PassResult:
+        """The pass's result from ``folded``. ``held``: weights ``folded`` still has as inputs;
+        they come back from ``source`` (``model``, or this pass's copy of it) in place, so the
+        comparisons below see them as :func:`weightless` placeholders on both sides."""
         constants_to_initializers(folded)
-        if same_graph(model, folded, constant_storage=True):
+        before, after = (weightless(model), held_view(folded, source, held)) if held else (model, folded)
+        if same_graph(before, after, constant_storage=True):
             diagnostics.append(
                 Diagnostic.info(
                     f"nothing to fold: the folded graph computes the same thing "
@@ -284,7 +307,7 @@ class FoldConstants(Pass):
         if not self.settings.input_shapes:
             # Inputs kept their symbols, yet shape inference proved an output size fixed: the
             # graph computes it whatever the input size (a traced size baked into the graph).
-            fixed = pinned_dims(model, folded, kind="output")
+            fixed = pinned_dims(model, after, kind="output")
             if fixed:
                 diagnostics.append(
                     Diagnostic.warning(
@@ -292,15 +315,17 @@ class FoldConstants(Pass):
                         f"{'; '.join(fixed)} (a traced size baked into the graph; symbolize it)"
                     )
                 )
-        delta = op_delta(model, folded)
+        delta = op_delta(model, after)
         if delta:
             diagnostics.append(Diagnostic.info(f"op counts: {delta}"))
         diagnostics.append(
             Diagnostic.info(
                 f"constant data: {format_bytes(tensor_bytes(model))} -> "
-                f"{format_bytes(tensor_bytes(folded))}"
+                f"{format_bytes(tensor_bytes(after))}"
             )
         )
+        if held:  # nothing can fail any more: the weights stay where they are
+            folded = adopt_held(source, folded, held)
         return PassResult(folded, modified=True, diagnostics=diagnostics)
 
 

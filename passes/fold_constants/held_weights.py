@@ -19,11 +19,18 @@ from __future__ import annotations
 
 import onnx
 
-from onnxsurgery.model.io import copy_fields, tensor_nbytes
+from onnxsurgery.model.io import copy_fields, tensor_nbytes, weight_stub
 from onnxsurgery.model.walk import subgraphs
 from onnxsurgery.passes.fold_constants.graphsurgeon import RANDOM_OPS
 
-__all__ = ["HELD_MIN_BYTES", "held_weights", "restore_held", "without_held"]
+__all__ = [
+    "HELD_MIN_BYTES",
+    "adopt_held",
+    "held_view",
+    "held_weights",
+    "restore_held",
+    "without_held",
+]
 
 #: Weights smaller than this always go to onnxsim (holding them back saves nothing worth it).
 HELD_MIN_BYTES = 1 << 20
@@ -104,3 +111,52 @@ def restore_held(folded: onnx.ModelProto, model: onnx.ModelProto, held: list[str
         if tensor.name in read:
             folded.graph.initializer.append(tensor)
     return len(read)
+
+
+def _read_held(folded: onnx.ModelProto, held: list[str]) -> set[str]:
+    return _names_read_in(folded.graph) & set(held)
+
+
+def held_view(folded: onnx.ModelProto, model: onnx.ModelProto, held: list[str]) -> onnx.ModelProto:
+    """A copy of ``folded`` with its held weights back as :func:`~onnxsurgery.model.io.weightless`
+    placeholders (a real copy only for a weight that has none): compared with
+    ``weightless(model)``, it tells what folding changed without a copy of any held weight."""
+    view = onnx.ModelProto()
+    view.CopyFrom(folded)
+    names = set(held)
+    read = _read_held(folded, held)
+    kept = [i for i in view.graph.input if i.name not in names]
+    del view.graph.input[:]
+    view.graph.input.extend(kept)
+    for tensor in model.graph.initializer:
+        if tensor.name in read:
+            stub = weight_stub(tensor)
+            view.graph.initializer.append(tensor if stub is None else stub)
+    return view
+
+
+def adopt_held(model: onnx.ModelProto, folded: onnx.ModelProto, held: list[str]) -> onnx.ModelProto:
+    """``model`` turned, in place, into ``folded`` with its held weights back: the held weights a
+    node still reads stay where they are in ``model`` (never copied), everything else (nodes,
+    inputs, outputs, other initializers, opsets, functions, model fields) comes from ``folded``.
+    Only for a model whose caller drops it (``PassContext.owns_input``); returns ``model``."""
+    names = set(held)
+    read = _read_held(folded, held)
+    inits = model.graph.initializer
+    for i in reversed(range(len(inits))):
+        if inits[i].name not in read:
+            del inits[i]
+    inits.extend(folded.graph.initializer)
+    for field in onnx.GraphProto.DESCRIPTOR.fields:
+        if field.name != "initializer":
+            model.graph.ClearField(field.name)
+    copy_fields(folded.graph, model.graph, skip="initializer")
+    kept = [i for i in model.graph.input if i.name not in names]
+    if len(kept) != len(model.graph.input):
+        del model.graph.input[:]
+        model.graph.input.extend(kept)
+    for field in onnx.ModelProto.DESCRIPTOR.fields:
+        if field.name != "graph":
+            model.ClearField(field.name)
+    copy_fields(folded, model, skip="graph")
+    return model

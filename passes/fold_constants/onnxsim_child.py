@@ -76,6 +76,8 @@ class FoldedModel:
     check_ok: bool
     where: str
     log: list[str] = field(default_factory=list)
+    #: Held weights still graph inputs of ``model`` (``run_onnxsim(restore=False)``).
+    held: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,6 +261,7 @@ def run_onnxsim(
     *,
     isolate: bool | str = "auto",
     hold_weights: bool = True,
+    restore: bool = True,
 ) -> FoldedModel:
     """Run ``onnxsim.simplify`` on ``model`` (never modified) and return its result.
 
@@ -267,7 +270,9 @@ def run_onnxsim(
     so for models of :data:`AUTO_ISOLATE_BYTES` or more. Whatever onnxsim or native code prints
     is kept in ``FoldedModel.log`` / ``FolderFailed.log``, never shown. Raises
     :class:`FolderFailed` when onnxsim raises. ``hold_weights``: on a model over 2 GB, the
-    weights no folding reads go to onnxsim as graph inputs (``held_weights.py``).
+    weights no folding reads go to onnxsim as graph inputs (``held_weights.py``); they come
+    back as initializers (copies), or with ``restore=False`` stay inputs, named in
+    ``FoldedModel.held``, for the caller to give back (``held_weights.adopt_held``).
     """
     import onnxsim  # noqa: F401  (imported here once, so a forked child starts with it loaded)
 
@@ -310,12 +315,20 @@ def run_onnxsim(
                     f"onnxsim's output cannot be read back: {first_line(str(exc))}"
                 ) from exc
         if held:
-            back = restore_held(folded, model, held)
             where += (
-                f"; {len(held)} weight(s) no folding reads ({format_bytes(nbytes - given_bytes)}) went to "
-                f"onnxsim as inputs, {back} came back"
+                f"; {len(held)} weight(s) no folding reads ({format_bytes(nbytes - given_bytes)}) "
+                "went to onnxsim as inputs"
             )
-        return FoldedModel(folded, check_ok, where, read_log(workdir / "native.log"))
+            if restore:
+                back = restore_held(folded, model, held)
+                where += f", {back} came back"
+        return FoldedModel(
+            folded,
+            check_ok,
+            where,
+            read_log(workdir / "native.log"),
+            held=[] if restore else held,
+        )
 
 
 # ---------------------------------------------------------------------------------------------
