@@ -17,6 +17,7 @@ The plan has ``to_dict()`` for JSON reports and ``__rich__()`` for the terminal.
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -220,11 +221,42 @@ def _sym_tuple(syms: str) -> tuple[str, ...]:
     return tuple(x for x in syms.split(", ") if x)
 
 
+def _input_symbols(a: ShapeAnalysis, sol: Solution, atoms: set[str]) -> set[str]:
+    """The input-axis symbols behind ``atoms``: symbols themselves, what the solver made an
+    unknown, and the dims a strided op divides for a run-time division (``$o1`` =
+    ``(height - 8) // 8 + 1`` is height's)."""
+    divides: dict[str, str] = {}
+    for (num, den, _), d in a.floors.items():
+        for atom in d.atoms():
+            divides[atom] = f"{num} {den}"
+    for atom, num, den, _ in a.pending_floors:
+        divides[atom] = f"{num} {den}"
+    found: set[str] = set()
+    todo, seen = list(atoms), set()
+    while todo:
+        atom = todo.pop()
+        if atom in seen:
+            continue
+        seen.add(atom)
+        if atom in a.symbols:
+            found.add(atom)
+        elif atom in sol.values:
+            todo += sol.values[atom].atoms()
+        elif atom in divides:
+            todo += re.findall(r"[$\w]+", divides[atom])
+    return found
+
+
+def _axes_text(analysis: ShapeAnalysis, syms: str) -> str:
+    """The input axes (``input:axis``) the symbols ``syms`` name, the first four listed."""
+    where = [f"{i}:{a}" for s in syms.split(", ") for i, a in analysis.symbols.get(s, [])]
+    return ", ".join(where[:4]) + (f" and {len(where) - 4} more axes" if len(where) > 4 else "")
+
+
 def _fix_text(analysis: ShapeAnalysis, syms: str) -> str:
     if not syms:
         return "this size is data-dependent or fixed by the model; no renaming of constants generalizes it"
-    where = [f"{i}:{a}" for s in syms.split(", ") for i, a in analysis.symbols.get(s, [])]
-    axes = ", ".join(where[:4]) + (f" and {len(where) - 4} more axes" if len(where) > 4 else "")
+    axes = _axes_text(analysis, syms)
     return (
         f"re-export with dynamic axes for {syms} (torch.onnx.export dynamic_axes=..., or "
         f"dynamic_shapes=... with dynamo=True) so the exporter keeps this size symbolic, "
@@ -406,6 +438,134 @@ def _same_append(a: ShapeAnalysis, prev: onnx.NodeProto, cur: onnx.NodeProto) ->
         return True
     x, y = a.consts.get(prev.input[1]), a.consts.get(cur.input[1])
     return x is not None and y is not None and x.shape == y.shape and np.array_equal(x, y)
+
+
+_WINDOW_OPS = ("Conv", "MaxPool", "AveragePool", "LpPool")
+
+
+def _same_total(length: int, kernel: int, stride: int) -> int:
+    """TensorFlow's 'same' padding (ONNX ``auto_pad=SAME_UPPER``) of one axis: the total."""
+    return max((-(-length // stride) - 1) * stride + kernel - length, 0)
+
+
+def _same_pads(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
+    """Strided convolutions and pools padded by TensorFlow's 'same' rule for the traced length,
+    on a symbolic axis: by a Pad node before them or by uneven pads of their own (an exporter
+    folds such a Pad into the Conv). 'Same' padding changes with the length modulo the stride,
+    so the padding is either computed from the size in the source (transformers' ``tf_padding``:
+    the export baked the traced size's) or fixed (then right at every size): the graph cannot
+    tell which, and a wrong guess gives wrong values, not an error."""
+    blockers: list[Blocker] = []
+    for node in a.model.graph.node:
+        if node.op_type not in _WINDOW_OPS:
+            continue
+        attrs = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+        if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+            continue
+        x = a.tensors.get(node.input[0])
+        if x is None or x.shape is None or len(x.shape) < 3:
+            continue
+        nsp = len(x.shape) - 2
+        kernel = attrs.get("kernel_shape")
+        if kernel is None and len(node.input) > 1 and a.consts.get(node.input[1]) is not None:
+            kernel = list(a.consts[node.input[1]].shape[2:])
+        if kernel is None or len(kernel) != nsp:
+            continue
+        strides = attrs.get("strides") or [1] * nsp
+        dil = attrs.get("dilations") or [1] * nsp
+        own = attrs.get("pads") or [0] * (2 * nsp)
+        pad_node, before = _pad_before(a, node.input[0], len(x.shape))
+        found: list[tuple[int, Dim, int, tuple[int, int], str]] = []
+        for i in range(nsp):
+            d = sol.resolve(x.shape[2 + i])
+            if strides[i] < 2 or d.is_const():
+                continue
+            extra = before[2 + i] if before else (0, 0)
+            length = a.traced(d) - extra[0] - extra[1]
+            if pad_node is not None:
+                src = a.tensors.get(pad_node.input[0])
+                if src is not None and src.shape is not None:
+                    d = sol.resolve(src.shape[2 + i])
+            b, e = own[i] + extra[0], own[i + nsp] + extra[1]
+            if pad_node is None and b == e:
+                continue  # a convolution's own even padding: fixed in torch too
+            k = (kernel[i] - 1) * dil[i] + 1
+            total = _same_total(length, k, strides[i])
+            if (b, e) != (total // 2, total - total // 2):
+                continue
+            other = {
+                (length + r) % strides[i]: _same_total(length + r, k, strides[i])
+                for r in range(1, strides[i])
+            }
+            alt = ", ".join(
+                f"({t // 2}, {t - t // 2}) at lengths {m} mod {strides[i]}"
+                for m, t in sorted(other.items())
+                if t != total
+            )
+            if alt:
+                found.append((2 + i, d, length, (b, e), alt))
+        if not found:
+            continue
+        where = pad_node if pad_node is not None else node
+        syms = ", ".join(sorted(_input_symbols(a, sol, set().union(*(f[1].atoms() for f in found)))))
+        pads = " and ".join(f"({b}, {e}) on axis {ax}" for ax, _, _, (b, e), _ in found)
+        alts = "; ".join(dict.fromkeys(f[4] for f in found))
+        stride = "x".join(str(s) for s in strides)
+        blockers.append(
+            Blocker(
+                where.name,
+                where.op_type,
+                None,
+                ", ".join(f"axis {ax} ({d}) = {n} padded {p}" for ax, d, n, p, _ in found),
+                f"pads {pads} before the stride-{stride} {node.op_type} {node.name!r} (kernel "
+                f"{'x'.join(str(k) for k in kernel)}): TensorFlow 'same' padding at the traced "
+                f"size, which pads {alts}; if the source model computes it from the size "
+                "(transformers' tf_padding) the export baked in the traced size's, if it pads "
+                "by fixed amounts it did not: the graph cannot tell which, and a wrong guess "
+                "gives wrong values, not an error",
+                f"keep {syms} static (leave {_axes_text(a, syms)} out of the symbolized axes); "
+                "a dynamic size needs an export whose graph computes this padding",
+                _sym_tuple(syms),
+            )
+        )
+    return blockers
+
+
+def _pad_before(
+    a: ShapeAnalysis, tensor: str, rank: int
+) -> tuple[onnx.NodeProto | None, list[tuple[int, int]] | None]:
+    """The constant-mode Pad node producing ``tensor`` and its traced (begin, end) per axis."""
+    found = a.producers.get(tensor)
+    if found is None or found[1].op_type != "Pad":
+        return None, None
+    node = found[1]
+    mode = next((x.s for x in node.attribute if x.name == "mode"), b"constant")
+    if mode != b"constant" or len(node.input) > 3 and node.input[3]:
+        return None, None
+    if a.opset < 11:
+        pads = next((list(x.ints) for x in node.attribute if x.name == "pads"), None)
+    else:
+        info = a.tensors.get(node.input[1]) if len(node.input) > 1 else None
+        pads = None if info is None or info.value is None else [a.traced(v) for v in info.value]
+    if pads is None or len(pads) != 2 * rank:
+        return None, None
+    return node, [(int(pads[k]), int(pads[k + rank])) for k in range(rank)]
+
+
+def _relative_axes(arr: np.ndarray, sym_axes: list[int]) -> tuple[int, int] | None:
+    """Two symbolic axes of one length (3 or more) along which ``arr`` depends only on j - i, its
+    values not all alike along them (a table of relative positions), or None."""
+    for i, p in enumerate(sym_axes):
+        for q in sym_axes[i + 1 :]:
+            n = arr.shape[p]
+            if n < 3 or arr.shape[q] != n:
+                continue
+            x = np.moveaxis(arr, (p, q), (-2, -1))
+            if np.array_equal(x[..., 1:, 1:], x[..., :-1, :-1]) and not np.array_equal(
+                x[..., :1, :], x[..., 1:2, :]
+            ):
+                return p, q
+    return None
 
 
 def _one_point(a: ShapeAnalysis, use: ConstUse, rows: set[str]) -> Blocker | None:
@@ -595,12 +755,33 @@ def _changes(
         atoms = set().union(*(dims[k].atoms() for k in sym_axes))
         why = fix = None
         if gen is None:
+            atoms |= _input_symbols(a, sol, atoms)
             axes_text = ", ".join(f"axis {k} ({dims[k]})" for k in sym_axes)
-            why = (
-                f"constant {use.tensor!r} {old} has the traced size on {axes_text} and its "
-                "values follow no pattern symbolize can extend (a table or mask cut to the "
-                "traced size), so it cannot be rebuilt at another size"
-            )
+            rel = _relative_axes(use.array, sym_axes)
+            if rel is not None:
+                n = use.array.shape[rel[0]]
+                why = (
+                    f"constant {use.tensor!r} {old} has the traced size on {axes_text} and its "
+                    f"values depend only on the distance j - i between axis {rel[0]} and axis "
+                    f"{rel[1]}: a relative-position table (a bias of bucketed relative "
+                    f"positions, as in T5 or WavLM) that the exporter computed and folded for "
+                    f"distances -{n - 1}..{n - 1} only; a longer size needs farther distances, "
+                    "whose values (and the bucket function and embedding rows that give them) "
+                    "are not in the graph, so it cannot be rebuilt at another size"
+                )
+                fix = (
+                    "export with TorchScript (torch.onnx.export(..., dynamo=False)), whose graph "
+                    "computes the table from the length, or "
+                )
+            else:
+                why = (
+                    f"constant {use.tensor!r} {old} has the traced size on {axes_text} and its "
+                    "values follow no pattern symbolize can extend (a table or mask made for "
+                    "the traced size: cut or folded there by the exporter, or a weight that "
+                    "torch resizes or rejects at other sizes in code the export did not record, "
+                    "as DINOv2 interpolates its position embeddings), so it cannot be rebuilt "
+                    "at another size"
+                )
             if cache and use.array.dtype.kind == "f":
                 why += (
                     f" (the graph has a cache of length {', '.join(sorted(cache))}: a learned "
@@ -714,7 +895,12 @@ def plan_symbolize(
     forced = {id(bi.use): bi for bi in batch_indices if bi.step is not None}
     structural = {id(bi.use) for bi in batch_indices}
     changes, blockers = _changes(analysis, sol, forced, row_syms, structural)
-    blockers = _conflict_blockers(analysis, sol) + blockers + _unrolled_loops(analysis, sol)
+    blockers = (
+        _conflict_blockers(analysis, sol)
+        + blockers
+        + _unrolled_loops(analysis, sol)
+        + _same_pads(analysis, sol)
+    )
     notes = []
     seen: set[tuple[str, str]] = set()
     for node, op, text in analysis.notes:

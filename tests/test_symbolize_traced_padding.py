@@ -1,0 +1,153 @@
+"""What an export bakes in and the graph cannot give back: TensorFlow 'same' padding computed
+from the input size (transformers' MobileNetV2 ``tf_padding``), and relative-position tables
+folded at the traced length (T5, WavLM exported by dynamo).
+
+symbolize must refuse these naming the node, in one message that says why, and must not refuse
+the look-alikes whose meaning the graph does fix (a convolution's own padding, a stride-1 pad).
+The oracles are torch eager and the original model on ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from test_symbolize import parse
+
+import onnxsurgery
+from onnxsurgery.errors import PassError
+from onnxsurgery.passes.symbolize import Symbolize
+from onnxsurgery.validation.runtime import run_model
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+pytestmark = pytest.mark.e2e
+
+CPU = onnxsurgery.PassContext(provider="cpu")
+SPATIAL = {"x:0": "batch", "x:2": "height", "x:3": "width"}
+
+
+def same_pad(x, kernel: int, stride: int):  # noqa: ANN001
+    """transformers' ``apply_tf_padding``: TensorFlow 'same' padding from the Python-int size."""
+    pads = []
+    for size in (int(x.shape[-1]), int(x.shape[-2])):
+        total = max(kernel - stride, 0) if size % stride == 0 else max(kernel - size % stride, 0)
+        pads += [total // 2, total - total // 2]
+    return F.pad(x, pads)
+
+
+class Stem(nn.Module):
+    """A stride-2 3x3 conv, a stride-1 3x3 conv and a global pool. ``padding``: ``same`` computes
+    the pads from the size, ``fixed`` pads (0, 1) always (Stable Diffusion's VAE downsampler),
+    ``conv`` uses the convolutions' own padding=1."""
+
+    def __init__(self, padding: str) -> None:
+        super().__init__()
+        self.padding = padding
+        pad = 1 if padding == "conv" else 0
+        self.down = nn.Conv2d(3, 4, 3, stride=2, padding=pad)
+        self.conv = nn.Conv2d(4, 4, 3, padding=pad)
+
+    def forward(self, x):  # noqa: ANN001
+        if self.padding == "same":
+            x = self.down(same_pad(x, 3, 2))
+            x = self.conv(same_pad(x, 3, 1))
+        elif self.padding == "fixed":
+            x = self.conv(F.pad(self.down(F.pad(x, (0, 1, 0, 1))), (1, 1, 1, 1)))
+        else:
+            x = self.conv(self.down(x))
+        return x.mean((2, 3))
+
+
+def export(module, x, path, exporter: str) -> onnx.ModelProto:
+    kwargs = {"dynamo": True} if exporter == "dynamo" else {"dynamo": False, "opset_version": 17}
+    torch.onnx.export(module, (x,), str(path), input_names=["x"], output_names=["y"], **kwargs)
+    return onnx.load(path)
+
+
+def eager(module, x) -> np.ndarray:  # noqa: ANN001
+    with torch.no_grad():
+        return module(torch.from_numpy(x)).numpy()
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_same_padding_from_the_size_is_refused_naming_the_node(exporter, tmp_path):
+    torch.manual_seed(0)
+    same, fixed = Stem("same").eval(), Stem("fixed").eval()
+    fixed.load_state_dict(same.state_dict())
+    x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    model = export(same, torch.from_numpy(x), tmp_path / "same.onnx", exporter)
+    # Why it must be refused: at the traced size the two torch models are one graph, at an odd
+    # size they differ, so no rebuild of the graph can be right for both.
+    np.testing.assert_allclose(run_model(model, {"x": x}, "cpu")["y"], eager(fixed, x), atol=1e-5)
+    odd = np.random.default_rng(1).standard_normal((2, 3, 15, 17)).astype(np.float32)
+    assert np.abs(eager(same, odd) - eager(fixed, odd)).max() > 1e-3
+    with pytest.raises(PassError) as info:
+        Symbolize(**SPATIAL)(model, CPU)
+    text = str(info.value)
+    assert "TensorFlow 'same' padding" in text and "stride-2x2" in text
+    assert "(1, 1) at lengths 1 mod 2" in text and "keep height, width static" in text
+    down = next(n for n in model.graph.node if n.op_type in ("Pad", "Conv"))
+    assert down.name in text  # the Pad (TorchScript) or the Conv it was folded into (dynamo)
+    assert "\n" not in text.split("\n  ")[0] and len(text.split("\n  ")[0]) < 1500
+    # The batch alone is fine: the padding at the traced height and width is right for any batch.
+    result = Symbolize(**{"x:0": "batch"})(model, CPU)
+    x3 = np.random.default_rng(2).standard_normal((3, 3, 16, 16)).astype(np.float32)
+    np.testing.assert_allclose(
+        run_model(result.model, {"x": x3}, "cpu")["y"], eager(same, x3), atol=1e-4, rtol=1e-3
+    )
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_a_convolutions_own_padding_is_no_same_padding(exporter, tmp_path):
+    torch.manual_seed(0)
+    module = Stem("conv").eval()
+    x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    model = export(module, torch.from_numpy(x), tmp_path / "conv.onnx", exporter)
+    result = Symbolize(**SPATIAL)(model, CPU)
+    for shape in ((3, 3, 15, 17), (1, 3, 20, 24)):
+        xs = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+        got = run_model(result.model, {"x": xs}, "cpu")["y"]
+        np.testing.assert_allclose(got, eager(module, xs), atol=1e-4, rtol=1e-3)
+
+
+# -- relative-position tables folded at the traced length ----------------------------------------
+
+
+def bucket(d: np.ndarray, buckets: int = 8, exact: int = 2, far: int = 16) -> np.ndarray:
+    """T5's bidirectional relative-position bucket of distance ``d``."""
+    half = buckets // 2
+    out = (d > 0) * half
+    n = np.abs(d)
+    large = exact + (np.log(np.maximum(n, 1) / exact) / np.log(far / exact) * (half - exact))
+    return out + np.where(n < exact, n, np.minimum(large.astype(int), half - 1))
+
+
+def scores_plus(table: np.ndarray) -> onnx.ModelProto:
+    n = table.shape[-1]
+    return parse(
+        f"""
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[2, 2, {n}, {n}] x) => (float[2, 2, {n}, {n}] y) {{ y = Add (x, bias) }}
+        """,
+        bias=table.astype(np.float32),
+    )
+
+
+def test_a_folded_relative_position_table_is_refused_saying_what_is_missing():
+    emb = np.random.default_rng(0).standard_normal((8, 2))  # [bucket, head]
+    pos = np.arange(6)
+    table = emb[bucket(pos[None, :] - pos[:, None])].transpose(2, 0, 1)[None]  # [1, 2, 6, 6]
+    with pytest.raises(PassError) as info:
+        Symbolize(**{"x:0": "batch", "x:2": "seq", "x:3": "seq"})(scores_plus(table), CPU)
+    text = str(info.value)
+    assert "Add 'y'" in text or "'bias'" in text
+    assert "depend only on the distance j - i" in text and "distances -5..5 only" in text
+    assert "export with TorchScript" in text
+    # A table of no such structure keeps the general reason.
+    other = np.random.default_rng(1).standard_normal((1, 2, 6, 6))
+    with pytest.raises(PassError, match="follow no pattern") as info:
+        Symbolize(**{"x:0": "batch", "x:2": "seq", "x:3": "seq"})(scores_plus(other), CPU)
+    assert "j - i" not in str(info.value)
