@@ -151,3 +151,29 @@ def test_a_folded_relative_position_table_is_refused_saying_what_is_missing():
     with pytest.raises(PassError, match="follow no pattern") as info:
         Symbolize(**{"x:0": "batch", "x:2": "seq", "x:3": "seq"})(scores_plus(other), CPU)
     assert "j - i" not in str(info.value)
+
+
+def test_a_patch_grid_table_is_named_in_the_input_sizes():
+    """A learned table added whole to a stride-8 patch grid (DINOv2 by dynamo at its configured
+    size): the blocker spells the grid from height and width and says which axes to leave out,
+    not "data-dependent or fixed by the model"."""
+    rng = np.random.default_rng(0)
+    model = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[1, 3, 16, 24] x) => (float[1, 6, 6] y) <int64[3] shape = {1, 6, -1}> {
+            c = Conv <kernel_shape = [8, 8], strides = [8, 8]> (x, w)
+            r = Reshape (c, shape)
+            t = Transpose <perm = [0, 2, 1]> (r)
+            y = Add (t, pos)
+        }
+        """,
+        w=rng.standard_normal((6, 3, 8, 8)).astype(np.float32),
+        pos=rng.standard_normal((1, 6, 6)).astype(np.float32),
+    )
+    with pytest.raises(PassError) as info:
+        Symbolize(**SPATIAL)(model, CPU)
+    text = str(info.value)
+    assert "axis 1 (((height - 8)//8 + 1)*((width - 8)//8 + 1))" in text
+    assert "re-export with dynamic axes for height, width" in text and "x:2, x:3" in text
+    assert "data-dependent" not in text

@@ -247,6 +247,37 @@ def _input_symbols(a: ShapeAnalysis, sol: Solution, atoms: set[str]) -> set[str]
     return found
 
 
+def _dim_text(a: ShapeAnalysis, sol: Solution, d: Dim) -> str:
+    """``d`` in the input symbols where the run-time divisions behind it are known
+    (``$o1*$o2 + 1`` is ``((height - 8)//8 + 1)*((width - 8)//8 + 1) + 1``); where that is long
+    or not known, which symbols it is computed from."""
+    exprs: dict[str, str] = {}
+    for (num, den, plus), q in a.floors.items():
+        for atom in q.atoms():
+            exprs[atom] = f"({num})//{den}" + (f" + {plus}" if plus else "")
+    for atom, num, den, plus in a.pending_floors:
+        exprs[atom] = f"({num})//{den}" + (f" + {plus}" if plus else "")
+
+    def spell(m: re.Match) -> str:
+        atom = m.group()
+        value = sol.values.get(atom)
+        text = str(value) if value is not None and value != Dim.sym(atom) else exprs.get(atom)
+        if text is None:
+            return atom
+        return text if re.fullmatch(r"[$\w]+", text) else f"({text})"
+
+    text = str(d)
+    for _ in range(8):
+        new = re.sub(r"\$\w+", spell, text)
+        if new == text:
+            break
+        text = new
+    if "$" not in text and len(text) <= 60 and text.count("//") <= 2:
+        return text
+    syms = sorted(_input_symbols(a, sol, d.atoms()))
+    return f"a size computed from {', '.join(syms)}" if syms else str(d)
+
+
 def _axes_text(analysis: ShapeAnalysis, syms: str) -> str:
     """The input axes (``input:axis``) the symbols ``syms`` name, the first four listed."""
     where = [f"{i}:{a}" for s in syms.split(", ") for i, a in analysis.symbols.get(s, [])]
@@ -516,7 +547,9 @@ def _same_pads(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
                 where.name,
                 where.op_type,
                 None,
-                ", ".join(f"axis {ax} ({d}) = {n} padded {p}" for ax, d, n, p, _ in found),
+                ", ".join(
+                    f"axis {ax} ({_dim_text(a, sol, d)}) = {n} padded {p}" for ax, d, n, p, _ in found
+                ),
                 f"pads {pads} before the stride-{stride} {node.op_type} {node.name!r} (kernel "
                 f"{'x'.join(str(k) for k in kernel)}): TensorFlow 'same' padding at the traced "
                 f"size, which pads {alts}; if the source model computes it from the size "
@@ -756,7 +789,7 @@ def _changes(
         why = fix = None
         if gen is None:
             atoms |= _input_symbols(a, sol, atoms)
-            axes_text = ", ".join(f"axis {k} ({dims[k]})" for k in sym_axes)
+            axes_text = ", ".join(f"axis {k} ({_dim_text(a, sol, dims[k])})" for k in sym_axes)
             rel = _relative_axes(use.array, sym_axes)
             if rel is not None:
                 n = use.array.shape[rel[0]]
