@@ -17,6 +17,7 @@ from test_symbolize import parse
 import onnxsurgery
 from onnxsurgery.errors import PassError
 from onnxsurgery.passes.symbolize import Symbolize
+from onnxsurgery.validation.references import Case, save_case
 from onnxsurgery.validation.runtime import run_model
 
 torch = pytest.importorskip("torch")
@@ -98,6 +99,25 @@ def test_same_padding_from_the_size_is_refused_naming_the_node(exporter, tmp_pat
     np.testing.assert_allclose(
         run_model(result.model, {"x": x3}, "cpu")["y"], eager(same, x3), atol=1e-4, rtol=1e-3
     )
+
+
+def test_same_padding_traced_at_an_odd_size(tmp_path):
+    """At an odd traced size 'same' pads (1, 1): TorchScript keeps the Pad node and is refused;
+    dynamo folds it into the Conv's own even pads, the very graph of Conv2d(padding=1), so only
+    references at an even size can tell, and they do: the check refuses the model."""
+    torch.manual_seed(0)
+    same = Stem("same").eval()
+    x = np.random.default_rng(0).standard_normal((2, 3, 15, 15)).astype(np.float32)
+    script = export(same, torch.from_numpy(x), tmp_path / "ts.onnx", "torchscript")
+    with pytest.raises(PassError, match=r"TensorFlow 'same' padding.*\(0, 1\) at lengths 0 mod 2"):
+        Symbolize(**SPATIAL)(script, CPU)
+    folded = export(same, torch.from_numpy(x), tmp_path / "dynamo.onnx", "dynamo")
+    assert {n.op_type for n in folded.graph.node} == {"Conv", "ReduceMean"}
+    even = np.random.default_rng(1).standard_normal((2, 3, 16, 18)).astype(np.float32)
+    save_case(Case("even", {"x": even}, {"y": eager(same, even)}), tmp_path / "refs", index=0)
+    ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path / "refs")
+    with pytest.raises(PassError, match="height=16, width=18.*does not match the stored torch"):
+        Symbolize(**SPATIAL)(folded, ctx)
 
 
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
