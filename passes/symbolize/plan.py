@@ -542,6 +542,13 @@ def _same_pads(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
         pads = " and ".join(f"({b}, {e}) on axis {ax}" for ax, _, _, (b, e), _ in found)
         alts = "; ".join(dict.fromkeys(f[4] for f in found))
         stride = "x".join(str(s) for s in strides)
+        ks = "x".join(str(k) for k in kernel)
+        lead = (
+            f"pads {pads} before the stride-{stride} {node.op_type} {node.name!r} (kernel {ks})"
+            if pad_node is not None
+            else f"a stride-{stride} {node.op_type} (kernel {ks}) with uneven pads {pads} (a Pad "
+            "folded in)"
+        )
         blockers.append(
             Blocker(
                 where.name,
@@ -550,14 +557,15 @@ def _same_pads(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
                 ", ".join(
                     f"axis {ax} ({_dim_text(a, sol, d)}) = {n} padded {p}" for ax, d, n, p, _ in found
                 ),
-                f"pads {pads} before the stride-{stride} {node.op_type} {node.name!r} (kernel "
-                f"{'x'.join(str(k) for k in kernel)}): TensorFlow 'same' padding at the traced "
+                f"{lead}: TensorFlow 'same' padding at the traced "
                 f"size, which pads {alts}; if the source model computes it from the size "
                 "(transformers' tf_padding) the export baked in the traced size's, if it pads "
                 "by fixed amounts it did not: the graph cannot tell which, and a wrong guess "
                 "gives wrong values, not an error",
                 f"keep {syms} static (leave {_axes_text(a, syms)} out of the symbolized axes); "
-                "a dynamic size needs an export whose graph computes this padding",
+                f"if the source pads by fixed amounts, re-export with dynamic axes for {syms}; "
+                "if it computes the padding from the size, a dynamic size needs an export whose "
+                "graph computes it",
                 _sym_tuple(syms),
             )
         )
