@@ -67,7 +67,7 @@ EXPECTED_BLOCKERS: dict[Key, str] = {
 #: that holds only there, or a loop unrolled at trace time.
 BLOCKER_REASON = (
     r"follow no pattern|do not pin that down|one point cannot tell|holds only at the traced size|"
-    r"loop unrolled at trace time|a relative-position table .* folded for distances|"
+    r"loop unrolled at trace time|a relative-position bias .* folded for distances|"
     r"TensorFlow 'same' padding at the traced size"
 )
 

@@ -164,8 +164,8 @@ def test_a_folded_relative_position_table_is_refused_saying_what_is_missing():
         Symbolize(**{"x:0": "batch", "x:2": "seq", "x:3": "seq"})(scores_plus(table), CPU)
     text = str(info.value)
     assert "Add 'y'" in text or "'bias'" in text
-    assert "depend only on the distance j - i" in text and "distances -5..5 only" in text
-    assert "export with TorchScript" in text
+    assert "depends only on j - i along axes 2, 3" in text and "folded for distances -5..5" in text
+    assert "export with TorchScript" in text and "not in the graph" in text
     # A table of no such structure keeps the general reason.
     other = np.random.default_rng(1).standard_normal((1, 2, 6, 6))
     with pytest.raises(PassError, match="follow no pattern") as info:
@@ -197,3 +197,19 @@ def test_a_patch_grid_table_is_named_in_the_input_sizes():
     assert "axis 1 (((height - 8)//8 + 1)*((width - 8)//8 + 1))" in text
     assert "re-export with dynamic axes for height, width" in text and "x:2, x:3" in text
     assert "data-dependent" not in text
+
+
+def test_two_symbols_equal_when_traced_that_the_graph_joins_say_so():
+    """T5 by dynamo adds the encoder's [seq, seq] mask in the decoder's cross-attention (one
+    tensor, shared because seq == tgt when traced): the conflict says both were 8 and why."""
+    model = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[2, 4] a, float[2, 4] b) => (float[2, 4] y) { y = Add (b, a) }
+        """
+    )
+    with pytest.raises(PassError) as info:
+        Symbolize(**{"a:1": "seq", "b:1": "tgt"})(model, CPU)
+    text = str(info.value)
+    assert "needs seq == tgt, which holds only at the traced size (both 4 when traced" in text
+    assert "re-export with dynamic axes for seq, tgt" in text

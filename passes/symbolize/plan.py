@@ -309,9 +309,21 @@ def _conflict_blockers(plan_a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
             tv = f"{lhs} = {lhs.evaluate(traced)}, {rhs} = {rhs.evaluate(traced)}"
         except KeyError:
             tv = f"{lhs}, {rhs}"
+        pair = {str(lhs), str(rhs)}
+        twins = pair <= set(plan_a.symbols) and len(pair) == 2
+        if twins:  # one order, so "seq == tgt" and "tgt == seq" are one kind of blocker
+            lhs, rhs = sorted((lhs, rhs), key=str)
         why = (
             f"{c.why}: needs {_pretty(lhs)} == {_pretty(rhs)}, which holds only at the traced size"
         )
+        if twins:
+            x, y = sorted(pair)
+            if plan_a.atoms[x].traced == plan_a.atoms[y].traced:
+                why += (
+                    f" (both {plan_a.atoms[x].traced} when traced: the exporter may have shared "
+                    "one tensor between them, as dynamo does with T5's encoder mask in its "
+                    "cross-attention)"
+                )
         blockers.append(
             Blocker(c.node, c.op, None, tv, why, _fix_text(plan_a, syms), _sym_tuple(syms))
         )
@@ -802,18 +814,13 @@ def _changes(
             if rel is not None:
                 n = use.array.shape[rel[0]]
                 why = (
-                    f"constant {use.tensor!r} {old} has the traced size on {axes_text} and its "
-                    f"values depend only on the distance j - i between axis {rel[0]} and axis "
-                    f"{rel[1]}: a relative-position table (a bias of bucketed relative "
-                    f"positions, as in T5 or WavLM) that the exporter computed and folded for "
-                    f"distances -{n - 1}..{n - 1} only; a longer size needs farther distances, "
-                    "whose values (and the bucket function and embedding rows that give them) "
-                    "are not in the graph, so it cannot be rebuilt at another size"
+                    f"constant {use.tensor!r} {old} has the traced size on {axes_text} and "
+                    f"depends only on j - i along axes {rel[0]}, {rel[1]}: a relative-position "
+                    f"bias (T5, WavLM) the exporter folded for distances -{n - 1}..{n - 1}; "
+                    "longer sizes need farther distances, whose values (and the bucket "
+                    "embedding that gives them) are not in the graph"
                 )
-                fix = (
-                    "export with TorchScript (torch.onnx.export(..., dynamo=False)), whose graph "
-                    "computes the table from the length, or "
-                )
+                fix = "export with TorchScript (dynamo=False), whose graph computes it, or "
             else:
                 why = (
                     f"constant {use.tensor!r} {old} has the traced size on {axes_text} and its "
