@@ -213,3 +213,49 @@ def test_two_symbols_equal_when_traced_that_the_graph_joins_say_so():
     text = str(info.value)
     assert "needs seq == tgt, which holds only at the traced size (both 4 when traced" in text
     assert "re-export with dynamic axes for seq, tgt" in text
+
+
+# -- reference cases decide what the graph cannot ------------------------------------------------
+
+
+def torch_cases(module, folder, shapes) -> None:  # noqa: ANN001
+    for k, shape in enumerate(shapes):
+        x = np.random.default_rng(10 + k).standard_normal(shape).astype(np.float32)
+        save_case(Case(f"case{k}", {"x": x}, {"y": eager(module, x)}), folder, index=k)
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+@pytest.mark.parametrize("padding", ["same", "fixed"])
+def test_references_at_another_parity_choose_the_padding(padding, exporter, tmp_path):
+    """With torch outputs at one odd size, symbolize keeps whichever of the fixed pads and
+    'same' padding matches them, and the model then matches torch at sizes it never saw."""
+    torch.manual_seed(0)
+    module = Stem(padding).eval()
+    x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    model = export(module, torch.from_numpy(x), tmp_path / "m.onnx", exporter)
+    torch_cases(module, tmp_path / "refs", [(1, 3, 15, 17)])
+    ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path / "refs")
+    result = Symbolize(**SPATIAL)(model, ctx)
+    said = " ".join(d.message for d in result.diagnostics)
+    if padding == "same":
+        assert "rewritten to auto_pad=SAME_UPPER" in said
+        assert any(a.s == b"SAME_UPPER" for n in result.model.graph.node for a in n.attribute)
+        pads = [sum(n.op_type == "Pad" for n in m.graph.node) for m in (model, result.model)]
+        assert pads[1] == pads[0] - (exporter == "torchscript")  # the stride-2 conv's Pad went
+    else:
+        assert "the fixed pads as exported match" in said
+    for shape in ((3, 3, 21, 18), (1, 3, 9, 30), (2, 3, 16, 16)):
+        xs = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+        got = run_model(result.model, {"x": xs}, "cpu")["y"]
+        np.testing.assert_allclose(got, eager(module, xs), atol=1e-4, rtol=1e-3)
+
+
+def test_references_that_cannot_tell_the_paddings_apart_keep_the_refusal(tmp_path):
+    torch.manual_seed(0)
+    module = Stem("same").eval()
+    x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    model = export(module, torch.from_numpy(x), tmp_path / "m.onnx", "dynamo")
+    torch_cases(module, tmp_path / "refs", [(3, 3, 16, 16), (1, 3, 20, 12)])  # all even
+    ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path / "refs")
+    with pytest.raises(PassError, match=r"the reference cases given match both \(add cases"):
+        Symbolize(**SPATIAL)(model, ctx)

@@ -24,10 +24,15 @@ import onnx
 from onnxsurgery.errors import OnnxSurgeryError
 from onnxsurgery.model.io import weightless
 from onnxsurgery.passes.symbolize.blockers import blocker_summary, group_blockers
-from onnxsurgery.passes.symbolize.check import LEVELS, check_dynamic, traced_only
+from onnxsurgery.passes.symbolize.check import (
+    LEVELS,
+    check_dynamic,
+    reference_mismatch,
+    traced_only,
+)
 from onnxsurgery.passes.symbolize.feeds import shape_inputs
 from onnxsurgery.passes.symbolize.plan import SymbolizePlan, normalize_axes, plan_symbolize
-from onnxsurgery.passes.symbolize.rewrite import apply_plan
+from onnxsurgery.passes.symbolize.rewrite import apply_plan, same_padding
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.validation.references import load_cases
@@ -73,7 +78,12 @@ class Symbolize(Pass):
       computed values (``present = Concat(past, new)``), a count, a rotary table or a band bound
       that starts at that axis's traced size (and at no other symbol's) moves with it
       (positions past .. past + seq - 1), and the check against references decides;
-    - symbols the graph ties together (``total = past + seq``) become relations, kept by the check.
+    - symbols the graph ties together (``total = past + seq``) become relations, kept by the check;
+    - a strided Conv or pool padded by TensorFlow's 'same' rule for the traced size (a Pad before
+      it, or uneven pads of its own) is a blocker: the source may compute that padding from the
+      size (transformers' ``tf_padding``) or pad by fixed amounts. Reference cases decide: the
+      fixed pads are kept, or the op rewritten to ``auto_pad=SAME_UPPER``, whichever alone
+      matches them (MobileNetV2 with one case at 48x64 then matches torch at 40x24).
 
         x[4,3,32,32] ─ ... ─ Reshape(shape=[4, -1]) ─ Gemm
         =>
@@ -189,6 +199,9 @@ class Symbolize(Pass):
         except ValueError as exc:
             self.fail(str(exc))
         diagnostics = [Diagnostic.warning(n) for n in plan.notes]
+        padding, same_ops = self._padding_by_references(model, plan, ctx)
+        if padding is not None:
+            diagnostics.append(Diagnostic.info(padding))
         if plan.blockers:
             if self.strict:
                 plan.analysis.consts.clear()  # the report keeps no weights (as on success)
@@ -205,6 +218,8 @@ class Symbolize(Pass):
             ]
         ctx.stage("rewriting")
         new = apply_plan(model, plan)
+        if same_ops:  # the references chose 'same' padding
+            new = same_padding(new, same_ops)
         # The rewrite was the last reader of the constants' arrays (as large as the weights):
         # the check and the report need none of them.
         plan.analysis.consts.clear()
@@ -252,6 +267,50 @@ class Symbolize(Pass):
         # analysed, not the weights.
         plan.analysis.model = weightless(model)
         return PassResult(new, modified=True, diagnostics=diagnostics, report=plan)
+
+    def _padding_by_references(
+        self, model: onnx.ModelProto, plan: SymbolizePlan, ctx: PassContext
+    ) -> tuple[str | None, list[tuple[str, str | None]]]:
+        """Where the only blockers are 'same' padding baked at the traced size (fixed pads or
+        pads computed from the size: the graph cannot tell) and the run has reference cases,
+        let them decide: the blockers go, and the ops to rewrite to ``auto_pad=SAME_UPPER``
+        (none: the fixed pads as exported) are the ones of the two that match every case, only
+        when the other does not. Returns (what was decided, those ops), or (None, []) with the
+        blockers left as they are."""
+        nodes = {b.node for b in plan.blockers}
+        if not (plan.blockers and self.check and nodes <= plan.same_padding.keys()):
+            return None, []
+        references = self._references(ctx)
+        if not references:
+            return None, []
+        fixed = apply_plan(model, plan)
+        candidates = {"fixed": fixed, "same": same_padding(fixed, list(plan.same_padding.values()))}
+        mapping = ctx.map_outputs if ctx.output_maps else None
+        verdict = {
+            name: reference_mismatch(
+                model, m, plan.axes, plan.symbols, references, ctx.provider, mapping
+            )[0]
+            for name, m in candidates.items()
+        }
+        passed = [name for name, why in verdict.items() if why is None]
+        if len(passed) != 1:
+            why = (
+                "match both (add cases at a size of another parity)"
+                if passed
+                else f"match neither (fixed pads: {verdict['fixed']}; 'same' padding: "
+                f"{verdict['same']})"
+            )
+            for blocker in plan.blockers:
+                blocker.why += f"; the reference cases given {why}"
+            return None, []
+        plan.blockers = []
+        if passed == ["fixed"]:
+            return "padding: the fixed pads as exported match the reference cases, 'same' does not", []
+        return (
+            f"padding: {len(nodes)} op(s) rewritten to auto_pad=SAME_UPPER ('same' padding at "
+            "every size): it matches the reference cases, the fixed pads as exported do not",
+            list(plan.same_padding.values()),
+        )
 
     def _references(self, ctx: PassContext) -> list:
         """The run's reference cases, or none."""

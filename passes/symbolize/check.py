@@ -40,6 +40,7 @@ __all__ = [
     "check_dynamic",
     "check_sizes",
     "model_node",
+    "reference_mismatch",
     "traced_only",
 ]
 
@@ -348,6 +349,33 @@ def check_dynamic(
                 else ""
             )
     return result
+
+
+def reference_mismatch(
+    original: onnx.ModelProto,
+    model: onnx.ModelProto,
+    axes: Mapping[str, Mapping[int, str]],
+    traced: Mapping[str, int],
+    references: Sequence[Case],
+    provider: str = "auto",
+    output_map: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None = None,
+) -> tuple[str | None, dict[str, set[int]]]:
+    """Run ``model`` on the reference cases alone, as :func:`check_dynamic` does: (why the first
+    one fails, or None; per symbol, the sizes other than the traced one the cases cover). For
+    telling apart two rewrites the graph alone cannot choose between."""
+    covered: dict[str, set[int]] = {}
+    try:
+        original_session = create_session(original, provider)
+        session = create_session(model, provider)
+        covered = _check_references(
+            original_session, model, session, axes, traced, frozenset(), references,
+            output_map, CheckResult(),
+        )  # fmt: skip
+    except OnnxSurgeryError as exc:
+        return str(exc), covered
+    except Exception as exc:  # noqa: BLE001 - ORT raises several types
+        return str(_fail("building a session", exc, model)), covered
+    return None, covered
 
 
 def traced_only(traced: Mapping[str, int]) -> CheckResult:

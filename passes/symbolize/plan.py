@@ -133,6 +133,10 @@ class SymbolizePlan:
     relations: dict[str, Dim] = field(default_factory=dict)
     #: the check's result (per-symbol verification levels), set by the pass after the check
     verification: Any = field(default=None, repr=False)
+    #: blockers for 'same' padding baked at the traced size (blocker node -> the window op, and
+    #: the Pad node before it or None), each rewritable as ``auto_pad=SAME_UPPER``: reference
+    #: cases can decide between that and the fixed pads as exported
+    same_padding: dict[str, tuple[str, str | None]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -491,14 +495,21 @@ def _same_total(length: int, kernel: int, stride: int) -> int:
     return max((-(-length // stride) - 1) * stride + kernel - length, 0)
 
 
-def _same_pads(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
+def _same_pads(
+    a: ShapeAnalysis, sol: Solution
+) -> tuple[list[Blocker], dict[str, tuple[str, str | None]]]:
     """Strided convolutions and pools padded by TensorFlow's 'same' rule for the traced length,
     on a symbolic axis: by a Pad node before them or by uneven pads of their own (an exporter
     folds such a Pad into the Conv). 'Same' padding changes with the length modulo the stride,
     so the padding is either computed from the size in the source (transformers' ``tf_padding``:
     the export baked the traced size's) or fixed (then right at every size): the graph cannot
-    tell which, and a wrong guess gives wrong values, not an error."""
+    tell which, and a wrong guess gives wrong values, not an error.
+
+    Also returns, per blocker node, the window op and its Pad (or None) where every spatial axis
+    is padded as ``auto_pad=SAME_UPPER`` would pad it at the traced size, so that rewrite is an
+    alternative for reference cases to confirm."""
     blockers: list[Blocker] = []
+    alternatives: dict[str, tuple[str, str | None]] = {}
     for node in a.model.graph.node:
         if node.op_type not in _WINDOW_OPS:
             continue
@@ -519,6 +530,14 @@ def _same_pads(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
         own = attrs.get("pads") or [0] * (2 * nsp)
         pad_node, before = _pad_before(a, node.input[0], len(x.shape))
         found: list[tuple[int, Dim, int, tuple[int, int], str]] = []
+        same_everywhere = not before or before[0] == before[1] == (0, 0)
+        for i in range(nsp):
+            extra = before[2 + i] if before else (0, 0)
+            k = (kernel[i] - 1) * dil[i] + 1
+            length = a.traced(x.shape[2 + i]) - extra[0] - extra[1]
+            total = _same_total(length, k, strides[i])
+            if (own[i] + extra[0], own[i + nsp] + extra[1]) != (total // 2, total - total // 2):
+                same_everywhere = False
         for i in range(nsp):
             d = sol.resolve(x.shape[2 + i])
             if strides[i] < 2 or d.is_const():
@@ -550,6 +569,8 @@ def _same_pads(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
         if not found:
             continue
         where = pad_node if pad_node is not None else node
+        if same_everywhere:
+            alternatives[where.name] = (node.name, pad_node.name if pad_node is not None else None)
         syms = ", ".join(sorted(_input_symbols(a, sol, set().union(*(f[1].atoms() for f in found)))))
         pads = " and ".join(f"({b}, {e}) on axis {ax}" for ax, _, _, (b, e), _ in found)
         alts = "; ".join(dict.fromkeys(f[4] for f in found))
@@ -575,13 +596,14 @@ def _same_pads(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
                 "by fixed amounts it did not: the graph cannot tell which, and a wrong guess "
                 "gives wrong values, not an error",
                 f"keep {syms} static (leave {_axes_text(a, syms)} out of the symbolized axes); "
-                f"if the source pads by fixed amounts, re-export with dynamic axes for {syms}; "
-                "if it computes the padding from the size, a dynamic size needs an export whose "
-                "graph computes it",
+                f"or pass reference cases (--ref) at a {syms} of another parity: symbolize "
+                "then keeps the fixed pads or rewrites them to 'same' padding, whichever matches "
+                "them; or, if the source pads by fixed amounts, re-export with dynamic axes for "
+                f"{syms}",
                 _sym_tuple(syms),
             )
         )
-    return blockers
+    return blockers, alternatives
 
 
 def _pad_before(
@@ -943,12 +965,8 @@ def plan_symbolize(
     forced = {id(bi.use): bi for bi in batch_indices if bi.step is not None}
     structural = {id(bi.use) for bi in batch_indices}
     changes, blockers = _changes(analysis, sol, forced, row_syms, structural)
-    blockers = (
-        _conflict_blockers(analysis, sol)
-        + blockers
-        + _unrolled_loops(analysis, sol)
-        + _same_pads(analysis, sol)
-    )
+    padding, same_padding = _same_pads(analysis, sol)
+    blockers = _conflict_blockers(analysis, sol) + blockers + _unrolled_loops(analysis, sol) + padding
     notes = []
     seen: set[tuple[str, str]] = set()
     for node, op, text in analysis.notes:
@@ -979,6 +997,8 @@ def plan_symbolize(
                     f"output {name!r} keeps the traced {sym} {symbols[sym]} on axis 0 (no "
                     f"symbolic dim follows {sym}): nothing in the graph ties it to the input"
                 )
-    return SymbolizePlan(
+    plan = SymbolizePlan(
         axes, symbols, changes, blockers, outputs, notes, analysis, sol, row_syms, relations
     )
+    plan.same_padding = same_padding
+    return plan

@@ -28,7 +28,7 @@ from onnxsurgery.model.walk import graphs_by_path, subgraphs
 from onnxsurgery.passes.symbolize.plan import Change, SymbolizePlan
 from onnxsurgery.shapes.dims import Dim
 
-__all__ = ["apply_plan", "toposort_graph"]
+__all__ = ["apply_plan", "same_padding", "toposort_graph"]
 
 _BROADCASTING = {
     "Add",
@@ -561,4 +561,35 @@ def apply_plan(model: onnx.ModelProto, plan: SymbolizePlan) -> onnx.ModelProto:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     _Rewriter(out, plan).run()
+    return out
+
+
+def same_padding(model: onnx.ModelProto, ops: list[tuple[str, str | None]]) -> onnx.ModelProto:
+    """A copy of ``model`` where each window op of ``ops`` (op name, the Pad node before it or
+    None) pads by ``auto_pad=SAME_UPPER`` (TensorFlow's 'same' padding at every size) instead of
+    its fixed pads and that Pad (removed once nothing else reads it)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    nodes = {n.name: n for n in graph.node}
+    pads: set[str] = set()
+    for name, pad in ops:
+        node = nodes[name]
+        kept = [x for x in node.attribute if x.name not in ("pads", "auto_pad")]
+        del node.attribute[:]
+        node.attribute.extend([*kept, helper.make_attribute("auto_pad", "SAME_UPPER")])
+        if pad is not None:
+            node.input[0] = nodes[pad].input[0]
+            pads.add(pad)
+    dead, freed = [nodes[p] for p in pads], set()
+    while dead:  # the Pads nothing reads any more, then what only they read (pads arithmetic)
+        read = {i for n in graph.node for i in _outer_names(n)} | {o.name for o in graph.output}
+        gone = [n for n in dead if n in graph.node and not any(o in read for o in n.output)]
+        for n in gone:
+            graph.node.remove(n)
+        inputs = {i for n in gone for i in n.input}
+        freed |= inputs
+        dead = [n for n in graph.node if any(o in inputs for o in n.output)]
+    _remove_orphans(out, freed)
+    _drop_value_info(graph)
     return out
