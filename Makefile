@@ -28,7 +28,7 @@ test: install
 
 # All 24 real architectures (make test runs 4 of them); ~17 min of exports on a cold cache.
 test-corpus: install
-	$(BIN)/python -m pytest -m corpus tests/test_corpus.py
+	$(BIN)/python -m pytest -m corpus tests/test_corpus.py tests/test_corpus_references.py
 
 # Every ONNX backend model shipped in the onnx wheel through validate, run and compat (~2 min);
 # make test runs a subset. Counts: python bench/backend_models.py.

@@ -1,0 +1,49 @@
+"""Corpus models that the graph alone cannot make dynamic, made dynamic with torch reference cases.
+
+MobileNetV2 with ``tf_padding`` pads by TensorFlow's 'same' rule computed from the input size;
+the export baked the traced size's pads, which symbolize refuses without references (the graph
+cannot tell them from fixed pads). Given torch outputs at one size of another parity, symbolize
+keeps whichever padding alone matches them, and the model must then match torch eager at the
+architecture's other stored sizes, none of which it was given.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+pytest.importorskip("transformers")
+
+from corpus.architectures import ARCHITECTURES  # noqa: E402
+from corpus.harness import ATOL, RTOL, export_model, reference  # noqa: E402
+
+import onnxsurgery  # noqa: E402
+from onnxsurgery.passes.symbolize import Symbolize  # noqa: E402
+from onnxsurgery.validation.references import Case, save_case  # noqa: E402
+from onnxsurgery.validation.runtime import run_model  # noqa: E402
+
+pytestmark = pytest.mark.corpus
+
+GIVEN = {"batch": 2, "height": 48, "width": 64}  # 48 -> 24 -> 12 -> 6 -> 3: odd at the 4th stride
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_mobilenet_v2_same_padding_decided_by_one_reference(exporter, batch, tmp_path):
+    arch = ARCHITECTURES["mobilenet_v2"]
+    traced = next(t for t in arch.traced if t["batch"] == batch)
+    exp = export_model(arch, exporter, traced)
+    assert exp.ok, exp.error
+    model = onnx.load(str(exp.path))
+    inputs, outputs = reference(arch, GIVEN)
+    save_case(Case("given", inputs, dict(zip(arch.output_names, outputs, strict=True))), tmp_path)
+    ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path)
+    result = Symbolize(dynamic_axes=arch.dynamic_axes_for("all"))(model, ctx)
+    said = " ".join(d.message for d in result.diagnostics)
+    assert "5 op(s) rewritten to auto_pad=SAME_UPPER" in said
+    for sizes in arch.checks:
+        x, want = reference(arch, sizes)
+        got = run_model(result.model, x, "cpu")
+        for name, ref in zip(arch.output_names, want, strict=True):
+            np.testing.assert_allclose(got[name], ref, atol=ATOL, rtol=RTOL, err_msg=str(sizes))
