@@ -1,10 +1,14 @@
 """Corpus models that the graph alone cannot make dynamic, made dynamic with torch reference cases.
 
-MobileNetV2 with ``tf_padding`` pads by TensorFlow's 'same' rule computed from the input size;
-the export baked the traced size's pads, which symbolize refuses without references (the graph
-cannot tell them from fixed pads). Given torch outputs at one size of another parity, symbolize
-keeps whichever padding alone matches them, and the model must then match torch eager at the
-architecture's other stored sizes, none of which it was given.
+- MobileNetV2 with ``tf_padding`` pads by TensorFlow's 'same' rule computed from the input size;
+  the export baked the traced size's pads, which symbolize refuses without references (the graph
+  cannot tell them from fixed pads).
+- DINOv2 exported by dynamo at its configured resolution adds its position table as is: the
+  export skipped the interpolation torch runs at other resolutions.
+
+Given torch outputs at one other size, symbolize keeps the reading that alone matches them, and
+the model must then match torch eager at the architecture's other stored sizes, none of which it
+was given.
 """
 
 from __future__ import annotations
@@ -27,11 +31,17 @@ pytestmark = pytest.mark.corpus
 
 GIVEN = {"batch": 2, "height": 48, "width": 64}  # 48 -> 24 -> 12 -> 6 -> 3: odd at the 4th stride
 
+CASES = [
+    ("mobilenet_v2", "torchscript", "padding of 5 op(s): 'same' padding (auto_pad=SAME_UPPER)"),
+    ("mobilenet_v2", "dynamo", "padding of 5 op(s): 'same' padding (auto_pad=SAME_UPPER)"),
+    ("dinov2", "dynamo", "1 table(s) over a patch grid: resized bicubic to the grid"),
+]
+
 
 @pytest.mark.parametrize("batch", [1, 2])
-@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
-def test_mobilenet_v2_same_padding_decided_by_one_reference(exporter, batch, tmp_path):
-    arch = ARCHITECTURES["mobilenet_v2"]
+@pytest.mark.parametrize(("name", "exporter", "decided"), CASES)
+def test_one_reference_decides_what_the_graph_cannot(name, exporter, decided, batch, tmp_path):
+    arch = ARCHITECTURES[name]
     traced = next(t for t in arch.traced if t["batch"] == batch)
     exp = export_model(arch, exporter, traced)
     assert exp.ok, exp.error
@@ -41,7 +51,7 @@ def test_mobilenet_v2_same_padding_decided_by_one_reference(exporter, batch, tmp
     ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path)
     result = Symbolize(dynamic_axes=arch.dynamic_axes_for("all"))(model, ctx)
     said = " ".join(d.message for d in result.diagnostics)
-    assert "5 op(s) rewritten to auto_pad=SAME_UPPER" in said
+    assert f"{decided} matches the reference cases" in said
     for sizes in arch.checks:
         x, want = reference(arch, sizes)
         got = run_model(result.model, x, "cpu")

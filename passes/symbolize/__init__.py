@@ -17,6 +17,7 @@ The pass reads as stages, each a module that only reads what the one before it p
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import onnx
@@ -32,7 +33,12 @@ from onnxsurgery.passes.symbolize.check import (
 )
 from onnxsurgery.passes.symbolize.feeds import shape_inputs
 from onnxsurgery.passes.symbolize.plan import SymbolizePlan, normalize_axes, plan_symbolize
-from onnxsurgery.passes.symbolize.rewrite import apply_plan, same_padding
+from onnxsurgery.passes.symbolize.rewrite import (
+    GRID_RESIZES,
+    apply_plan,
+    resize_tables,
+    same_padding,
+)
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.validation.references import load_cases
@@ -83,7 +89,11 @@ class Symbolize(Pass):
       it, or uneven pads of its own) is a blocker: the source may compute that padding from the
       size (transformers' ``tf_padding``) or pad by fixed amounts. Reference cases decide: the
       fixed pads are kept, or the op rewritten to ``auto_pad=SAME_UPPER``, whichever alone
-      matches them (MobileNetV2 with one case at 48x64 then matches torch at 40x24).
+      matches them (MobileNetV2 with one case at 48x64 then matches torch at 40x24);
+    - likewise a learned [1, lead + h*w, dim] table added whole over a patch grid (DINOv2 by
+      dynamo: torch interpolates it at other resolutions, in code the export skipped): reference
+      cases at another grid choose a bicubic or bilinear resize of its grid rows (torch's
+      ``F.interpolate(..., align_corners=False)``), whichever alone matches them.
 
         x[4,3,32,32] ─ ... ─ Reshape(shape=[4, -1]) ─ Gemm
         =>
@@ -199,9 +209,9 @@ class Symbolize(Pass):
         except ValueError as exc:
             self.fail(str(exc))
         diagnostics = [Diagnostic.warning(n) for n in plan.notes]
-        padding, same_ops = self._padding_by_references(model, plan, ctx)
-        if padding is not None:
-            diagnostics.append(Diagnostic.info(padding))
+        decided, reading = self._decide_by_references(model, plan, ctx)
+        if decided is not None:
+            diagnostics.append(Diagnostic.info(decided))
         if plan.blockers:
             if self.strict:
                 plan.analysis.consts.clear()  # the report keeps no weights (as on success)
@@ -218,8 +228,8 @@ class Symbolize(Pass):
             ]
         ctx.stage("rewriting")
         new = apply_plan(model, plan)
-        if same_ops:  # the references chose 'same' padding
-            new = same_padding(new, same_ops)
+        if reading is not None:  # what the reference cases chose where the graph could not
+            new = reading(new)
         # The rewrite was the last reader of the constants' arrays (as large as the weights):
         # the check and the report need none of them.
         plan.analysis.consts.clear()
@@ -268,49 +278,63 @@ class Symbolize(Pass):
         plan.analysis.model = weightless(model)
         return PassResult(new, modified=True, diagnostics=diagnostics, report=plan)
 
-    def _padding_by_references(
+    def _decide_by_references(
         self, model: onnx.ModelProto, plan: SymbolizePlan, ctx: PassContext
-    ) -> tuple[str | None, list[tuple[str, str | None]]]:
-        """Where the only blockers are 'same' padding baked at the traced size (fixed pads or
-        pads computed from the size: the graph cannot tell) and the run has reference cases,
-        let them decide: the blockers go, and the ops to rewrite to ``auto_pad=SAME_UPPER``
-        (none: the fixed pads as exported) are the ones of the two that match every case, only
-        when the other does not. Returns (what was decided, those ops), or (None, []) with the
-        blockers left as they are."""
+    ) -> tuple[str | None, Callable[[onnx.ModelProto], onnx.ModelProto | None] | None]:
+        """Where every blocker is one the graph cannot decide but a rewrite could fix, and the run
+        has reference cases, let them decide between the readings (the plan's ``same_padding``:
+        fixed pads as exported, or ``auto_pad=SAME_UPPER``; its ``grid_tables``: the table
+        resized to the grid bicubically or bilinearly): the one that alone matches every case is
+        kept and the blockers go. Returns (what was decided, the rewrite to apply after the
+        plan's), or (None, None) with the blockers left as they are, told why if cases were given.
+        """
         nodes = {b.node for b in plan.blockers}
-        if not (plan.blockers and self.check and nodes <= plan.same_padding.keys()):
-            return None, []
+        if not (plan.blockers and self.check):
+            return None, None
+        if nodes <= plan.same_padding.keys():
+            ops = [plan.same_padding[n] for n in sorted(nodes)]
+            what = f"padding of {len(ops)} op(s)"
+            readings: dict[str, Callable] = {
+                "the fixed pads as exported": lambda m: m,
+                "'same' padding (auto_pad=SAME_UPPER)": lambda m: same_padding(m, ops),
+            }
+        elif nodes <= plan.grid_tables.keys():
+            tables = [plan.grid_tables[n] for n in sorted(nodes)]
+            what = f"{len(tables)} table(s) over a patch grid"
+            readings = {
+                f"resized {how} to the grid": (lambda m, how=how: resize_tables(m, tables, how))
+                for how in GRID_RESIZES
+            }
+        else:
+            return None, None
         references = self._references(ctx)
         if not references:
-            return None, []
-        fixed = apply_plan(model, plan)
-        candidates = {"fixed": fixed, "same": same_padding(fixed, list(plan.same_padding.values()))}
+            return None, None
+        base = apply_plan(model, plan)
         mapping = ctx.map_outputs if ctx.output_maps else None
-        verdict = {
-            name: reference_mismatch(
-                model, m, plan.axes, plan.symbols, references, ctx.provider, mapping
-            )[0]
-            for name, m in candidates.items()
-        }
-        passed = [name for name, why in verdict.items() if why is None]
+        verdict = {}
+        for label, rewrite in readings.items():
+            candidate = rewrite(base)
+            verdict[label] = (
+                "cannot be rewritten"
+                if candidate is None
+                else reference_mismatch(
+                    model, candidate, plan.axes, plan.symbols, references, ctx.provider, mapping
+                )[0]
+            )
+        passed = [label for label, why in verdict.items() if why is None]
         if len(passed) != 1:
             why = (
-                "match both (add cases at a size of another parity)"
+                f"match {' and '.join(passed)} alike (add cases at other sizes)"
                 if passed
-                else f"match neither (fixed pads: {verdict['fixed']}; 'same' padding: "
-                f"{verdict['same']})"
+                else "match no reading: " + "; ".join(f"{k}: {v}" for k, v in verdict.items())
             )
             for blocker in plan.blockers:
                 blocker.why += f"; the reference cases given {why}"
-            return None, []
+            return None, None
         plan.blockers = []
-        if passed == ["fixed"]:
-            return "padding: the fixed pads as exported match the reference cases, 'same' does not", []
-        return (
-            f"padding: {len(nodes)} op(s) rewritten to auto_pad=SAME_UPPER ('same' padding at "
-            "every size): it matches the reference cases, the fixed pads as exported do not",
-            list(plan.same_padding.values()),
-        )
+        others = ", ".join(label for label in readings if label not in passed)
+        return f"{what}: {passed[0]} matches the reference cases, {others} not", readings[passed[0]]
 
     def _references(self, ctx: PassContext) -> list:
         """The run's reference cases, or none."""

@@ -116,6 +116,20 @@ class Change:
 
 
 @dataclass
+class GridTable:
+    """A [1, lead + h*w, dim] table read by ``node`` (input ``index``, tensor ``tensor``) whose
+    ``h*w`` rows are a grid of the traced size of axes 2, 3 of ``grid`` (a patch embedding's
+    output), after ``lead`` rows that do not move (class tokens)."""
+
+    node: str
+    index: int
+    tensor: str
+    grid: str
+    lead: int
+    shape: tuple[int, int]
+
+
+@dataclass
 class SymbolizePlan:
     """The preview: symbols, changes, blockers, symbolic output shapes, notes."""
 
@@ -137,6 +151,10 @@ class SymbolizePlan:
     #: the Pad node before it or None), each rewritable as ``auto_pad=SAME_UPPER``: reference
     #: cases can decide between that and the fixed pads as exported
     same_padding: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    #: blockers for a learned table added whole whose length is a strided op's traced grid
+    #: (DINOv2's position embeddings): blocker node -> :class:`GridTable`; reference cases can
+    #: confirm it is resized to the grid at other sizes, as torch code that the export skipped
+    grid_tables: dict[str, GridTable] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -627,6 +645,30 @@ def _pad_before(
     return node, [(int(pads[k]), int(pads[k + rank])) for k in range(rank)]
 
 
+def _grid_table(a: ShapeAnalysis, use: ConstUse, dims: list[Dim]) -> GridTable | None:
+    """``use`` as a :class:`GridTable`: a [1, n, dim] constant added whole, its axis 1 of length
+    ``h*w + lead`` with h, w the run-time sizes of axes 2, 3 of one tensor (a patch grid)."""
+    if use.op != "Add" or use.array.ndim != 3 or use.array.shape[0] != 1 or dims[0].atoms():
+        return None
+    terms = dims[1].terms
+    lead = terms.pop((), 0)
+    if len(terms) != 1 or dims[2].atoms():
+        return None
+    ((mono, coef),) = terms.items()
+    if coef != 1 or len(mono) != 2 or lead < 0:
+        return None
+    origins = [a.atoms[x].origin for x in mono]
+    if not all(isinstance(o, tuple) and len(o) == 3 and o[0] == "dim" for o in origins):
+        return None
+    (_, t1, ax1), (_, t2, ax2) = origins
+    if t1 != t2 or {ax1, ax2} != {2, 3}:
+        return None
+    h, w = (a.atoms[x].traced for x in (mono if ax1 == 2 else mono[::-1]))
+    if h * w + lead != use.array.shape[1]:
+        return None
+    return GridTable(use.node, use.input_index, use.tensor, t1, lead, (h, w))
+
+
 def _relative_axes(arr: np.ndarray, sym_axes: list[int]) -> tuple[int, int] | None:
     """Two symbolic axes of one length (3 or more) along which ``arr`` depends only on j - i, its
     values not all alike along them (a table of relative positions), or None."""
@@ -1001,4 +1043,21 @@ def plan_symbolize(
         axes, symbols, changes, blockers, outputs, notes, analysis, sol, row_syms, relations
     )
     plan.same_padding = same_padding
+    blocked = {(b.node, b.input) for b in blockers if b.input}
+    for use in analysis.uses:
+        if use.kind == "data" and (use.node, use.tensor) in blocked:
+            dims = [
+                sol.resolve(Dim.sym(x)) if x is not None else Dim.const(n)
+                for x, n in zip(use.atoms, use.array.shape, strict=True)
+            ]
+            table = _grid_table(analysis, use, dims)
+            if table is not None:
+                plan.grid_tables[use.node] = table
+                for blocker in blockers:
+                    if (blocker.node, blocker.input) == (use.node, use.tensor):
+                        blocker.fix = (
+                            "pass reference cases (--ref) at another grid size: symbolize then "
+                            "resizes the table to the grid bicubically or bilinearly, whichever "
+                            "alone matches them; or " + blocker.fix
+                        )
     return plan
