@@ -320,7 +320,7 @@ class Symbolize(Pass):
                 if candidate is None
                 else reference_mismatch(
                     model, candidate, plan.axes, plan.symbols, references, ctx.provider, mapping
-                )[0]
+                )
             )
         passed = [label for label, why in verdict.items() if why is None]
         if len(passed) != 1:

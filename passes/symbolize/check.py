@@ -359,23 +359,21 @@ def reference_mismatch(
     references: Sequence[Case],
     provider: str = "auto",
     output_map: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None = None,
-) -> tuple[str | None, dict[str, set[int]]]:
-    """Run ``model`` on the reference cases alone, as :func:`check_dynamic` does: (why the first
-    one fails, or None; per symbol, the sizes other than the traced one the cases cover). For
-    telling apart two rewrites the graph alone cannot choose between."""
-    covered: dict[str, set[int]] = {}
+) -> str | None:
+    """Run ``model`` on the reference cases alone, as :func:`check_dynamic` does: why the first
+    one fails, or None. For telling apart rewrites the graph alone cannot choose between."""
     try:
         original_session = create_session(original, provider)
         session = create_session(model, provider)
-        covered = _check_references(
+        _check_references(
             original_session, model, session, axes, traced, frozenset(), references,
             output_map, CheckResult(),
         )  # fmt: skip
     except OnnxSurgeryError as exc:
-        return str(exc), covered
+        return str(exc)
     except Exception as exc:  # noqa: BLE001 - ORT raises several types
-        return str(_fail("building a session", exc, model)), covered
-    return None, covered
+        return str(_fail("building a session", exc, model))
+    return None
 
 
 def traced_only(traced: Mapping[str, int]) -> CheckResult:
