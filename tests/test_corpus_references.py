@@ -39,7 +39,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("batch", [1, 2])
-@pytest.mark.parametrize(("name", "exporter", "decided"), CASES)
+@pytest.mark.parametrize(("name", "exporter", "decided"), CASES, ids=[f"{n}-{e}" for n, e, _ in CASES])
 def test_one_reference_decides_what_the_graph_cannot(name, exporter, decided, batch, tmp_path):
     arch = ARCHITECTURES[name]
     traced = next(t for t in arch.traced if t["batch"] == batch)
