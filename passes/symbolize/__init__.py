@@ -22,7 +22,7 @@ from typing import Any
 import onnx
 
 from onnxsurgery.errors import OnnxSurgeryError
-from onnxsurgery.model.io import weightless
+from onnxsurgery.model.io import restore_weights, weightless
 from onnxsurgery.passes.symbolize.blockers import blocker_summary, group_blockers
 from onnxsurgery.passes.symbolize.check import LEVELS, check_dynamic, traced_only
 from onnxsurgery.passes.symbolize.feeds import shape_inputs
@@ -204,13 +204,18 @@ class Symbolize(Pass):
                 for g in group_blockers(plan.blockers)
             ]
         ctx.stage("rewriting")
-        new = apply_plan(model, plan)
-        # The rewrite was the last reader of the constants' arrays (as large as the weights):
-        # the check and the report need none of them.
+        # The rewrite changes the graph, not the weights: it edits a weightless copy, which the
+        # check runs with the original's weights, and which gets them back only at the end, so
+        # two full copies of the weights never sit beside the check's sessions.
+        new = apply_plan(weightless(model), plan)
+        # The rewrite was the last reader of the constants' arrays (as large as the weights),
+        # and of the original's nodes: the check and the report need none of them.
         plan.analysis.consts.clear()
+        plan.analysis.producers.clear()
         modified = bool(plan.changes) or _io_changed(model, new)
         if not modified:
             diagnostics.append(Diagnostic.info("the model is already dynamic on these axes"))
+            plan.analysis.model = weightless(model)
             return PassResult(model, modified=False, diagnostics=diagnostics, report=plan)
         diagnostics += [
             Diagnostic.info(
@@ -251,7 +256,9 @@ class Symbolize(Pass):
         # The plan is the run's report and outlives the input model: let it keep the graph it
         # analysed, not the weights.
         plan.analysis.model = weightless(model)
-        return PassResult(new, modified=True, diagnostics=diagnostics, report=plan)
+        return PassResult(
+            restore_weights(new, model), modified=True, diagnostics=diagnostics, report=plan
+        )
 
     def _references(self, ctx: PassContext) -> list:
         """The run's reference cases, or none."""
