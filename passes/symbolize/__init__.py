@@ -207,15 +207,18 @@ class Symbolize(Pass):
         # The rewrite changes the graph, not the weights: it edits a weightless copy, which the
         # check runs with the original's weights, and which gets them back only at the end, so
         # two full copies of the weights never sit beside the check's sessions.
-        new = apply_plan(weightless(model), plan)
+        bare = weightless(model)
+        new = apply_plan(bare, plan)
         # The rewrite was the last reader of the constants' arrays (as large as the weights),
-        # and of the original's nodes: the check and the report need none of them.
+        # and of the original's nodes: the check and the report need none of them. The plan is
+        # the run's report and outlives the input model: it keeps the graph it analysed, not
+        # the weights.
         plan.analysis.consts.clear()
         plan.analysis.producers.clear()
+        plan.analysis.model = bare
         modified = bool(plan.changes) or _io_changed(model, new)
         if not modified:
             diagnostics.append(Diagnostic.info("the model is already dynamic on these axes"))
-            plan.analysis.model = weightless(model)
             return PassResult(model, modified=False, diagnostics=diagnostics, report=plan)
         diagnostics += [
             Diagnostic.info(
@@ -253,9 +256,6 @@ class Symbolize(Pass):
         diagnostics.insert(
             0, Diagnostic.info(f"symbols {syms}; {len(plan.changes)} constant(s) rewritten")
         )
-        # The plan is the run's report and outlives the input model: let it keep the graph it
-        # analysed, not the weights.
-        plan.analysis.model = weightless(model)
         return PassResult(
             restore_weights(new, model), modified=True, diagnostics=diagnostics, report=plan
         )

@@ -202,7 +202,7 @@ def check_dynamic(
     # session (ORT's own copy of every weight) is gone before the rewritten model's is built.
     # What it says is judged below in the order the checks read (its errors raised there too).
     try:
-        reference = create_session(original, provider, prepack=False)
+        reference = create_session(original, provider, threads=1, prepack=False)
         expected = run_model(reference, feeds)
     except Exception as exc:  # noqa: BLE001 - ORT raises several types
         error = _fail(f"of the original model at the traced size {where}", exc)
@@ -262,7 +262,7 @@ def check_dynamic(
     shared = session_weights(reference)
     del reference
     try:
-        session = create_session(model, provider, prepack=False, share_with=shared)
+        session = create_session(model, provider, threads=1, prepack=False, share_with=shared)
     except Exception as exc:  # noqa: BLE001
         raise _fail("loading the rewritten model", exc) from None
     del shared
