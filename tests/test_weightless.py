@@ -307,3 +307,23 @@ def test_symbolize_report_keeps_no_part_of_the_input_model():
         stack.extend(gc.get_referents(obj))
     assert messages == [plan.analysis.model]  # a weightless copy
     assert not any(t.raw_data for t in plan.analysis.model.graph.initializer if t.name == "w32")
+
+
+def test_symbolize_over_the_protobuf_limit_checks_a_full_copy(monkeypatch):
+    # Over 2 GB even without its float weights, a model reaches ORT by path, weights and all,
+    # so the rewrite edits a full copy (the limit is lowered here; oracle: the same model made
+    # below the limit, byte for byte).
+    import onnxsurgery.model.io as io
+
+    def model():
+        m = mixed_weights_model()
+        m.graph.initializer.append(numpy_helper.from_array(np.array([2, 8, 8], np.int64), "shape"))
+        m.graph.node.append(helper.make_node("Reshape", ["y", "shape"], ["z"]))
+        m.graph.output[0].CopyFrom(helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 8, 8]))
+        return m
+
+    small = Symbolize(**{"x:0": "batch"})(model())
+    monkeypatch.setattr(io, "LARGE_MODEL_BYTES", 1024)
+    large = Symbolize(**{"x:0": "batch"})(model())
+    assert "batch: rows" in str(large.diagnostics)
+    assert large.model.SerializeToString() == small.model.SerializeToString()

@@ -22,7 +22,7 @@ from typing import Any
 import onnx
 
 from onnxsurgery.errors import OnnxSurgeryError
-from onnxsurgery.model.io import restore_weights, weightless
+from onnxsurgery.model.io import is_large, restore_weights, weightless
 from onnxsurgery.passes.symbolize.blockers import blocker_summary, group_blockers
 from onnxsurgery.passes.symbolize.check import LEVELS, check_dynamic, traced_only
 from onnxsurgery.passes.symbolize.feeds import shape_inputs
@@ -208,7 +208,8 @@ class Symbolize(Pass):
         # check runs with the original's weights, and which gets them back only at the end, so
         # two full copies of the weights never sit beside the check's sessions.
         bare = weightless(model)
-        new = apply_plan(bare, plan)
+        # (Over 2 GB even so, ORT reads it from a file, weights and all: a full copy, then.)
+        new = apply_plan(model if is_large(bare) else bare, plan)
         # The rewrite was the last reader of the constants' arrays (as large as the weights),
         # and of the original's nodes: the check and the report need none of them. The plan is
         # the run's report and outlives the input model: it keeps the graph it analysed, not
