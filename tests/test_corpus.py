@@ -206,6 +206,27 @@ def test_symbolize_blocker_names_the_node(name: str, exporter: str, batch: int, 
         pytest.skip("symbolize did not block here (nothing to check)")
 
 
+CACHE_CASES = [
+    (name, exporter, traced["batch"])
+    for name, arch in ARCHITECTURES.items()
+    if "past" in arch.symbols
+    for exporter in EXPORTERS
+    for traced in arch.traced
+]
+
+
+@pytest.mark.parametrize(("name", "exporter", "batch"), CACHE_CASES)
+def test_cache_decoders_tie_total_to_past_plus_seq(name: str, exporter: str, batch: int) -> None:
+    """On a decoder with a KV cache the mask's length is a symbol of its own (``total``), as a
+    user names it: symbolize must find ``total = past + seq`` in the graph and say so, never
+    leave the two free (its check would then feed a mask of the wrong length)."""
+    _require_symbolize()
+    symbolize, _ = load_symbolize()
+    model = _static(name, exporter, batch)
+    result = symbolize(dynamic_axes=ARCHITECTURES[name].dynamic_axes_for("all"))(model)
+    assert {s: str(v) for s, v in result.report.relations.items()} == {"total": "past + seq"}
+
+
 @pytest.mark.smoke
 def test_corpus_is_wide() -> None:
     """The corpus covers the families the issue names, and every case has sizes beyond the traced."""

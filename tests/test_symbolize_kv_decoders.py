@@ -62,13 +62,17 @@ def llama_inputs(batch: int, seq: int, past: int, seed: int, mask: bool = False)
 
 
 @pytest.mark.parametrize(
-    ("exporter", "mask"), [("dynamo", False), ("dynamo", True), ("torchscript", False)]
+    ("exporter", "mask"),
+    [("dynamo", False), ("dynamo", True), ("torchscript", False), ("torchscript", True)],
 )
 def test_cached_llama_rotary_from_past_matches_torch(exporter, mask, tmp_path):
     """dynamo folds the rotary tables to cos/sin at past .. past + seq - 1; torchscript keeps
     Cos/Sin nodes over a folded angle table ``(5 + i) * f``, a count from past steps of f. With
     an attention mask (dynamo), the mask is read by a GatherND whose index grid counts every key
-    position: that ties total to past + seq, so the check never feeds a mask too short."""
+    position: that ties total to past + seq, so the check never feeds a mask too short.
+    TorchScript reads it through a Flatten at ``arange(n) + row * Shape(mask)[1]``: the column
+    count spans the stride, the same tie (before, the check fed total apart from past + seq and
+    the Gather ran out of range)."""
     torch.manual_seed(0)
     module = CachedLlama(mask).eval()
     names = NAMES[:1] + ["attention_mask"] * mask + NAMES[1:]

@@ -106,14 +106,16 @@ class CachedDecoder(nn.Module):
     (total = past + seq), ``past_k/past_v [b, heads, past, d]``; returns the logits and the
     cache grown by ``seq``. ``causal`` adds the causal mask offset by ``past`` (the query at
     position i sees keys up to past + i); ``fixed`` replaces that offset by a number that does
-    not move with past (a mask that only looks like the cache's at the traced past)."""
+    not move with past (a mask that only looks like the cache's at the traced past); ``window``
+    adds a sliding window (the query at past + i sees keys past + i - window < j)."""
 
     vocab, dim, heads = 32, 16, 2
 
-    def __init__(self, causal: bool, fixed: int | None = None) -> None:
+    def __init__(self, causal: bool, fixed: int | None = None, window: int | None = None) -> None:
         super().__init__()
         self.causal = causal
         self.fixed = fixed
+        self.window = window
         self.emb = nn.Embedding(self.vocab, self.dim)
         self.q, self.k, self.v = (nn.Linear(self.dim, self.dim) for _ in range(3))
         self.out = nn.Linear(self.dim, self.vocab)
@@ -131,6 +133,9 @@ class CachedDecoder(nn.Module):
         if self.causal:
             past = past_k.shape[2] if self.fixed is None else self.fixed
             causal = torch.arange(k.shape[2])[None, :] <= torch.arange(s)[:, None] + past
+            if self.window is not None:
+                near = torch.arange(s)[:, None] + past - torch.arange(k.shape[2])[None, :]
+                causal = causal & (near < self.window)
             keep = keep & causal[None, None]
         att = (q @ k.transpose(-1, -2)) / (self.dim // self.heads) ** 0.5
         att = att.masked_fill(~keep, -1e9).softmax(-1)
@@ -235,22 +240,50 @@ def test_kv_cache_decoder_with_offset_causal_mask_matches_torch(exporter, tmp_pa
     assert f"matched {len(KV_OFFSET_SIZES)} reference case(s)" in text
     assert "from past" in text or "j - i <= past" in text
     # and outside symbolize's own check: ORT on the written model against torch at a new size
-    args = kv_inputs(2, 1, 9, 99)
+    assert_kv_matches_torch(module, result.model, (2, 1, 9), seed=99)
+
+
+def assert_kv_matches_torch(module, model, size: tuple[int, int, int], seed: int) -> None:
+    """ORT on ``model`` against torch eager at (batch, seq, past) ``size``, no reference."""
+    args = kv_inputs(*size, seed)
     with torch.no_grad():
         want = module(*args)
     feeds = {n: t.numpy() for n, t in zip(KV_NAMES, args, strict=True)}
-    got = run_model(result.model, feeds, provider="cpu")
+    got = run_model(model, feeds, provider="cpu")
     for w, g in zip(want, got.values(), strict=True):
         np.testing.assert_allclose(g, w.numpy(), atol=1e-4)
 
 
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
-def test_fixed_offset_that_looks_like_the_cache_is_caught_by_references(exporter, tmp_path):
+def test_kv_cache_decoder_with_sliding_window_matches_torch(exporter, tmp_path):
+    """A sliding window of 3 over the cache (traced at past 5, seq 4: the window cuts) folds
+    into a band ``3 <= j - i <= 5`` (torchscript: its lower bound alone, beside the causal count):
+    both bounds are distances from past, the window's lower one included though 3 equals no
+    size. Kept at 3, the model would be wrong at every other past with symbolize's own check blind
+    to it; rebuilt from past it matches torch at every stored size, seq 1 and past 0 included."""
+    torch.manual_seed(0)
+    module = CachedDecoder(causal=True, window=3).eval()
+    model = kv_export(module, tmp_path / "model.onnx", exporter)
+    kv_references(module, tmp_path / "refs", KV_OFFSET_SIZES)
+    ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path / "refs")
+    result = Symbolize(dynamic_axes=KV_AXES, verify="references")(model, ctx)
+    text = "\n".join(d.message for d in result.diagnostics)
+    assert f"matched {len(KV_OFFSET_SIZES)} reference case(s)" in text
+    assert "past - 2 <= j - i" in text, text
+    # outside the references: a past the window cuts deep into
+    assert_kv_matches_torch(module, result.model, (1, 2, 11), seed=98)
+
+
+@pytest.mark.parametrize("window", [None, 3])
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_fixed_offset_that_looks_like_the_cache_is_caught_by_references(exporter, window, tmp_path):
     """A mutation: the mask's offset is a fixed 5, which equals past only at the traced size.
     symbolize reads it as past (the graph has a cache of that length), and the torch references
-    at other pasts refuse the result: an error, never a model returned."""
+    at other pasts refuse the result: an error, never a model returned. With a sliding window
+    the same: bounds fixed in the keys' positions are read as distances from past, and the
+    references catch it."""
     torch.manual_seed(0)
-    module = CachedDecoder(causal=True, fixed=5).eval()
+    module = CachedDecoder(causal=True, fixed=5, window=window).eval()
     model = kv_export(module, tmp_path / "model.onnx", exporter)
     kv_references(module, tmp_path / "refs", KV_OFFSET_SIZES)
     ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path / "refs")

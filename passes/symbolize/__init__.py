@@ -72,7 +72,10 @@ class Symbolize(Pass):
     - the one exception is a cache length: where a graph input axis is grown by a Concat with
       computed values (``present = Concat(past, new)``), a count, a rotary table or a band bound
       that starts at that axis's traced size (and at no other symbol's) moves with it
-      (positions past .. past + seq - 1), and the check against references decides;
+      (positions past .. past + seq - 1), and the check against references decides; a band
+      over ``[seq, past + seq]`` (queries against keys that add the cache) counts both bounds
+      from past, a sliding window's lower one too (``past - w < j - i <= past``: the window
+      keeps its width, only its offset moves);
     - symbols the graph ties together (``total = past + seq``) become relations, kept by the check.
 
         x[4,3,32,32] ─ ... ─ Reshape(shape=[4, -1]) ─ Gemm

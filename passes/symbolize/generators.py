@@ -49,9 +49,30 @@ class Generator:
     band: tuple[int, int, int | None, int | None, object, object] | None = None
     #: (where, size, traced): a start or band bound that moves with a cache size (issue 12's
     #: offset by ``past``): ``where`` is "base" (an affine count starts at ``size``), "lo" or
-    #: "hi" (that band bound is ``size``); ``traced`` is its value in the traced constant. Set by
+    #: "hi" (that band bound is ``size``), "shift" (both bounds count from ``size``, the key
+    #: axis's excess over the query axis); ``traced`` is its value in the traced constant. Set by
     #: the plan only where the graph shows ``size`` is the length of a cache axis.
     offset: tuple[str, object, int] | None = None
+
+    def band_bounds(self) -> tuple[object, object]:
+        """(lo, hi) of a band: ints, None (unbounded), or a bound that moves with a cache size.
+
+        Where one bound moves (``offset``), the other keeps its distance to it: a sliding window
+        over a cache (``past - w < j - i <= past``) keeps its width ``w`` at every past; only the
+        offset comes from the cache length. ``shift`` (the key axis is the query axis plus a
+        cache): both bounds are distances from the cache length, ``bound - traced + moved``."""
+        assert self.band is not None
+        _, _, lo, hi, _, _ = self.band
+        if self.offset is None:
+            return lo, hi
+        where, moved, traced = self.offset
+        if where == "shift":
+            return tuple(  # type: ignore[return-value]
+                None if b is None else moved - (traced - b) for b in (lo, hi)  # type: ignore[operator]
+            )
+        if where == "hi":
+            return (None if lo is None else moved - (hi - lo)), moved  # type: ignore[operator]
+        return moved, (None if hi is None else moved + (hi - lo))  # type: ignore[operator]
 
     def describe(self) -> str:
         if self.kind == "affine":
@@ -69,8 +90,7 @@ class Generator:
             return f"{self.kind.capitalize()}({pos} * freq) on axis {self.axes[0]}"
         assert self.band is not None
         i, j, lo, hi, _, _ = self.band
-        moved = {self.offset[0]: self.offset[1]} if self.offset is not None else {}
-        lo_text, hi_text = moved.get("lo", lo), moved.get("hi", hi)
+        lo_text, hi_text = self.band_bounds()
         parts = ([f"{lo_text} <= j - i"] if lo is not None else []) + (
             [f"j - i <= {hi_text}"] if hi is not None else []
         )

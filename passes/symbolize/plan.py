@@ -461,14 +461,26 @@ def _band_bound_gap(
     size (``j - i <= 5`` with ``past`` traced at 5, the offset of a causal mask over a cache):
     one trace cannot tell a fixed window from a bound that moves with that size. Where the only
     size it equals is made of cache lengths (:func:`cache_symbols`), the bound is taken to move
-    with it (``gen.offset``) and the check against references decides."""
+    with it (``gen.offset``) and the check against references decides. The other bound then
+    keeps its distance to the moving one (a sliding window's width stays, only its offset moves:
+    :meth:`Generator.band_bounds`), so it is not read as a size of its own. The upper bound is
+    tried first: a causal mask's offset over a cache is its upper bound.
+
+    Where the key axis is the query axis plus cache lengths (``[seq, past + seq]``), query ``i``
+    sits at position ``past + i`` among the keys: a mask over relative positions (causal, a
+    sliding window) has every bound counted from ``past``, whatever value it has (a window's
+    lower bound ``past - w + 1`` equals no size), so both bounds move with it (``shift``)."""
     if gen.kind != "band" or gen.band is None:
         return None
     i_ax, j_ax, lo, hi, _, _ = gen.band
+    excess = dims[j_ax] - dims[i_ax]
+    if not excess.is_const() and excess.atoms() <= cache and gen.offset is None:
+        gen.offset = ("shift", excess, a.traced(excess))
+        return None
     sizes = [dims[j_ax] - dims[i_ax], dims[i_ax] - dims[j_ax]]
     sizes += [Dim.sym(x) for x in sorted(dims[i_ax].atoms() | dims[j_ax].atoms())]
-    for where, bound in (("lo", lo), ("hi", hi)):
-        if bound is None or bound == 0:
+    for where, bound in (("hi", hi), ("lo", lo)):
+        if bound is None or bound == 0 or gen.offset is not None:
             continue
         hits = [d for d in sizes if not d.is_const() and abs(bound) == abs(a.traced(d))]
         hits = [d for k, d in enumerate(hits) if not any(d in (e, -e) for e in hits[:k])]
@@ -480,7 +492,7 @@ def _band_bound_gap(
         if hits:
             d = hits[0]
             return (
-                f"the band's bound j - i {'>=' if bound is lo else '<='} {bound} equals {d} "
+                f"the band's bound j - i {'>=' if where == 'lo' else '<='} {bound} equals {d} "
                 "at the traced size: one trace cannot tell a fixed window from a bound that "
                 f"moves with {d}",
                 d.atoms(),

@@ -316,7 +316,7 @@ class _Rewriter:
             full.add(k)
         else:
             assert gen.band is not None
-            i_ax, j_ax, lo, hi, a, b = gen.band
+            i_ax, j_ax, _, _, a, b = gen.band
             diff = self.node(
                 "Sub",
                 [
@@ -325,14 +325,16 @@ class _Rewriter:
                 ],
                 f"{tag}/diff",
             )
-            moved = {gen.offset[0]: gen.offset[1]} if gen.offset is not None else {}
             conds = []
-            if lo is not None:
-                bound = self.expr(moved["lo"]) if "lo" in moved else self.const([lo], scalar=True)
-                conds.append(self.node("GreaterOrEqual", [diff, bound], f"{tag}/lo"))
-            if hi is not None:
-                bound = self.expr(moved["hi"]) if "hi" in moved else self.const([hi], scalar=True)
-                conds.append(self.node("LessOrEqual", [diff, bound], f"{tag}/hi"))
+            for op, bound, side in zip(
+                ("GreaterOrEqual", "LessOrEqual"), gen.band_bounds(), ("lo", "hi"), strict=True
+            ):
+                if bound is None:
+                    continue
+                value = (
+                    self.expr(bound) if isinstance(bound, Dim) else self.const([bound], scalar=True)
+                )
+                conds.append(self.node(op, [diff, value], f"{tag}/{side}"))
             cond = conds[0] if len(conds) == 1 else self.node("And", conds, f"{tag}/cond")
             if arr.dtype == np.bool_ and bool(a) and not bool(b):
                 acc = cond

@@ -15,7 +15,10 @@ real model's length (512), because the dynamo exporter folds tables under 8192 e
 traced-size constants, which would make the corpus harder than real models in a way they never
 are. Shapes are written as templates: a string is a symbol (``"batch"``, ``"seq"``), an int is fixed.
 ``traced`` sizes are what the static exports are made at; ``checks`` are the other sizes the
-symbolized model must match torch eager at.
+symbolized model must match torch eager at. The decoders with a KV cache (``*_kv``) take the flat
+cache as inputs and return it grown: their sizes give ``batch``, ``seq``, ``past`` and the mask's
+``total``, always ``past + seq`` (a symbol of its own, as a user names it; symbolize must find
+the relation), with a decode step (seq 1) and a prefill (past 0) among the checks.
 """
 
 from __future__ import annotations
@@ -698,6 +701,161 @@ def _dinov2() -> Any:
     return _tensor_wrapper(Dinov2Model(cfg), "pixel_values", ("last_hidden_state", "pooler_output"))
 
 
+# --------------------------------------------------------------------------------------------
+# decoders with a KV cache: input_ids [batch, seq], attention_mask [batch, total] and the flat
+# cache past_{key,value}_<layer> [batch, kv_heads, past, head_dim] in; logits and the grown cache
+# present_{key,value}_<layer> [batch, kv_heads, total, head_dim] out, total = past + seq.
+
+KV_LAYERS = 2
+KV_NAMES = tuple(f"past_{kind}_{i}" for i in range(KV_LAYERS) for kind in ("key", "value"))
+PRESENT_NAMES = tuple(n.replace("past_", "present_") for n in KV_NAMES)
+
+
+def _kv_sizes(batch: int, seq: int, past: int) -> dict[str, int]:
+    return {"batch": batch, "seq": seq, "past": past, "total": past + seq}
+
+
+#: Traced at seq 3 after a cache of 5 (the corpus's batch 1 and 2); checked at a decode step
+#: (seq 1), at prefill (past 0: 0-length cache dims on ONNX Runtime) and at other mixes.
+KV_TRACED = (_kv_sizes(1, 3, 5), _kv_sizes(2, 3, 5))
+KV_CHECKS = (_kv_sizes(3, 1, 7), _kv_sizes(2, 4, 0), _kv_sizes(1, 1, 9), _kv_sizes(2, 6, 2))
+
+
+def _cached_wrapper(model: Any) -> Any:
+    """A causal LM over a flat cache: the tensors become a ``DynamicCache`` (full-length layers,
+    whatever the config's window: the cache keeps every position, the mask does the cutting)."""
+    import torch
+    from transformers import DynamicCache
+
+    class CachedLM(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(  # noqa: ANN001
+            self, input_ids, attention_mask, past_key_0, past_value_0, past_key_1, past_value_1
+        ):
+            cache = DynamicCache(((past_key_0, past_value_0), (past_key_1, past_value_1)))
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            layers = out.past_key_values.layers
+            return (out.logits, *(t for layer in layers for t in (layer.keys, layer.values)))
+
+    return CachedLM()
+
+
+def _gpt2_kv() -> Any:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(
+        vocab_size=VOCAB,
+        n_embd=HIDDEN,
+        n_layer=KV_LAYERS,
+        n_head=4,
+        n_positions=POSITIONS,
+        bos_token_id=0,
+        eos_token_id=0,
+        attn_implementation="eager",
+    )
+    return _cached_wrapper(GPT2LMHeadModel(cfg))
+
+
+def _llama_kv() -> Any:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=64,
+        num_hidden_layers=KV_LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        attn_implementation="eager",
+    )
+    return _cached_wrapper(LlamaForCausalLM(cfg))
+
+
+def _mistral_kv() -> Any:
+    from transformers import MistralConfig, MistralForCausalLM
+
+    cfg = MistralConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=64,
+        num_hidden_layers=KV_LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        sliding_window=4,  # < past + seq at the traced size (8) and most checks: the window cuts
+        attn_implementation="eager",
+    )
+    return _cached_wrapper(MistralForCausalLM(cfg))
+
+
+def _qwen2_kv() -> Any:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=64,
+        num_hidden_layers=KV_LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        use_sliding_window=True,
+        sliding_window=4,
+        max_window_layers=1,  # layer 0 full attention, layer 1 a window of 4: two masks
+        attn_implementation="eager",
+    )
+    return _cached_wrapper(Qwen2ForCausalLM(cfg))
+
+
+def _bloom_kv() -> Any:
+    from transformers import BloomConfig, BloomForCausalLM
+
+    cfg = BloomConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        n_layer=KV_LAYERS,
+        n_head=4,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=3,
+        attn_implementation="eager",
+    )
+    return _cached_wrapper(BloomForCausalLM(cfg))
+
+
+def _cached(
+    name: str, family: str, builder: Callable[[], Any], kv_heads: int, head_dim: int
+) -> Architecture:
+    cache = ("batch", kv_heads, "past", head_dim)
+    grown = ("batch", kv_heads, "total", head_dim)
+    return Architecture(
+        name=name,
+        family=family,
+        builder=builder,
+        inputs=(
+            _IDS,
+            InputSpec("attention_mask", ("batch", "total"), "mask"),
+            *(InputSpec(n, cache) for n in KV_NAMES),
+        ),
+        outputs=(
+            OutputSpec("logits", ("batch", "seq", VOCAB)),
+            *(OutputSpec(n, grown) for n in PRESENT_NAMES),
+        ),
+        traced=KV_TRACED,
+        checks=KV_CHECKS,
+        note="KV cache: batch, seq, past and the mask's total = past + seq",
+    )
+
+
 def _text(
     name: str, family: str, builder: Callable[[], Any], outputs: tuple[OutputSpec, ...]
 ) -> Architecture:
@@ -915,8 +1073,46 @@ _ALL: tuple[Architecture, ...] = (
     ),
 )
 
+_KV: tuple[Architecture, ...] = (
+    _cached(
+        "gpt2_kv",
+        "GPT-2 LM with a KV cache (learned positions gathered at past .. past + seq)",
+        _gpt2_kv,
+        kv_heads=4,
+        head_dim=HIDDEN // 4,
+    ),
+    _cached(
+        "llama_kv",
+        "Llama LM with a KV cache (RoPE from past, GQA 4/2 heads, causal mask offset by past)",
+        _llama_kv,
+        kv_heads=2,
+        head_dim=HIDDEN // 4,
+    ),
+    _cached(
+        "mistral_kv",
+        "Mistral LM with a KV cache (sliding window 4 < past + seq, RoPE, GQA)",
+        _mistral_kv,
+        kv_heads=2,
+        head_dim=HIDDEN // 4,
+    ),
+    _cached(
+        "qwen2_kv",
+        "Qwen2 LM with a KV cache (a full and a sliding-window layer: two masks, RoPE, GQA)",
+        _qwen2_kv,
+        kv_heads=2,
+        head_dim=HIDDEN // 4,
+    ),
+    _cached(
+        "bloom_kv",
+        "BLOOM LM with a KV cache (ALiBi biases from the mask's positions over past + seq)",
+        _bloom_kv,
+        kv_heads=4,
+        head_dim=HIDDEN // 4,
+    ),
+)
+
 #: Every corpus architecture by name, in table order.
-ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in _ALL}
+ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (*_ALL, *_KV)}
 
 
 def arch_names() -> list[str]:

@@ -123,7 +123,45 @@ def _binary(ctx: NodeCtx):
     vals = [i.value for i in infos]  # type: ignore[union-attr]
     if shape_arith and all(v is not None for v in vals) and len(vals) == 2:
         value = _binary_values(ctx, op, vals)  # type: ignore[arg-type]
+    if op == "Add" and not shape_arith and dtype in INT_TYPES:
+        _flat_index_columns(ctx)
     return [out(shape, dtype, value)]
+
+
+def _flat_index_columns(ctx: NodeCtx) -> None:
+    """A flat index ``column + row * stride`` (TorchScript reading a ``[batch, total]`` mask
+    through a Flatten: ``arange(n) + arange(batch) * Shape(mask)[1]``): the constant column count
+    ``0 .. n-1`` spans the whole stride, so soft-tie its axis to the stride when their traced
+    sizes agree. Without it, the stride (``total``) and the columns (``past + seq``, tied to the
+    keys elsewhere) would be free to differ, and the rows would read each other's entries."""
+    for c in range(2):
+        arr = ctx.a.consts.get(ctx.node.input[c])
+        other = ctx.node.input[1 - c]
+        made = ctx.a.producers.get(other)
+        dims = ctx.shape(c, data=True)
+        if arr is None or arr.dtype.kind not in "iu" or made is None or dims is None:
+            continue
+        mul = made[1]
+        if mul.op_type != "Mul" or len(mul.input) != 2 or len(dims) != arr.ndim:
+            continue
+        strides = [ctx.a.info(x) for x in mul.input if x not in ctx.a.consts]
+        rows = [ctx.a.consts[x] for x in mul.input if x in ctx.a.consts]
+        if len(strides) != 1 or len(rows) != 1 or rows[0].dtype.kind not in "iu":
+            continue
+        stride = strides[0]
+        if stride is None or stride.value is None or len(stride.value) != 1:
+            continue
+        size = stride.value[0]
+        if size.is_const():
+            continue
+        for k in range(arr.ndim):
+            n = arr.shape[k]
+            if n < 2 or n != ctx.traced(size) or dims[k].is_const():
+                continue
+            grid = [1] * arr.ndim
+            grid[k] = n
+            if np.array_equal(arr, np.broadcast_to(np.arange(n).reshape(grid), arr.shape)):
+                ctx.suggest(dims[k], size, "a flat index column + row * stride spans the stride")
 
 
 def _binary_values(ctx: NodeCtx, op: str, vals: list[list[Dim]]) -> list[Dim] | None:
