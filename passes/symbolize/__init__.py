@@ -23,7 +23,7 @@ from typing import Any
 import onnx
 
 from onnxsurgery.errors import OnnxSurgeryError
-from onnxsurgery.model.io import weightless
+from onnxsurgery.model.io import is_large, restore_weights, weightless
 from onnxsurgery.passes.symbolize.blockers import blocker_summary, group_blockers
 from onnxsurgery.passes.symbolize.check import (
     LEVELS,
@@ -230,12 +230,21 @@ class Symbolize(Pass):
                 for g in group_blockers(plan.blockers)
             ]
         ctx.stage("rewriting")
-        new = apply_plan(model, plan)
+        # The rewrite changes the graph, not the weights: it edits a weightless copy, which the
+        # check runs with the original's weights, and which gets them back only at the end, so
+        # two full copies of the weights never sit beside the check's sessions.
+        bare = weightless(model)
+        # (Over 2 GB even so, ORT reads it from a file, weights and all: a full copy, then.)
+        new = apply_plan(model if is_large(bare) else bare, plan)
         if reading is not None:  # what the reference cases chose where the graph could not
             new = reading(new)
-        # The rewrite was the last reader of the constants' arrays (as large as the weights):
-        # the check and the report need none of them.
+        # The rewrite was the last reader of the constants' arrays (as large as the weights),
+        # and of the original's nodes: the check and the report need none of them. The plan is
+        # the run's report and outlives the input model: it keeps the graph it analysed, not
+        # the weights.
         plan.analysis.consts.clear()
+        plan.analysis.producers.clear()
+        plan.analysis.model = bare
         modified = bool(plan.changes) or _io_changed(model, new)
         if not modified:
             diagnostics.append(Diagnostic.info("the model is already dynamic on these axes"))
@@ -276,10 +285,9 @@ class Symbolize(Pass):
         diagnostics.insert(
             0, Diagnostic.info(f"symbols {syms}; {len(plan.changes)} constant(s) rewritten")
         )
-        # The plan is the run's report and outlives the input model: let it keep the graph it
-        # analysed, not the weights.
-        plan.analysis.model = weightless(model)
-        return PassResult(new, modified=True, diagnostics=diagnostics, report=plan)
+        return PassResult(
+            restore_weights(new, model), modified=True, diagnostics=diagnostics, report=plan
+        )
 
     def _decide_by_references(
         self, model: onnx.ModelProto, plan: SymbolizePlan, ctx: PassContext
@@ -304,8 +312,11 @@ class Symbolize(Pass):
         elif nodes <= plan.grid_tables.keys():
             tables = [plan.grid_tables[n] for n in sorted(nodes)]
             what = f"{len(tables)} table(s) over a patch grid"
+            arrays = {t.tensor: plan.analysis.consts[t.tensor] for t in tables}
             readings = {
-                f"resized {how} to the grid": (lambda m, how=how: resize_tables(m, tables, how))
+                f"resized {how} to the grid": (
+                    lambda m, how=how: resize_tables(m, tables, how, arrays)
+                )
                 for how in GRID_RESIZES
             }
         else:
@@ -313,7 +324,8 @@ class Symbolize(Pass):
         references = self._references(ctx)
         if not references:
             return None, None
-        base = apply_plan(model, plan)
+        bare = weightless(model)
+        base = apply_plan(model if is_large(bare) else bare, plan)
         mapping = ctx.map_outputs if ctx.output_maps else None
         verdict = {}
         for label, rewrite in readings.items():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import re
+from collections.abc import Mapping
 
 import numpy as np
 import onnx
@@ -605,11 +606,15 @@ GRID_RESIZES = {
 
 
 def resize_tables(
-    model: onnx.ModelProto, tables: list[GridTable], how: str
+    model: onnx.ModelProto,
+    tables: list[GridTable],
+    how: str,
+    arrays: Mapping[str, np.ndarray],
 ) -> onnx.ModelProto | None:
     """A copy of ``model`` where each table's grid rows are resized (``how``: a key of
     :data:`GRID_RESIZES`) from their traced grid to the run-time size of axes 2, 3 of the table's
-    ``grid`` tensor, its leading rows kept; None where a table is not an initializer."""
+    ``grid`` tensor, its leading rows kept; None where a table is not an initializer. ``arrays``
+    holds each table's values (``model`` may be a weightless copy)."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = out.graph
@@ -620,7 +625,7 @@ def resize_tables(
     for t in tables:
         if t.tensor not in inits or t.node not in nodes:
             return None
-        arr = numpy_helper.to_array(inits[t.tensor])
+        arr = arrays[t.tensor]
         dim, (h, w) = arr.shape[2], t.shape
         base = _safe(f"symbolize/{t.tensor}/{how}")
         leads.add(f"{base}/lead")
