@@ -67,16 +67,13 @@ EXPECTED_BLOCKERS: dict[Key, str] = {
 #: that holds only there, or a loop unrolled at trace time.
 BLOCKER_REASON = (
     r"follow no pattern|do not pin that down|one point cannot tell|holds only at the traced size|"
-    r"loop unrolled at trace time"
+    r"loop unrolled at trace time|a relative-position bias .* folded for distances|"
+    r"TensorFlow 'same' padding at the traced size"
 )
 
 #: Expected refusals that come from the check, not the planner: the pattern their message
 #: must match (the planned-blocker wording and BLOCKER_REASON apply to every other entry).
-CHECK_REFUSALS: dict[Key, str] = {
-    ("mobilenet_v2", None, None, "all"): (
-        r"check at batch=\d+, height=\d+, width=\d+: ONNX Runtime failed: .*running Conv node"
-    ),
-}
+CHECK_REFUSALS: dict[Key, str] = {}
 
 #: Cases symbolize should handle and does not yet (what breaks, for whoever fixes it).
 KNOWN_FAILURES: dict[Key, str] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import sys
 
 import onnx
 import pytest
@@ -159,3 +160,29 @@ def test_report_table_shows_bracketed_values_verbatim(tiny_model):
     console = Console(record=True, width=200)
     console.print(run(tiny_model, [Bracketed()]))
     assert "[4, -1] -> [batch, -1]" in console.export_text()
+
+
+class Renewer(Pass):
+    """Returns a new model, as most passes do; records the model it was given."""
+
+    name = "renewer"
+    given: list[onnx.ModelProto] = []
+    held: list[int] = []
+
+    def run(self, model, ctx):
+        if Renewer.given:  # the model the previous pass was given, now replaced by its result
+            Renewer.held.append(sys.getrefcount(Renewer.given[-1]))
+        Renewer.given.append(model)
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
+        return PassResult(out, modified=True)
+
+
+def test_a_pass_input_is_dropped_once_the_pass_returns(tiny_model, tmp_path):
+    # Two models at once cost two copies of every weight: once a pass returns, the run keeps
+    # its result only (refcount: the list above and getrefcount's own argument, nothing else).
+    path = tmp_path / "m.onnx"
+    onnx.save(tiny_model, path)
+    Renewer.given, Renewer.held = [], []
+    run(path, [Renewer(), Renewer()])
+    assert Renewer.held == [2]

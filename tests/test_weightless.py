@@ -6,12 +6,15 @@ from the full model's bytes; the weightless forms must give the same verdicts, s
 
 from __future__ import annotations
 
+import gc
+import types
 from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from google.protobuf.message import Message
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxsurgery import load_model
@@ -25,7 +28,8 @@ from onnxsurgery.model.io import (
     weightless,
 )
 from onnxsurgery.passes.cleanup import Cleanup
-from onnxsurgery.validation.runtime import create_session
+from onnxsurgery.passes.symbolize import Symbolize
+from onnxsurgery.validation.runtime import create_session, session_weights
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 REAL_MODELS = sorted(FIXTURES.glob("*/torchscript/model.onnx"))[:6]
@@ -238,3 +242,88 @@ def test_a_session_sharing_weights_with_another_runs_its_own_model():
     for session, m in ((first, model), (second, changed)):
         ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
         np.testing.assert_array_equal(session.run(None, x)[0], ref.run(None, x)[0])
+
+
+def test_a_weightless_copy_runs_on_the_weights_another_session_left():
+    # The check builds its rewritten model's session from a weightless copy once the original's
+    # session is gone: each placeholder takes the shared weight of its name (oracle: a session
+    # from the full model's bytes); a placeholder nothing fills is refused, never run on zeros.
+    model = mixed_weights_model()
+    first = create_session(model, "cpu", prepack=False)
+    shared = session_weights(first)
+    del first
+    second = create_session(weightless(model), "cpu", prepack=False, share_with=shared)
+    assert second._onnxsurgery_weights["w32"] is shared["w32"][1]
+    x = {"x": np.random.default_rng(4).standard_normal((2, 64)).astype(np.float32)}
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(second.run(None, x)[0], ref.run(None, x)[0])
+    with pytest.raises(ValueError, match="'w32' is a placeholder no shared weight fills"):
+        create_session(weightless(model), "cpu", share_with={})
+
+
+def test_symbolize_checks_a_model_with_weights_of_every_float_type():
+    # The rewrite edits a weightless copy and the check runs it on the original's weights,
+    # bfloat16 ones (no OrtValue here) included; the result carries every weight's bytes.
+    model = mixed_weights_model()
+    shape = numpy_helper.from_array(np.array([2, 8, 8], dtype=np.int64), "shape")
+    model.graph.initializer.append(shape)
+    model.graph.node.append(helper.make_node("Reshape", ["y", "shape"], ["z"]))
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 8, 8]))
+    before = {t.name: t.SerializeToString() for t in model.graph.initializer}
+
+    result = Symbolize(**{"x:0": "batch"})(model)
+
+    assert "batch: rows" in str(result.diagnostics)
+    after = {t.name: t for t in result.model.graph.initializer}
+    for name in ("w32", "w16", "wbf", "idx"):
+        assert after[name].SerializeToString() == before[name]
+    x = {"x": np.random.default_rng(5).standard_normal((3, 64)).astype(np.float32)}
+    got = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = np.concatenate([ref.run(None, {"x": x["x"][i : i + 2]})[0] for i in (0, 1)])
+    np.testing.assert_allclose(got.run(None, x)[0][[0, 1, 2]], want[[0, 1, 3]], rtol=1e-5)
+
+
+def test_symbolize_report_keeps_no_part_of_the_input_model():
+    # The report outlives the pass; any node or tensor of the input it held would keep every
+    # weight of the input alive (protobuf frees a model only with its last part).
+    model = mixed_weights_model()
+    shape = numpy_helper.from_array(np.array([2, 8, 8], dtype=np.int64), "shape")
+    model.graph.initializer.append(shape)
+    model.graph.node.append(helper.make_node("Reshape", ["y", "shape"], ["z"]))
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 8, 8]))
+    plan = Symbolize(**{"x:0": "batch"})(model).report
+    seen, stack, messages = set(), [plan], []
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, (str, bytes, int, float, np.ndarray, type)):
+            continue  # a class leads to its module and every object of the test session
+        if isinstance(obj, (types.ModuleType, types.FunctionType, types.MethodType)):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, Message):
+            messages.append(obj)
+            continue
+        stack.extend(gc.get_referents(obj))
+    assert messages == [plan.analysis.model]  # a weightless copy
+    assert not any(t.raw_data for t in plan.analysis.model.graph.initializer if t.name == "w32")
+
+
+def test_symbolize_over_the_protobuf_limit_checks_a_full_copy(monkeypatch):
+    # Over 2 GB even without its float weights, a model reaches ORT by path, weights and all,
+    # so the rewrite edits a full copy (the limit is lowered here; oracle: the same model made
+    # below the limit, byte for byte).
+    import onnxsurgery.model.io as io
+
+    def model():
+        m = mixed_weights_model()
+        m.graph.initializer.append(numpy_helper.from_array(np.array([2, 8, 8], np.int64), "shape"))
+        m.graph.node.append(helper.make_node("Reshape", ["y", "shape"], ["z"]))
+        m.graph.output[0].CopyFrom(helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 8, 8]))
+        return m
+
+    small = Symbolize(**{"x:0": "batch"})(model())
+    monkeypatch.setattr(io, "LARGE_MODEL_BYTES", 1024)
+    large = Symbolize(**{"x:0": "batch"})(model())
+    assert "batch: rows" in str(large.diagnostics)
+    assert large.model.SerializeToString() == small.model.SerializeToString()

@@ -222,6 +222,9 @@ class Pipeline:
             stage(f"reading {source_path.name}")
             loaded = read_model_file(source_path)
             current, source_external = loaded.model, loaded.external_data
+            # `current` is the one reference the run keeps: a pass's input is freed once the
+            # pass returns (a model and its successor never both stay, nor the file's).
+            del loaded
         try:
             check_sizes(current)
         except LimitExceeded as exc:

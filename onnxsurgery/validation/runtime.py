@@ -30,7 +30,7 @@ from onnxsurgery.errors import ProviderError, UsageError
 from onnxsurgery.limits import LimitExceeded, check_sizes
 from onnxsurgery.limits import current as current_limits
 from onnxsurgery.model.dtypes import np_dtype
-from onnxsurgery.model.io import is_large, save_model, weightless
+from onnxsurgery.model.io import PLACEHOLDER, is_large, save_model, tensor_nbytes, weightless
 from onnxsurgery.model.walk import default_opset
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "ProviderChoice",
     "resolve_provider",
     "create_session",
+    "session_weights",
     "run_session",
     "run_model",
     "describe_ort_error",
@@ -267,16 +268,22 @@ def create_session(
     *,
     threads: int | None = None,
     spin: bool = True,
-    share_with: ort.InferenceSession | None = None,
+    prepack: bool = True,
+    share_with: ort.InferenceSession | Mapping[str, SharedWeight] | None = None,
 ) -> ort.InferenceSession:
     """An InferenceSession for ``model`` (a ModelProto or a path) on the chosen provider.
 
     ``spin=False`` stops ORT's worker threads from busy-waiting after each run, so numpy work
     between runs (validation's comparisons) gets the CPU.
 
-    ``share_with``: another session made here; each weight of ``model`` with the name, type,
-    shape and bytes of one of its weights is handed to ORT as that same buffer, not a second
-    copy (a rewritten model beside its original shares nearly all its weights).
+    ``prepack=False`` keeps ORT from making a packed copy of every MatMul/Gemm weight: a
+    session run a few times at small sizes (a check) is built faster, in less memory.
+
+    ``share_with``: another session made here, or its :func:`session_weights` (kept after the
+    session is gone); each weight of ``model`` with the name, type, shape and bytes of one of
+    its weights is handed to ORT as that same buffer, not a second copy (a rewritten model
+    beside its original shares nearly all its weights). A placeholder weight of a weightless
+    copy (``model.io.weightless``) takes the shared weight of its name, type and shape.
 
     Raises whatever ONNX Runtime raises when the model is invalid; callers translate it with
     :func:`describe_ort_error` into their own error.
@@ -291,11 +298,12 @@ def create_session(
         options.intra_op_num_threads = threads
     if not spin:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if not prepack:
+        options.add_session_config_entry("session.disable_prepacking", "1")
+    shared = share_with if isinstance(share_with, Mapping) else session_weights(share_with)
     with quiet_stderr():
         if isinstance(model, onnx.ModelProto):
-            bare, weights, arrays = _split_weights(
-                model, getattr(share_with, "_onnxsurgery_arrays", None) or {}
-            )
+            bare, weights, arrays = _split_weights(model, shared)
             if is_large(bare):
                 with tempfile.TemporaryDirectory(prefix="onnxsurgery-session-") as tmp:
                     path = save_model(model, Path(tmp) / "model.onnx", external_data=True)
@@ -311,6 +319,17 @@ def create_session(
         return ort.InferenceSession(str(model), options, providers=choice.providers)
 
 
+#: A weight handed to ORT: its array and the OrtValue over it (None: its bytes, for a type
+#: that goes to ORT inside the model).
+SharedWeight = tuple[np.ndarray, ort.OrtValue | None]
+
+
+def session_weights(session: ort.InferenceSession | None) -> Mapping[str, SharedWeight]:
+    """The weights ``create_session`` handed to ORT for ``session`` (empty for any other), for
+    ``create_session(share_with=...)`` once ``session`` itself is gone."""
+    return getattr(session, "_onnxsurgery_arrays", None) or {}
+
+
 #: Weight types handed to ORT as OrtValues over numpy arrays (others stay in the model bytes).
 _NUMPY_WEIGHTS = frozenset(
     (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16)
@@ -318,8 +337,8 @@ _NUMPY_WEIGHTS = frozenset(
 
 
 def _split_weights(
-    model: onnx.ModelProto, shared: Mapping[str, tuple[np.ndarray, ort.OrtValue]]
-) -> tuple[onnx.ModelProto, dict[str, ort.OrtValue], dict[str, tuple[np.ndarray, ort.OrtValue]]]:
+    model: onnx.ModelProto, shared: Mapping[str, SharedWeight]
+) -> tuple[onnx.ModelProto, dict[str, ort.OrtValue], dict[str, SharedWeight]]:
     """The model without its large weights' data, those weights as OrtValues by name, and
     (array, OrtValue) by name for a later session to share.
 
@@ -331,16 +350,34 @@ def _split_weights(
     bare = weightless(model)
     originals = {t.name: t for t in model.graph.initializer}
     weights: dict[str, ort.OrtValue] = {}
-    arrays: dict[str, tuple[np.ndarray, ort.OrtValue]] = {}
+    arrays: dict[str, SharedWeight] = {}
     for k, stub in enumerate(bare.graph.initializer):
         original = originals[stub.name]
-        if (
-            stub.data_location != onnx.TensorProto.EXTERNAL
-            or original.data_location == onnx.TensorProto.EXTERNAL
-        ):
+        if stub.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        if original.data_location == onnx.TensorProto.EXTERNAL:
+            if original.external_data and original.external_data[0].value == PLACEHOLDER:
+                known = shared.get(stub.name)
+                if known is None or (
+                    (known[0].nbytes, known[0].ndim) != (tensor_nbytes(stub), 1)
+                    if known[1] is None
+                    else (known[0].shape, known[0].dtype)
+                    != (tuple(stub.dims), np_dtype(stub.data_type))
+                ):
+                    raise ValueError(f"weight {stub.name!r} is a placeholder no shared weight fills")
+                arrays[stub.name] = known
+                if known[1] is None:  # a type handed to ORT in the model's bytes
+                    filled = bare.graph.initializer[k]
+                    filled.ClearField("external_data")
+                    filled.ClearField("data_location")
+                    filled.raw_data = known[0].tobytes()
+                else:
+                    weights[stub.name] = known[1]
             continue
         if stub.data_type not in _NUMPY_WEIGHTS:
             bare.graph.initializer[k].CopyFrom(original)
+            # kept for a weightless copy's placeholder of this name (its bytes, no OrtValue)
+            arrays[stub.name] = (np.frombuffer(original.raw_data, dtype=np.uint8), None)
             continue
         array = np.frombuffer(original.raw_data, dtype=np_dtype(stub.data_type))
         array = array.reshape(tuple(stub.dims))

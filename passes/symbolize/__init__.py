@@ -17,17 +17,28 @@ The pass reads as stages, each a module that only reads what the one before it p
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import onnx
 
 from onnxsurgery.errors import OnnxSurgeryError
-from onnxsurgery.model.io import weightless
+from onnxsurgery.model.io import is_large, restore_weights, weightless
 from onnxsurgery.passes.symbolize.blockers import blocker_summary, group_blockers
-from onnxsurgery.passes.symbolize.check import LEVELS, check_dynamic, traced_only
+from onnxsurgery.passes.symbolize.check import (
+    LEVELS,
+    check_dynamic,
+    reference_mismatch,
+    traced_only,
+)
 from onnxsurgery.passes.symbolize.feeds import shape_inputs
 from onnxsurgery.passes.symbolize.plan import SymbolizePlan, normalize_axes, plan_symbolize
-from onnxsurgery.passes.symbolize.rewrite import apply_plan
+from onnxsurgery.passes.symbolize.rewrite import (
+    GRID_RESIZES,
+    apply_plan,
+    resize_tables,
+    same_padding,
+)
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.validation.references import load_cases
@@ -76,7 +87,16 @@ class Symbolize(Pass):
       over ``[seq, past + seq]`` (queries against keys that add the cache) counts both bounds
       from past, a sliding window's lower one too (``past - w < j - i <= past``: the window
       keeps its width, only its offset moves);
-    - symbols the graph ties together (``total = past + seq``) become relations, kept by the check.
+    - symbols the graph ties together (``total = past + seq``) become relations, kept by the check;
+    - a strided Conv or pool padded by TensorFlow's 'same' rule for the traced size (a Pad before
+      it, or uneven pads of its own) is a blocker: the source may compute that padding from the
+      size (transformers' ``tf_padding``) or pad by fixed amounts. Reference cases decide: the
+      fixed pads are kept, or the op rewritten to ``auto_pad=SAME_UPPER``, whichever alone
+      matches them (MobileNetV2 with one case at 48x64 then matches torch at 40x24);
+    - likewise a learned [1, lead + h*w, dim] table added whole over a patch grid (DINOv2 by
+      dynamo: torch interpolates it at other resolutions, in code the export skipped): reference
+      cases at another grid choose a bicubic or bilinear resize of its grid rows (torch's
+      ``F.interpolate(..., align_corners=False)``), whichever alone matches them.
 
         x[4,3,32,32] ─ ... ─ Reshape(shape=[4, -1]) ─ Gemm
         =>
@@ -192,6 +212,9 @@ class Symbolize(Pass):
         except ValueError as exc:
             self.fail(str(exc))
         diagnostics = [Diagnostic.warning(n) for n in plan.notes]
+        decided, reading = self._decide_by_references(model, plan, ctx)
+        if decided is not None:
+            diagnostics.append(Diagnostic.info(decided))
         if plan.blockers:
             if self.strict:
                 plan.analysis.consts.clear()  # the report keeps no weights (as on success)
@@ -207,10 +230,21 @@ class Symbolize(Pass):
                 for g in group_blockers(plan.blockers)
             ]
         ctx.stage("rewriting")
-        new = apply_plan(model, plan)
-        # The rewrite was the last reader of the constants' arrays (as large as the weights):
-        # the check and the report need none of them.
+        # The rewrite changes the graph, not the weights: it edits a weightless copy, which the
+        # check runs with the original's weights, and which gets them back only at the end, so
+        # two full copies of the weights never sit beside the check's sessions.
+        bare = weightless(model)
+        # (Over 2 GB even so, ORT reads it from a file, weights and all: a full copy, then.)
+        new = apply_plan(model if is_large(bare) else bare, plan)
+        if reading is not None:  # what the reference cases chose where the graph could not
+            new = reading(new)
+        # The rewrite was the last reader of the constants' arrays (as large as the weights),
+        # and of the original's nodes: the check and the report need none of them. The plan is
+        # the run's report and outlives the input model: it keeps the graph it analysed, not
+        # the weights.
         plan.analysis.consts.clear()
+        plan.analysis.producers.clear()
+        plan.analysis.model = bare
         modified = bool(plan.changes) or _io_changed(model, new)
         if not modified:
             diagnostics.append(Diagnostic.info("the model is already dynamic on these axes"))
@@ -251,10 +285,71 @@ class Symbolize(Pass):
         diagnostics.insert(
             0, Diagnostic.info(f"symbols {syms}; {len(plan.changes)} constant(s) rewritten")
         )
-        # The plan is the run's report and outlives the input model: let it keep the graph it
-        # analysed, not the weights.
-        plan.analysis.model = weightless(model)
-        return PassResult(new, modified=True, diagnostics=diagnostics, report=plan)
+        return PassResult(
+            restore_weights(new, model), modified=True, diagnostics=diagnostics, report=plan
+        )
+
+    def _decide_by_references(
+        self, model: onnx.ModelProto, plan: SymbolizePlan, ctx: PassContext
+    ) -> tuple[str | None, Callable[[onnx.ModelProto], onnx.ModelProto | None] | None]:
+        """Where every blocker is one the graph cannot decide but a rewrite could fix, and the run
+        has reference cases, let them decide between the readings (the plan's ``same_padding``:
+        fixed pads as exported, or ``auto_pad=SAME_UPPER``; its ``grid_tables``: the table
+        resized to the grid bicubically or bilinearly): the one that alone matches every case is
+        kept and the blockers go. Returns (what was decided, the rewrite to apply after the
+        plan's), or (None, None) with the blockers left as they are, told why if cases were given.
+        """
+        nodes = {b.node for b in plan.blockers}
+        if not (plan.blockers and self.check):
+            return None, None
+        if nodes <= plan.same_padding.keys():
+            ops = [plan.same_padding[n] for n in sorted(nodes)]
+            what = f"padding of {len(ops)} op(s)"
+            readings: dict[str, Callable] = {
+                "the fixed pads as exported": lambda m: m,
+                "'same' padding (auto_pad=SAME_UPPER)": lambda m: same_padding(m, ops),
+            }
+        elif nodes <= plan.grid_tables.keys():
+            tables = [plan.grid_tables[n] for n in sorted(nodes)]
+            what = f"{len(tables)} table(s) over a patch grid"
+            arrays = {t.tensor: plan.analysis.consts[t.tensor] for t in tables}
+            readings = {
+                f"resized {how} to the grid": (
+                    lambda m, how=how: resize_tables(m, tables, how, arrays)
+                )
+                for how in GRID_RESIZES
+            }
+        else:
+            return None, None
+        references = self._references(ctx)
+        if not references:
+            return None, None
+        bare = weightless(model)
+        base = apply_plan(model if is_large(bare) else bare, plan)
+        mapping = ctx.map_outputs if ctx.output_maps else None
+        verdict = {}
+        for label, rewrite in readings.items():
+            candidate = rewrite(base)
+            verdict[label] = (
+                "cannot be rewritten"
+                if candidate is None
+                else reference_mismatch(
+                    model, candidate, plan.axes, plan.symbols, references, ctx.provider, mapping
+                )
+            )
+        passed = [label for label, why in verdict.items() if why is None]
+        if len(passed) != 1:
+            why = (
+                f"match {' and '.join(passed)} alike (add cases at other sizes)"
+                if passed
+                else "match no reading: " + "; ".join(f"{k}: {v}" for k, v in verdict.items())
+            )
+            for blocker in plan.blockers:
+                blocker.why += f"; the reference cases given {why}"
+            return None, None
+        plan.blockers = []
+        others = ", ".join(label for label in readings if label not in passed)
+        return f"{what}: {passed[0]} matches the reference cases, {others} not", readings[passed[0]]
 
     def _references(self, ctx: PassContext) -> list:
         """The run's reference cases, or none."""

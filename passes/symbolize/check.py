@@ -19,7 +19,7 @@ node that broke (:func:`~onnxsurgery.validation.runtime.describe_ort_error`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Container, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,7 +31,12 @@ from onnxsurgery.passes.symbolize.feeds import case_sizes, check_feeds, unsized_
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.validation.arrays import compare_arrays
 from onnxsurgery.validation.references import Case
-from onnxsurgery.validation.runtime import create_session, describe_ort_error, run_model
+from onnxsurgery.validation.runtime import (
+    create_session,
+    describe_ort_error,
+    run_model,
+    session_weights,
+)
 from onnxsurgery.validation.tolerances import DEFAULT_ATOL
 
 __all__ = [
@@ -40,6 +45,7 @@ __all__ = [
     "check_dynamic",
     "check_sizes",
     "model_node",
+    "reference_mismatch",
     "traced_only",
 ]
 
@@ -192,9 +198,12 @@ def check_dynamic(
     result = CheckResult()
     where = ", ".join(f"{k}={v}" for k, v in base.items())
     feeds = check_feeds(model, axes, base, 0, batch_rows, references)
+    names = {o.name for o in model.graph.output}
+    # Everything the original model is asked, it is asked first, with one session; then that
+    # session (ORT's own copy of every weight) is gone before the rewritten model's is built.
+    # What it says is judged below in the order the checks read (its errors raised there too).
     try:
-        # One session of the original for every run of it below (each used to build its own).
-        reference = create_session(original, provider)
+        reference = create_session(original, provider, threads=1, prepack=False)
         expected = run_model(reference, feeds)
     except Exception as exc:  # noqa: BLE001 - ORT raises several types
         error = _fail(f"of the original model at the traced size {where}", exc)
@@ -213,10 +222,51 @@ def check_dynamic(
                 node=error.node,
             )
         raise error from None
+    not_batch: PassError | None = None
+    for sym in batch_rows:
+        if base[sym] >= 2:
+            try:
+                _original_rows_independent(
+                    reference, model, axes, output_dims, sym, base, feeds, expected,
+                    batch_rows, references, atol, rtol,
+                )  # fmt: skip
+            except PassError as exc:
+                not_batch = exc
+                break
+    steps_at = [
+        _SizeRun(size, ", ".join(f"{s}={v}" for s, v in size.items()),
+                 check_feeds(model, axes, size, k, batch_rows, references))
+        for k, size in enumerate(check_sizes(base, fixed, steps, relations)[1:], start=1)
+    ]  # fmt: skip
+    for run in steps_at:
+        for sym in base:
+            # Grown alone: the first traced-many rows (batches: rows are independent, so they
+            # must) or positions (a causal prefix may; a mismatch proves nothing) can be set
+            # against the original model at its traced size.
+            grown = run.size[sym] > base[sym] and all(
+                run.size[o] == base[o] for o in base if o != sym
+            )
+            related = any(sym in v.atoms() for v in (relations or {}).values())
+            in_axis, out_axis = _axes_of(axes, output_dims, sym, names)
+            if not grown or related or sym in fixed or not in_axis or not out_axis:
+                continue
+            try:
+                run.heads[sym] = run_model(reference, _head(run.inputs, in_axis, base[sym]))
+            except Exception as exc:  # noqa: BLE001 - judged where the check reads it
+                run.heads[sym] = exc
     try:
-        session = create_session(model, provider, share_with=reference)
+        claimed, floor = _claimed_cases(reference, axes, base, fixed, references, output_map)
+    except PassError as exc:
+        claimed, floor, unmapped = [], {}, exc
+    else:
+        unmapped = None
+    shared = session_weights(reference)
+    del reference
+    try:
+        session = create_session(model, provider, threads=1, prepack=False, share_with=shared)
     except Exception as exc:  # noqa: BLE001
         raise _fail("loading the rewritten model", exc) from None
+    del shared
     try:
         got = run_model(session, feeds)
     except Exception as exc:  # noqa: BLE001
@@ -244,19 +294,14 @@ def check_dynamic(
             raise PassError(
                 f"check at the traced size {where}: output {name!r} differs from the original"
             )
-    for sym in batch_rows:
-        if base[sym] >= 2:
-            _original_rows_independent(
-                reference, model, axes, output_dims, sym, base, feeds, expected,
-                batch_rows, references, atol, rtol,
-            )  # fmt: skip
+    if not_batch is not None:
+        raise not_batch
     result.sizes.append(base)
     rows_shown: set[str] = set()
     rows_original: set[str] = set()  # the first traced-many rows matched the original model
     prefix: set[str] = set()  # a larger run's first traced-many positions matched the original
-    for k, size in enumerate(check_sizes(base, fixed, steps, relations)[1:], start=1):
-        text = ", ".join(f"{s}={v}" for s, v in size.items())
-        inputs = check_feeds(model, axes, size, k, batch_rows, references)
+    for run in steps_at:
+        size, text, inputs = run.size, run.text, run.inputs
         try:
             outs = run_model(session, inputs)
         except Exception as exc:  # noqa: BLE001
@@ -268,23 +313,13 @@ def check_dynamic(
                 ):
                     result.rows_checked = True
                     rows_shown.add(sym)
-        for sym in base:
-            # Grown alone: the first traced-many rows (batches: rows are independent, so they
-            # must) or positions (a causal prefix may; a mismatch proves nothing) can be set
-            # against the original model at its traced size.
-            grown = size[sym] > base[sym] and all(size[o] == base[o] for o in base if o != sym)
-            related = any(sym in v.atoms() for v in (relations or {}).values())
-            in_axis, out_axis = _axes_of(axes, output_dims, sym, outs)
-            if not grown or related or sym in fixed or not in_axis or not out_axis:
-                continue
+        for sym, want in run.heads.items():
             n = base[sym]
+            _, out_axis = _axes_of(axes, output_dims, sym, outs)
             if sym in batch_rows:
-                try:
-                    bad = _first_vs_original(
-                        reference, in_axis, out_axis, n, inputs, outs, atol, rtol
-                    )
-                except Exception as exc:  # noqa: BLE001
-                    raise _fail(f"of the original model on the first {n} rows ({text})", exc) from None
+                if isinstance(want, Exception):
+                    raise _fail(f"of the original model on the first {n} rows ({text})", want) from None
+                bad = _first_differs(want, out_axis, n, outs, atol, rtol)
                 if bad is not None:
                     raise PassError(
                         f"check at {text}: the first {n} {sym} rows of output {bad!r} differ from "
@@ -292,15 +327,9 @@ def check_dynamic(
                         f"traced {sym}"
                     )
                 rows_original.add(sym)
-                continue
-            try:
-                bad = _first_vs_original(
-                    reference, in_axis, out_axis, n, inputs, outs, atol, rtol
-                )
-            except Exception:  # noqa: BLE001 - the original may not run on a prefix: no oracle
-                continue
-            if bad is None:
-                prefix.add(sym)
+            elif not isinstance(want, Exception):  # the original may not run on a prefix
+                if _first_differs(want, out_axis, n, outs, atol, rtol) is None:
+                    prefix.add(sym)
         for name, dims in output_dims.items():
             if dims is None or name not in outs:
                 continue
@@ -321,9 +350,9 @@ def check_dynamic(
                     "from the symbols"
                 )
         result.sizes.append(size)
-    covered = _check_references(
-        reference, model, session, axes, base, fixed, references, output_map, result
-    )
+    if unmapped is not None:
+        raise unmapped
+    covered = _check_references(model, session, base, claimed, floor, result)
     for sym in base:
         if sym in fixed:
             result.levels[sym], result.oracles[sym] = "traced-only", "kept at its traced size"
@@ -348,6 +377,45 @@ def check_dynamic(
                 else ""
             )
     return result
+
+
+@dataclass
+class _SizeRun:
+    """One size the rewritten model runs at, its inputs, and the original model's outputs on
+    their first traced-many entries along each symbol grown alone (or the error it raised)."""
+
+    size: dict[str, int]
+    text: str
+    inputs: dict[str, np.ndarray]
+    heads: dict[str, dict[str, np.ndarray] | Exception] = field(default_factory=dict)
+
+
+def reference_mismatch(
+    original: onnx.ModelProto,
+    model: onnx.ModelProto,
+    axes: Mapping[str, Mapping[int, str]],
+    traced: Mapping[str, int],
+    references: Sequence[Case],
+    provider: str = "auto",
+    output_map: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None = None,
+) -> str | None:
+    """Run ``model`` (``original`` rewritten; its weights may be placeholders of a weightless
+    copy, shared from the original's session) on the reference cases alone, as
+    :func:`check_dynamic` does: why the first one fails, or None. For telling apart rewrites the
+    graph alone cannot choose between."""
+    try:
+        reference = create_session(original, provider, threads=1, prepack=False)
+        claimed, floor = _claimed_cases(reference, axes, traced, frozenset(), references, output_map)
+        shared = session_weights(reference)
+        del reference
+        session = create_session(model, provider, threads=1, prepack=False, share_with=shared)
+        del shared
+        _check_references(model, session, traced, claimed, floor, CheckResult())
+    except OnnxSurgeryError as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - ORT raises several types
+        return str(_fail("building a session", exc, model))
+    return None
 
 
 def traced_only(traced: Mapping[str, int]) -> CheckResult:
@@ -379,21 +447,17 @@ def _export_error(
     return floor
 
 
-def _check_references(
+def _claimed_cases(
     original: ort.InferenceSession,
-    model: onnx.ModelProto,
-    session,
     axes: Mapping[str, Mapping[int, str]],
     base: Mapping[str, int],
     fixed: Set[str],
     references: Sequence[Case],
     output_map: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None,
-    result: CheckResult,
-) -> dict[str, set[int]]:
-    """Run every reference case the model claims; a mismatch fails the check (at the default
-    tolerance, or the original model's own error at the traced size where that is larger).
-    Returns, per symbol, the sizes other than the traced one that matching cases covered."""
-    covered: dict[str, set[int]] = {}
+) -> tuple[list[tuple[Case, dict[str, int], Mapping[str, np.ndarray]]], dict[str, float]]:
+    """The reference cases the model claims (none moving a symbol in ``fixed``), each with its
+    sizes and its outputs mapped onto the model's; and per output, the original model's own
+    error at the traced size where the default tolerance is too tight (:func:`_export_error`)."""
     claimed = []
     for case in references:
         sizes = case_sizes(axes, case.inputs)
@@ -407,7 +471,22 @@ def _check_references(
             ) from None
         claimed.append((case, sizes, want))
     traced = [(c, w) for c, sizes, w in claimed if all(sizes.get(s, v) == v for s, v in base.items())]
-    floor = _export_error(original, traced)
+    return claimed, _export_error(original, traced)
+
+
+def _check_references(
+    model: onnx.ModelProto,
+    session,
+    base: Mapping[str, int],
+    claimed: Sequence[tuple[Case, dict[str, int], Mapping[str, np.ndarray]]],
+    floor: Mapping[str, float],
+    result: CheckResult,
+) -> dict[str, set[int]]:
+    """Run every reference case the model claims (:func:`_claimed_cases`); a mismatch fails the
+    check (at the default tolerance, or the original model's own error at the traced size where
+    that is larger). Returns, per symbol, the sizes other than the traced one that matching cases
+    covered."""
+    covered: dict[str, set[int]] = {}
     for case, sizes, want in claimed:
         where = f"reference case {case.name} ({', '.join(f'{k}={v}' for k, v in sizes.items())})"
         try:
@@ -435,9 +514,10 @@ def _axes_of(
     axes: Mapping[str, Mapping[int, str]],
     output_dims: Mapping[str, list[Dim | None] | None],
     sym: str,
-    outs: Mapping[str, np.ndarray],
+    outs: Container[str],
 ) -> tuple[dict[str, int], dict[str, int]]:
-    """The input axes ``sym`` names, and the one output axis per output that follows it."""
+    """The input axes ``sym`` names, and the one output axis per output (of those in ``outs``)
+    that follows it."""
     in_axis = {name: a for name, spec in axes.items() for a, s in spec.items() if s == sym}
     out_axis = {}
     for name, dims in output_dims.items():
@@ -491,20 +571,16 @@ def _original_rows_independent(
             )
 
 
-def _first_vs_original(
-    original: ort.InferenceSession,
-    in_axis: Mapping[str, int],
+def _first_differs(
+    want: Mapping[str, np.ndarray],
     out_axis: Mapping[str, int],
     n: int,
-    inputs: Mapping[str, np.ndarray],
     outs: Mapping[str, np.ndarray],
     atol: float,
     rtol: float,
 ) -> str | None:
-    """The first output whose first ``n`` entries (along ``out_axis``) differ from the original
-    model run on the first ``n`` entries of the inputs (along ``in_axis``); None when all agree.
-    ONNX Runtime errors propagate."""
-    want = run_model(original, _head(inputs, in_axis, n))
+    """The first output whose first ``n`` entries (along ``out_axis``) differ from ``want``, the
+    original model run on the first ``n`` entries of the inputs; None when all agree."""
     for name, axis in out_axis.items():
         ref = want.get(name)
         if ref is None or not _agree(np.take(outs[name], range(n), axis=axis), ref, atol, rtol):

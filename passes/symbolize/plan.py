@@ -17,6 +17,7 @@ The plan has ``to_dict()`` for JSON reports and ``__rich__()`` for the terminal.
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,6 +116,20 @@ class Change:
 
 
 @dataclass
+class GridTable:
+    """A [1, lead + h*w, dim] table read by ``node`` (input ``index``, tensor ``tensor``) whose
+    ``h*w`` rows are a grid of the traced size of axes 2, 3 of ``grid`` (a patch embedding's
+    output), after ``lead`` rows that do not move (class tokens)."""
+
+    node: str
+    index: int
+    tensor: str
+    grid: str
+    lead: int
+    shape: tuple[int, int]
+
+
+@dataclass
 class SymbolizePlan:
     """The preview: symbols, changes, blockers, symbolic output shapes, notes."""
 
@@ -132,6 +147,14 @@ class SymbolizePlan:
     relations: dict[str, Dim] = field(default_factory=dict)
     #: the check's result (per-symbol verification levels), set by the pass after the check
     verification: Any = field(default=None, repr=False)
+    #: blockers for 'same' padding baked at the traced size (blocker node -> the window op, and
+    #: the Pad node before it or None), each rewritable as ``auto_pad=SAME_UPPER``: reference
+    #: cases can decide between that and the fixed pads as exported
+    same_padding: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    #: blockers for a learned table added whole whose length is a strided op's traced grid
+    #: (DINOv2's position embeddings): blocker node -> :class:`GridTable`; reference cases can
+    #: confirm it is resized to the grid at other sizes, as torch code that the export skipped
+    grid_tables: dict[str, GridTable] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -220,11 +243,73 @@ def _sym_tuple(syms: str) -> tuple[str, ...]:
     return tuple(x for x in syms.split(", ") if x)
 
 
+def _input_symbols(a: ShapeAnalysis, sol: Solution, atoms: set[str]) -> set[str]:
+    """The input-axis symbols behind ``atoms``: symbols themselves, what the solver made an
+    unknown, and the dims a strided op divides for a run-time division (``$o1`` =
+    ``(height - 8) // 8 + 1`` is height's)."""
+    divides: dict[str, str] = {}
+    for (num, den, _), d in a.floors.items():
+        for atom in d.atoms():
+            divides[atom] = f"{num} {den}"
+    for atom, num, den, _ in a.pending_floors:
+        divides[atom] = f"{num} {den}"
+    found: set[str] = set()
+    todo, seen = list(atoms), set()
+    while todo:
+        atom = todo.pop()
+        if atom in seen:
+            continue
+        seen.add(atom)
+        if atom in a.symbols:
+            found.add(atom)
+        elif atom in sol.values:
+            todo += sol.values[atom].atoms()
+        elif atom in divides:
+            todo += re.findall(r"[$\w]+", divides[atom])
+    return found
+
+
+def _dim_text(a: ShapeAnalysis, sol: Solution, d: Dim) -> str:
+    """``d`` in the input symbols where the run-time divisions behind it are known
+    (``$o1*$o2 + 1`` is ``((height - 8)//8 + 1)*((width - 8)//8 + 1) + 1``); where that is long
+    or not known, which symbols it is computed from."""
+    exprs: dict[str, str] = {}
+    for (num, den, plus), q in a.floors.items():
+        for atom in q.atoms():
+            exprs[atom] = f"({num})//{den}" + (f" + {plus}" if plus else "")
+    for atom, num, den, plus in a.pending_floors:
+        exprs[atom] = f"({num})//{den}" + (f" + {plus}" if plus else "")
+
+    def spell(m: re.Match) -> str:
+        atom = m.group()
+        value = sol.values.get(atom)
+        text = str(value) if value is not None and value != Dim.sym(atom) else exprs.get(atom)
+        if text is None:
+            return atom
+        return text if re.fullmatch(r"[$\w]+", text) else f"({text})"
+
+    text = str(d)
+    for _ in range(8):
+        new = re.sub(r"\$\w+", spell, text)
+        if new == text:
+            break
+        text = new
+    if "$" not in text and len(text) <= 60 and text.count("//") <= 2:
+        return text
+    syms = sorted(_input_symbols(a, sol, d.atoms()))
+    return f"a size computed from {', '.join(syms)}" if syms else str(d)
+
+
+def _axes_text(analysis: ShapeAnalysis, syms: str) -> str:
+    """The input axes (``input:axis``) the symbols ``syms`` name, the first four listed."""
+    where = [f"{i}:{a}" for s in syms.split(", ") for i, a in analysis.symbols.get(s, [])]
+    return ", ".join(where[:4]) + (f" and {len(where) - 4} more axes" if len(where) > 4 else "")
+
+
 def _fix_text(analysis: ShapeAnalysis, syms: str) -> str:
     if not syms:
         return "this size is data-dependent or fixed by the model; no renaming of constants generalizes it"
-    where = [f"{i}:{a}" for s in syms.split(", ") for i, a in analysis.symbols.get(s, [])]
-    axes = ", ".join(where[:4]) + (f" and {len(where) - 4} more axes" if len(where) > 4 else "")
+    axes = _axes_text(analysis, syms)
     return (
         f"re-export with dynamic axes for {syms} (torch.onnx.export dynamic_axes=..., or "
         f"dynamic_shapes=... with dynamo=True) so the exporter keeps this size symbolic, "
@@ -246,9 +331,21 @@ def _conflict_blockers(plan_a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
             tv = f"{lhs} = {lhs.evaluate(traced)}, {rhs} = {rhs.evaluate(traced)}"
         except KeyError:
             tv = f"{lhs}, {rhs}"
+        pair = {str(lhs), str(rhs)}
+        twins = pair <= set(plan_a.symbols) and len(pair) == 2
+        if twins:  # one order, so "seq == tgt" and "tgt == seq" are one kind of blocker
+            lhs, rhs = sorted((lhs, rhs), key=str)
         why = (
             f"{c.why}: needs {_pretty(lhs)} == {_pretty(rhs)}, which holds only at the traced size"
         )
+        if twins:
+            x, y = sorted(pair)
+            if plan_a.atoms[x].traced == plan_a.atoms[y].traced:
+                why += (
+                    f" (both {plan_a.atoms[x].traced} when traced: the exporter may have shared "
+                    "one tensor between them, as dynamo does with T5's encoder mask in its "
+                    "cross-attention)"
+                )
         blockers.append(
             Blocker(c.node, c.op, None, tv, why, _fix_text(plan_a, syms), _sym_tuple(syms))
         )
@@ -406,6 +503,186 @@ def _same_append(a: ShapeAnalysis, prev: onnx.NodeProto, cur: onnx.NodeProto) ->
         return True
     x, y = a.consts.get(prev.input[1]), a.consts.get(cur.input[1])
     return x is not None and y is not None and x.shape == y.shape and np.array_equal(x, y)
+
+
+_WINDOW_OPS = ("Conv", "MaxPool", "AveragePool", "LpPool")
+
+
+def _same_total(length: int, kernel: int, stride: int) -> int:
+    """TensorFlow's 'same' padding (ONNX ``auto_pad=SAME_UPPER``) of one axis: the total."""
+    return max((-(-length // stride) - 1) * stride + kernel - length, 0)
+
+
+def _same_pads(
+    a: ShapeAnalysis, sol: Solution
+) -> tuple[list[Blocker], dict[str, tuple[str, str | None]]]:
+    """Strided convolutions and pools padded by TensorFlow's 'same' rule for the traced length,
+    on a symbolic axis: by a Pad node before them or by uneven pads of their own (an exporter
+    folds such a Pad into the Conv). 'Same' padding changes with the length modulo the stride,
+    so the padding is either computed from the size in the source (transformers' ``tf_padding``:
+    the export baked the traced size's) or fixed (then right at every size): the graph cannot
+    tell which, and a wrong guess gives wrong values, not an error.
+
+    Also returns, per blocker node, the window op and its Pad (or None) where every spatial axis
+    is padded as ``auto_pad=SAME_UPPER`` would pad it at the traced size, so that rewrite is an
+    alternative for reference cases to confirm."""
+    blockers: list[Blocker] = []
+    alternatives: dict[str, tuple[str, str | None]] = {}
+    for node in a.model.graph.node:
+        if node.op_type not in _WINDOW_OPS:
+            continue
+        attrs = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+        if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+            continue
+        x = a.tensors.get(node.input[0])
+        if x is None or x.shape is None or len(x.shape) < 3:
+            continue
+        nsp = len(x.shape) - 2
+        kernel = attrs.get("kernel_shape")
+        if kernel is None and len(node.input) > 1 and a.consts.get(node.input[1]) is not None:
+            kernel = list(a.consts[node.input[1]].shape[2:])
+        if kernel is None or len(kernel) != nsp:
+            continue
+        strides = attrs.get("strides") or [1] * nsp
+        dil = attrs.get("dilations") or [1] * nsp
+        own = attrs.get("pads") or [0] * (2 * nsp)
+        pad_node, before = _pad_before(a, node.input[0], len(x.shape))
+        found: list[tuple[int, Dim, int, tuple[int, int], str]] = []
+        same_everywhere = not before or before[0] == before[1] == (0, 0)
+        for i in range(nsp):
+            extra = before[2 + i] if before else (0, 0)
+            k = (kernel[i] - 1) * dil[i] + 1
+            length = a.traced(x.shape[2 + i]) - extra[0] - extra[1]
+            total = _same_total(length, k, strides[i])
+            if (own[i] + extra[0], own[i + nsp] + extra[1]) != (total // 2, total - total // 2):
+                same_everywhere = False
+        for i in range(nsp):
+            d = sol.resolve(x.shape[2 + i])
+            if strides[i] < 2 or d.is_const():
+                continue
+            extra = before[2 + i] if before else (0, 0)
+            length = a.traced(d) - extra[0] - extra[1]
+            if pad_node is not None:
+                src = a.tensors.get(pad_node.input[0])
+                if src is not None and src.shape is not None:
+                    d = sol.resolve(src.shape[2 + i])
+            b, e = own[i] + extra[0], own[i + nsp] + extra[1]
+            if pad_node is None and b == e:
+                continue  # a convolution's own even padding: fixed in torch too
+            k = (kernel[i] - 1) * dil[i] + 1
+            total = _same_total(length, k, strides[i])
+            if (b, e) != (total // 2, total - total // 2):
+                continue
+            other = {
+                (length + r) % strides[i]: _same_total(length + r, k, strides[i])
+                for r in range(1, strides[i])
+            }
+            alt = ", ".join(
+                f"({t // 2}, {t - t // 2}) at lengths {m} mod {strides[i]}"
+                for m, t in sorted(other.items())
+                if t != total
+            )
+            if alt:
+                found.append((2 + i, d, length, (b, e), alt))
+        if not found:
+            continue
+        where = pad_node if pad_node is not None else node
+        if same_everywhere:
+            alternatives[where.name] = (node.name, pad_node.name if pad_node is not None else None)
+        syms = ", ".join(sorted(_input_symbols(a, sol, set().union(*(f[1].atoms() for f in found)))))
+        pads = " and ".join(f"({b}, {e}) on axis {ax}" for ax, _, _, (b, e), _ in found)
+        alts = "; ".join(dict.fromkeys(f[4] for f in found))
+        stride = "x".join(str(s) for s in strides)
+        ks = "x".join(str(k) for k in kernel)
+        lead = (
+            f"pads {pads} before the stride-{stride} {node.op_type} {node.name!r} (kernel {ks})"
+            if pad_node is not None
+            else f"a stride-{stride} {node.op_type} (kernel {ks}) with uneven pads {pads} (a Pad "
+            "folded in)"
+        )
+        blockers.append(
+            Blocker(
+                where.name,
+                where.op_type,
+                None,
+                ", ".join(
+                    f"axis {ax} ({_dim_text(a, sol, d)}) = {n} padded {p}" for ax, d, n, p, _ in found
+                ),
+                f"{lead}: TensorFlow 'same' padding at the traced "
+                f"size, which pads {alts}; if the source model computes it from the size "
+                "(transformers' tf_padding) the export baked in the traced size's, if it pads "
+                "by fixed amounts it did not: the graph cannot tell which, and a wrong guess "
+                "gives wrong values, not an error",
+                f"keep {syms} static (leave {_axes_text(a, syms)} out of the symbolized axes); "
+                f"or pass reference cases (--ref) at a {syms} of another parity: symbolize "
+                "then keeps the fixed pads or rewrites them to 'same' padding, whichever matches "
+                "them; or, if the source pads by fixed amounts, re-export with dynamic axes for "
+                f"{syms}",
+                _sym_tuple(syms),
+            )
+        )
+    return blockers, alternatives
+
+
+def _pad_before(
+    a: ShapeAnalysis, tensor: str, rank: int
+) -> tuple[onnx.NodeProto | None, list[tuple[int, int]] | None]:
+    """The constant-mode Pad node producing ``tensor`` and its traced (begin, end) per axis."""
+    found = a.producers.get(tensor)
+    if found is None or found[1].op_type != "Pad":
+        return None, None
+    node = found[1]
+    mode = next((x.s for x in node.attribute if x.name == "mode"), b"constant")
+    if mode != b"constant" or len(node.input) > 3 and node.input[3]:
+        return None, None
+    if a.opset < 11:
+        pads = next((list(x.ints) for x in node.attribute if x.name == "pads"), None)
+    else:
+        info = a.tensors.get(node.input[1]) if len(node.input) > 1 else None
+        pads = None if info is None or info.value is None else [a.traced(v) for v in info.value]
+    if pads is None or len(pads) != 2 * rank:
+        return None, None
+    return node, [(int(pads[k]), int(pads[k + rank])) for k in range(rank)]
+
+
+def _grid_table(a: ShapeAnalysis, use: ConstUse, dims: list[Dim]) -> GridTable | None:
+    """``use`` as a :class:`GridTable`: a [1, n, dim] constant added whole, its axis 1 of length
+    ``h*w + lead`` with h, w the run-time sizes of axes 2, 3 of one tensor (a patch grid)."""
+    if use.op != "Add" or use.array.ndim != 3 or use.array.shape[0] != 1 or dims[0].atoms():
+        return None
+    terms = dims[1].terms
+    lead = terms.pop((), 0)
+    if len(terms) != 1 or dims[2].atoms():
+        return None
+    ((mono, coef),) = terms.items()
+    if coef != 1 or len(mono) != 2 or lead < 0:
+        return None
+    origins = [a.atoms[x].origin for x in mono]
+    if not all(isinstance(o, tuple) and len(o) == 3 and o[0] == "dim" for o in origins):
+        return None
+    (_, t1, ax1), (_, t2, ax2) = origins
+    if t1 != t2 or {ax1, ax2} != {2, 3}:
+        return None
+    h, w = (a.atoms[x].traced for x in (mono if ax1 == 2 else mono[::-1]))
+    if h * w + lead != use.array.shape[1]:
+        return None
+    return GridTable(use.node, use.input_index, use.tensor, t1, lead, (h, w))
+
+
+def _relative_axes(arr: np.ndarray, sym_axes: list[int]) -> tuple[int, int] | None:
+    """Two symbolic axes of one length (3 or more) along which ``arr`` depends only on j - i, its
+    values not all alike along them (a table of relative positions), or None."""
+    for i, p in enumerate(sym_axes):
+        for q in sym_axes[i + 1 :]:
+            n = arr.shape[p]
+            if n < 3 or arr.shape[q] != n:
+                continue
+            x = np.moveaxis(arr, (p, q), (-2, -1))
+            if np.array_equal(x[..., 1:, 1:], x[..., :-1, :-1]) and not np.array_equal(
+                x[..., :1, :], x[..., 1:2, :]
+            ):
+                return p, q
+    return None
 
 
 def _one_point(a: ShapeAnalysis, use: ConstUse, rows: set[str]) -> Blocker | None:
@@ -607,12 +884,28 @@ def _changes(
         atoms = set().union(*(dims[k].atoms() for k in sym_axes))
         why = fix = None
         if gen is None:
-            axes_text = ", ".join(f"axis {k} ({dims[k]})" for k in sym_axes)
-            why = (
-                f"constant {use.tensor!r} {old} has the traced size on {axes_text} and its "
-                "values follow no pattern symbolize can extend (a table or mask cut to the "
-                "traced size), so it cannot be rebuilt at another size"
-            )
+            atoms |= _input_symbols(a, sol, atoms)
+            axes_text = ", ".join(f"axis {k} ({_dim_text(a, sol, dims[k])})" for k in sym_axes)
+            rel = _relative_axes(use.array, sym_axes)
+            if rel is not None:
+                n = use.array.shape[rel[0]]
+                why = (
+                    f"constant {use.tensor!r} {old} has the traced size on {axes_text} and "
+                    f"depends only on j - i along axes {rel[0]}, {rel[1]}: a relative-position "
+                    f"bias (T5, WavLM) the exporter folded for distances -{n - 1}..{n - 1}; "
+                    "longer sizes need farther distances, whose values (and the bucket "
+                    "embedding that gives them) are not in the graph"
+                )
+                fix = "export with TorchScript (dynamo=False), whose graph computes it, or "
+            else:
+                why = (
+                    f"constant {use.tensor!r} {old} has the traced size on {axes_text} and its "
+                    "values follow no pattern symbolize can extend (a table or mask made for "
+                    "the traced size: cut or folded there by the exporter, or a weight that "
+                    "torch resizes or rejects at other sizes in code the export did not record, "
+                    "as DINOv2 interpolates its position embeddings), so it cannot be rebuilt "
+                    "at another size"
+                )
             if cache and use.array.dtype.kind == "f":
                 why += (
                     f" (the graph has a cache of length {', '.join(sorted(cache))}: a learned "
@@ -726,7 +1019,8 @@ def plan_symbolize(
     forced = {id(bi.use): bi for bi in batch_indices if bi.step is not None}
     structural = {id(bi.use) for bi in batch_indices}
     changes, blockers = _changes(analysis, sol, forced, row_syms, structural)
-    blockers = _conflict_blockers(analysis, sol) + blockers + _unrolled_loops(analysis, sol)
+    padding, same_padding = _same_pads(analysis, sol)
+    blockers = _conflict_blockers(analysis, sol) + blockers + _unrolled_loops(analysis, sol) + padding
     notes = []
     seen: set[tuple[str, str]] = set()
     for node, op, text in analysis.notes:
@@ -757,6 +1051,25 @@ def plan_symbolize(
                     f"output {name!r} keeps the traced {sym} {symbols[sym]} on axis 0 (no "
                     f"symbolic dim follows {sym}): nothing in the graph ties it to the input"
                 )
-    return SymbolizePlan(
+    plan = SymbolizePlan(
         axes, symbols, changes, blockers, outputs, notes, analysis, sol, row_syms, relations
     )
+    plan.same_padding = same_padding
+    blocked = {(b.node, b.input) for b in blockers if b.input}
+    for use in analysis.uses:
+        if use.kind == "data" and (use.node, use.tensor) in blocked:
+            dims = [
+                sol.resolve(Dim.sym(x)) if x is not None else Dim.const(n)
+                for x, n in zip(use.atoms, use.array.shape, strict=True)
+            ]
+            table = _grid_table(analysis, use, dims)
+            if table is not None:
+                plan.grid_tables[use.node] = table
+                for blocker in blockers:
+                    if (blocker.node, blocker.input) == (use.node, use.tensor):
+                        blocker.fix = (
+                            "pass reference cases (--ref) at another grid size: symbolize then "
+                            "resizes the table to the grid bicubically or bilinearly, whichever "
+                            "alone matches them; or " + blocker.fix
+                        )
+    return plan
