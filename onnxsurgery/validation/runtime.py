@@ -320,8 +320,9 @@ def create_session(
 
 
 #: A weight handed to ORT: its array and the OrtValue over it (None: its bytes, for a type
-#: that goes to ORT inside the model).
-SharedWeight = tuple[np.ndarray, ort.OrtValue | None]
+#: that goes to ORT inside the model). The OrtValue is named as text: reading ``ort.OrtValue``
+#: here would import onnxruntime with onnxsurgery (see ``ort`` above).
+SharedWeight = tuple[np.ndarray, "ort.OrtValue | None"]
 
 
 def session_weights(session: ort.InferenceSession | None) -> Mapping[str, SharedWeight]:
