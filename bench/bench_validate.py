@@ -5,8 +5,10 @@ per image and 1000 logits) runs on ONNX Runtime CPU over 20 stored cases at batc
 references are its own outputs plus 1e-6 noise, so every statistic is computed for real. The
 comparison must not dominate: its share of the time is printed and checked (exit 1 over 25 %).
 The timed ``validate()`` runs ``--repeat`` times (5) and the median run is shown; its comparisons
-run in a second thread beside the next case's inference, so the rows overlap and the outside-ORT
-share (1 - inference / total) is what they add to the wall time.
+run in a second thread beside the next case's inference (timed in that thread's CPU time), so
+the rows overlap and the outside-ORT share (1 - inference / total) is what they add to the wall
+time. On 2 idle cores ORT's threads and the comparison share the cores: the wall time is that of
+running them one after the other, and part of the comparison shows as slower inference.
 A second figure times ``compare_arrays`` alone on one 16 M-element output (64 MiB float32).
 
     python bench/bench_validate.py [--cases 20] [--batch 4] [--repeat 5]
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'':<34}{'seconds':>10}{'share':>9}")
     print(f"{'total validate() (from disk)':<34}{total:>10.3f}{1:>9.0%}")
     print(f"{'  inference (session.run)':<34}{inference:>10.3f}{inference / total:>9.0%}")
-    print(f"{'  comparison (beside inference)':<34}{comparison:>10.3f}{comparison / total:>9.0%}")
+    print(f"{'  comparison (CPU, beside ORT)':<34}{comparison:>10.3f}{comparison / total:>9.0%}")
     print(f"{'  load cases, session, checks':<34}{other:>10.3f}{other / total:>9.0%}")
     print()
     print(
