@@ -4,11 +4,8 @@ A generated 3.4 MiB conv net (3 -> 64 -> 512 channels, 112 x 112, two outputs: a
 per image and 1000 logits) runs on ONNX Runtime CPU over 20 stored cases at batch 4; the
 references are its own outputs plus 1e-6 noise, so every statistic is computed for real. The
 comparison must not dominate: its share of the time is printed and checked (exit 1 over 25 %).
-The timed ``validate()`` runs ``--repeat`` times (5) and the median run is shown; its comparisons
-run in a second thread beside the next case's inference (timed in that thread's CPU time), so
-the rows overlap and the outside-ORT share (1 - inference / total) is what they add to the wall
-time. On 2 idle cores ORT's threads and the comparison share the cores: the wall time is that of
-running them one after the other, and part of the comparison shows as slower inference.
+The timed ``validate()`` runs ``--repeat`` times (5) and the median run is shown: one run is at
+the mercy of a shared machine.
 A second figure times ``compare_arrays`` alone on one 16 M-element output (64 MiB float32).
 
     python bench/bench_validate.py [--cases 20] [--batch 4] [--repeat 5]
@@ -115,9 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         timed.sort(key=lambda pair: pair[0])
         total, report = timed[len(timed) // 2]
     inference, comparison = report.inference_seconds, report.compare_seconds
-    # Comparisons run in a second thread while ORT runs the next case (case_runner.run_cases):
-    # what they add to the total is the part ORT's time does not cover.
-    other = max(total - inference - comparison, 0.0)
+    other = total - inference - comparison
     share = comparison / (inference + comparison)
 
     print(f"model: conv net, {weights_mb:.1f} MiB of weights, batch {args.batch}, 112 x 112 input")
@@ -127,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'':<34}{'seconds':>10}{'share':>9}")
     print(f"{'total validate() (from disk)':<34}{total:>10.3f}{1:>9.0%}")
     print(f"{'  inference (session.run)':<34}{inference:>10.3f}{inference / total:>9.0%}")
-    print(f"{'  comparison (CPU, beside ORT)':<34}{comparison:>10.3f}{comparison / total:>9.0%}")
+    print(f"{'  comparison (compare_arrays)':<34}{comparison:>10.3f}{comparison / total:>9.0%}")
     print(f"{'  load cases, session, checks':<34}{other:>10.3f}{other / total:>9.0%}")
     print()
     print(

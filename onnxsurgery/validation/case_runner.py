@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import onnx
@@ -73,11 +72,16 @@ class ModelRunner:
         return dict(zip(self.output_names, values, strict=True))
 
 
-def _infer(
-    runner: ModelRunner, name: str, inputs: Mapping[str, np.ndarray], expected: Expected
-) -> tuple[CaseResult, dict[str, np.ndarray] | None, Mapping[str, np.ndarray] | None]:
-    """Check a case's inputs and run it: ``(result, outputs, reference outputs)``, or
-    ``(result with its error, None, None)`` when the case cannot run."""
+def run_case(
+    runner: ModelRunner,
+    name: str,
+    inputs: Mapping[str, np.ndarray],
+    expected: Expected,
+    *,
+    atol: float,
+    rtol: float,
+    tolerances: Mapping[str, tuple[float | None, float | None]],
+) -> CaseResult:
     result = CaseResult(
         name=name,
         inputs={k: (list(np.shape(v)), str(np.asarray(v).dtype)) for k, v in inputs.items()},
@@ -91,23 +95,9 @@ def _infer(
         result.inference_seconds = time.perf_counter() - t0
     except CaseFailure as exc:
         result.error, result.node = str(exc), exc.node
-        return result, None, None
-    return result, actual, expected
-
-
-def _compare(
-    result: CaseResult,
-    produced: list[str],
-    actual: Mapping[str, np.ndarray],
-    expected: Mapping[str, np.ndarray],
-    atol: float,
-    rtol: float,
-    tolerances: Mapping[str, tuple[float | None, float | None]],
-) -> CaseResult:
-    """Every output of a case that ran against its reference (into ``result``). Timed in this
-    thread's CPU time: beside the next case's inference, its wall time would count the waits
-    for a core ORT holds."""
-    t0 = time.thread_time()
+        return result
+    t0 = time.perf_counter()
+    produced = runner.output_names
     for out_name in produced:
         if out_name not in expected:
             result.outputs.append(
@@ -128,25 +118,8 @@ def _compare(
                     f"reference output the model does not produce (model outputs: {', '.join(produced)})",
                 )
             )
-    result.compare_seconds = time.thread_time() - t0
+    result.compare_seconds = time.perf_counter() - t0
     return result
-
-
-def run_case(
-    runner: ModelRunner,
-    name: str,
-    inputs: Mapping[str, np.ndarray],
-    expected: Expected,
-    *,
-    atol: float,
-    rtol: float,
-    tolerances: Mapping[str, tuple[float | None, float | None]],
-) -> CaseResult:
-    """One case: its inputs checked, run on ``runner``, every output compared."""
-    result, actual, expected = _infer(runner, name, inputs, expected)
-    if actual is None:
-        return result
-    return _compare(result, runner.output_names, actual, expected, atol, rtol, tolerances)
 
 
 def run_cases(
@@ -160,40 +133,15 @@ def run_cases(
     progress: Callable[[str, int | None, int | None], None] | None = None,
 ) -> ValidationReport:
     """Run every ``(name, inputs, expected)`` on ``runner`` and gather the report;
-    ``progress(stage, done, total)`` hears before each case.
-
-    A case's comparison runs in a second thread while ONNX Runtime runs the next case (numpy
-    and ORT both release the GIL): validation then costs little more than inference (bench/
-    bench_validate.py: 10 cases 307 -> 247 ms). At most one comparison is pending, so at most
-    two cases' outputs are held at once; results keep the cases' order.
-    """
+    ``progress(stage, done, total)`` hears before each case."""
     runs = list(runs)
-    results: list[CaseResult] = []
-    pending: Future[CaseResult] | None = None
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnxsurgery-compare") as pool:
-        for k, (name, inputs, expected) in enumerate(runs):
-            if progress is not None:
-                progress(f"case {k + 1}/{len(runs)}", k, len(runs))
-            result, actual, reference_outputs = _infer(runner, name, inputs, expected)
-            if pending is not None:
-                results.append(pending.result())
-                pending = None
-            if actual is None:
-                results.append(result)
-                continue
-            pending = pool.submit(
-                _compare,
-                result,
-                runner.output_names,
-                actual,
-                reference_outputs,
-                atol,
-                rtol,
-                tolerances,
-            )
-            del actual, reference_outputs
-        if pending is not None:
-            results.append(pending.result())
+    results = []
+    for k, (name, inputs, expected) in enumerate(runs):
+        if progress is not None:
+            progress(f"case {k + 1}/{len(runs)}", k, len(runs))
+        results.append(
+            run_case(runner, name, inputs, expected, atol=atol, rtol=rtol, tolerances=tolerances)
+        )
     return ValidationReport(
         cases=results,
         provider=choice.note,

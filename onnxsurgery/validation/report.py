@@ -28,7 +28,6 @@ class CaseResult:
     notes: list[str] = field(default_factory=list)
     inputs: dict[str, tuple[list[int], str]] = field(default_factory=dict)
     inference_seconds: float = 0.0
-    #: CPU time of the comparisons (they run in a second thread, beside the next inference)
     compare_seconds: float = 0.0
 
     def __bool__(self) -> bool:
