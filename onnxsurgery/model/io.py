@@ -15,7 +15,7 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +47,7 @@ __all__ = [
     "tensor_nbytes",
     "iter_tensors",
     "is_large",
+    "is_placeholder",
     "LARGE_MODEL_BYTES",
     "PROTOBUF_LIMIT",
     "weightless",
@@ -344,9 +345,24 @@ def tensor_bytes(model: onnx.ModelProto) -> int:
 LARGE_MODEL_BYTES = PROTOBUF_LIMIT - 64 * 2**20
 
 
-def is_large(model: onnx.ModelProto) -> bool:
-    """Too big to pass through protobuf in one message (goes by path with external data)."""
-    return tensor_bytes(model) >= LARGE_MODEL_BYTES
+def is_large(
+    model: onnx.ModelProto, *, left_out: Callable[[onnx.TensorProto], bool] | None = None
+) -> bool:
+    """Too big to pass through protobuf in one message (goes by path with external data).
+
+    A weightless copy's placeholders (``weightless``) carry no data into the message, so they
+    do not count: such a copy of a model over 2 GB passes as one small message. ``left_out``:
+    the tensors a caller will not put into the message (default: the placeholders)."""
+    skip = left_out or is_placeholder
+    held = sum(tensor_nbytes(t) for t in iter_tensors(model.graph) if not skip(t))
+    return held >= LARGE_MODEL_BYTES
+
+
+def is_placeholder(tensor: onnx.TensorProto) -> bool:
+    """A weightless copy's stand-in for a weight (external data naming ``PLACEHOLDER``)."""
+    return tensor.data_location == onnx.TensorProto.EXTERNAL and any(
+        entry.key == "location" and entry.value == PLACEHOLDER for entry in tensor.external_data
+    )
 
 
 #: Below this IR version every initializer must also be listed as a graph input.

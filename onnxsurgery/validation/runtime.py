@@ -30,7 +30,15 @@ from onnxsurgery.errors import ProviderError, UsageError
 from onnxsurgery.limits import LimitExceeded, check_sizes
 from onnxsurgery.limits import current as current_limits
 from onnxsurgery.model.dtypes import np_dtype
-from onnxsurgery.model.io import PLACEHOLDER, is_large, save_model, tensor_nbytes, weightless
+from onnxsurgery.model.io import (
+    PLACEHOLDER,
+    is_large,
+    is_placeholder,
+    save_model,
+    tensor_nbytes,
+    weight_stub,
+    weightless,
+)
 from onnxsurgery.model.walk import default_opset
 
 __all__ = [
@@ -39,6 +47,7 @@ __all__ = [
     "resolve_provider",
     "create_session",
     "session_weights",
+    "goes_by_path",
     "run_session",
     "run_model",
     "describe_ort_error",
@@ -335,6 +344,21 @@ def session_weights(session: ort.InferenceSession | None) -> Mapping[str, Shared
 _NUMPY_WEIGHTS = frozenset(
     (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16)
 )
+
+
+def goes_by_path(model: onnx.ModelProto) -> bool:
+    """Whether ``create_session`` hands ORT this model by path, weights and all: still over
+    2 GB once the weights it passes as OrtValues (float, double, float16) are taken out.
+
+    True or false alike for a model and its weightless copy: a placeholder of another type
+    (bfloat16) counts, since its bytes go back into the model ORT parses."""
+    return is_large(model, left_out=_passed_as_ortvalue)
+
+
+def _passed_as_ortvalue(tensor: onnx.TensorProto) -> bool:
+    return tensor.data_type in _NUMPY_WEIGHTS and (
+        is_placeholder(tensor) or weight_stub(tensor) is not None
+    )
 
 
 def _split_weights(

@@ -23,7 +23,7 @@ from typing import Any
 import onnx
 
 from onnxsurgery.errors import OnnxSurgeryError
-from onnxsurgery.model.io import is_large, restore_weights, weightless
+from onnxsurgery.model.io import restore_weights, weightless
 from onnxsurgery.passes.symbolize.blockers import blocker_summary, group_blockers
 from onnxsurgery.passes.symbolize.check import (
     LEVELS,
@@ -42,6 +42,7 @@ from onnxsurgery.passes.symbolize.rewrite import (
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.validation.references import load_cases
+from onnxsurgery.validation.runtime import goes_by_path
 
 __all__ = ["Symbolize"]
 
@@ -235,7 +236,7 @@ class Symbolize(Pass):
         # two full copies of the weights never sit beside the check's sessions.
         bare = weightless(model)
         # (Over 2 GB even so, ORT reads it from a file, weights and all: a full copy, then.)
-        new = apply_plan(model if is_large(bare) else bare, plan)
+        new = apply_plan(model if goes_by_path(model) else bare, plan)
         if reading is not None:  # what the reference cases chose where the graph could not
             new = reading(new)
         # The rewrite was the last reader of the constants' arrays (as large as the weights),
@@ -325,7 +326,7 @@ class Symbolize(Pass):
         if not references:
             return None, None
         bare = weightless(model)
-        base = apply_plan(model if is_large(bare) else bare, plan)
+        base = apply_plan(model if goes_by_path(model) else bare, plan)
         mapping = ctx.map_outputs if ctx.output_maps else None
         verdict = {}
         for label, rewrite in readings.items():
