@@ -17,7 +17,6 @@ The plan has ``to_dict()`` for JSON reports and ``__rich__()`` for the terminal.
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +25,7 @@ import numpy as np
 import onnx
 
 from onnxsurgery.model.dtypes import dtype_name, elem_type_of
+from onnxsurgery.passes.symbolize.baked import GridTable, grid_table, relative_axes, same_pads
 from onnxsurgery.passes.symbolize.batch_indices import (
     BatchIndex,
     batch_like_symbols,
@@ -33,6 +33,14 @@ from onnxsurgery.passes.symbolize.batch_indices import (
 )
 from onnxsurgery.passes.symbolize.blockers import Blocker, group_blockers
 from onnxsurgery.passes.symbolize.generators import Generator, evidence_gap, match_generator
+from onnxsurgery.passes.symbolize.wording import (
+    dim_text,
+    fix_text,
+    fmt_values,
+    input_symbols,
+    sym_tuple,
+    symbol_hint,
+)
 from onnxsurgery.shapes.analysis import Constraint, ConstUse, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.propagation import propagate
@@ -113,20 +121,6 @@ class Change:
             "old": self.old,
             "new": self.new,
         }
-
-
-@dataclass
-class GridTable:
-    """A [1, lead + h*w, dim] table read by ``node`` (input ``index``, tensor ``tensor``) whose
-    ``h*w`` rows are a grid of the traced size of axes 2, 3 of ``grid`` (a patch embedding's
-    output), after ``lead`` rows that do not move (class tokens)."""
-
-    node: str
-    index: int
-    tensor: str
-    grid: str
-    lead: int
-    shape: tuple[int, int]
 
 
 @dataclass
@@ -230,93 +224,6 @@ class SymbolizePlan:
 # ------------------------------------------------------------------------------------------------
 
 
-def _fmt(values: list[Dim | int]) -> str:
-    return "[" + ", ".join(str(v) for v in values) + "]"
-
-
-def _symbol_hint(plan_syms: dict[str, list[tuple[str, int]]], atoms: set[str]) -> str:
-    names = sorted(a for a in atoms if a in plan_syms)
-    return ", ".join(names)
-
-
-def _sym_tuple(syms: str) -> tuple[str, ...]:
-    return tuple(x for x in syms.split(", ") if x)
-
-
-def _input_symbols(a: ShapeAnalysis, sol: Solution, atoms: set[str]) -> set[str]:
-    """The input-axis symbols behind ``atoms``: symbols themselves, what the solver made an
-    unknown, and the dims a strided op divides for a run-time division (``$o1`` =
-    ``(height - 8) // 8 + 1`` is height's)."""
-    divides: dict[str, str] = {}
-    for (num, den, _), d in a.floors.items():
-        for atom in d.atoms():
-            divides[atom] = f"{num} {den}"
-    for atom, num, den, _ in a.pending_floors:
-        divides[atom] = f"{num} {den}"
-    found: set[str] = set()
-    todo, seen = list(atoms), set()
-    while todo:
-        atom = todo.pop()
-        if atom in seen:
-            continue
-        seen.add(atom)
-        if atom in a.symbols:
-            found.add(atom)
-        elif atom in sol.values:
-            todo += sol.values[atom].atoms()
-        elif atom in divides:
-            todo += re.findall(r"[$\w]+", divides[atom])
-    return found
-
-
-def _dim_text(a: ShapeAnalysis, sol: Solution, d: Dim) -> str:
-    """``d`` in the input symbols where the run-time divisions behind it are known
-    (``$o1*$o2 + 1`` is ``((height - 8)//8 + 1)*((width - 8)//8 + 1) + 1``); where that is long
-    or not known, which symbols it is computed from."""
-    exprs: dict[str, str] = {}
-    for (num, den, plus), q in a.floors.items():
-        for atom in q.atoms():
-            exprs[atom] = f"({num})//{den}" + (f" + {plus}" if plus else "")
-    for atom, num, den, plus in a.pending_floors:
-        exprs[atom] = f"({num})//{den}" + (f" + {plus}" if plus else "")
-
-    def spell(m: re.Match) -> str:
-        atom = m.group()
-        value = sol.values.get(atom)
-        text = str(value) if value is not None and value != Dim.sym(atom) else exprs.get(atom)
-        if text is None:
-            return atom
-        return text if re.fullmatch(r"[$\w]+", text) else f"({text})"
-
-    text = str(d)
-    for _ in range(8):
-        new = re.sub(r"\$\w+", spell, text)
-        if new == text:
-            break
-        text = new
-    if "$" not in text and len(text) <= 60 and text.count("//") <= 2:
-        return text
-    syms = sorted(_input_symbols(a, sol, d.atoms()))
-    return f"a size computed from {', '.join(syms)}" if syms else str(d)
-
-
-def _axes_text(analysis: ShapeAnalysis, syms: str) -> str:
-    """The input axes (``input:axis``) the symbols ``syms`` name, the first four listed."""
-    where = [f"{i}:{a}" for s in syms.split(", ") for i, a in analysis.symbols.get(s, [])]
-    return ", ".join(where[:4]) + (f" and {len(where) - 4} more axes" if len(where) > 4 else "")
-
-
-def _fix_text(analysis: ShapeAnalysis, syms: str) -> str:
-    if not syms:
-        return "this size is data-dependent or fixed by the model; no renaming of constants generalizes it"
-    axes = _axes_text(analysis, syms)
-    return (
-        f"re-export with dynamic axes for {syms} (torch.onnx.export dynamic_axes=..., or "
-        f"dynamic_shapes=... with dynamo=True) so the exporter keeps this size symbolic, "
-        f"or leave {axes} out of the symbolized axes"
-    )
-
-
 def _conflict_blockers(plan_a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
     blockers = []
     traced = plan_a.traced_values()
@@ -326,7 +233,7 @@ def _conflict_blockers(plan_a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
         rhs = sol.resolve(c.rhs) if c.rhs is not None else Dim.const(0)
         lhs, rhs = _cancel(lhs, rhs)
         atoms = lhs.atoms() | rhs.atoms()
-        syms = _symbol_hint(plan_a.symbols, atoms)
+        syms = symbol_hint(plan_a.symbols, atoms)
         try:
             tv = f"{lhs} = {lhs.evaluate(traced)}, {rhs} = {rhs.evaluate(traced)}"
         except KeyError:
@@ -347,7 +254,7 @@ def _conflict_blockers(plan_a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
                     "cross-attention)"
                 )
         blockers.append(
-            Blocker(c.node, c.op, None, tv, why, _fix_text(plan_a, syms), _sym_tuple(syms))
+            Blocker(c.node, c.op, None, tv, why, fix_text(plan_a, syms), sym_tuple(syms))
         )
     return blockers
 
@@ -413,7 +320,7 @@ def _unrolled_loops(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
                         f"a loop unrolled at trace time: {n} nodes take one index each along "
                         f"axis {axis} ({d}) of {tensor!r}; at another size torch runs a different "
                         "number of iterations",
-                        _fix_text(a, ", ".join(sorted(syms))),
+                        fix_text(a, ", ".join(sorted(syms))),
                         tuple(sorted(syms)),
                     )
                 )
@@ -485,8 +392,8 @@ def _append_chains(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
                 f"a loop unrolled at trace time: {len(chain)} identical Concat nodes append the same "
                 f"piece along axis {axis}, giving {d}; at another size torch runs a different number "
                 "of iterations",
-                _fix_text(a, ", ".join(sorted(syms))),
-                symbols=_sym_tuple(", ".join(sorted(syms))),
+                fix_text(a, ", ".join(sorted(syms))),
+                symbols=sym_tuple(", ".join(sorted(syms))),
             )
         )
     return blockers
@@ -505,186 +412,6 @@ def _same_append(a: ShapeAnalysis, prev: onnx.NodeProto, cur: onnx.NodeProto) ->
     return x is not None and y is not None and x.shape == y.shape and np.array_equal(x, y)
 
 
-_WINDOW_OPS = ("Conv", "MaxPool", "AveragePool", "LpPool")
-
-
-def _same_total(length: int, kernel: int, stride: int) -> int:
-    """TensorFlow's 'same' padding (ONNX ``auto_pad=SAME_UPPER``) of one axis: the total."""
-    return max((-(-length // stride) - 1) * stride + kernel - length, 0)
-
-
-def _same_pads(
-    a: ShapeAnalysis, sol: Solution
-) -> tuple[list[Blocker], dict[str, tuple[str, str | None]]]:
-    """Strided convolutions and pools padded by TensorFlow's 'same' rule for the traced length,
-    on a symbolic axis: by a Pad node before them or by uneven pads of their own (an exporter
-    folds such a Pad into the Conv). 'Same' padding changes with the length modulo the stride,
-    so the padding is either computed from the size in the source (transformers' ``tf_padding``:
-    the export baked the traced size's) or fixed (then right at every size): the graph cannot
-    tell which, and a wrong guess gives wrong values, not an error.
-
-    Also returns, per blocker node, the window op and its Pad (or None) where every spatial axis
-    is padded as ``auto_pad=SAME_UPPER`` would pad it at the traced size, so that rewrite is an
-    alternative for reference cases to confirm."""
-    blockers: list[Blocker] = []
-    alternatives: dict[str, tuple[str, str | None]] = {}
-    for node in a.model.graph.node:
-        if node.op_type not in _WINDOW_OPS:
-            continue
-        attrs = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
-        if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
-            continue
-        x = a.tensors.get(node.input[0])
-        if x is None or x.shape is None or len(x.shape) < 3:
-            continue
-        nsp = len(x.shape) - 2
-        kernel = attrs.get("kernel_shape")
-        if kernel is None and len(node.input) > 1 and a.consts.get(node.input[1]) is not None:
-            kernel = list(a.consts[node.input[1]].shape[2:])
-        if kernel is None or len(kernel) != nsp:
-            continue
-        strides = attrs.get("strides") or [1] * nsp
-        dil = attrs.get("dilations") or [1] * nsp
-        own = attrs.get("pads") or [0] * (2 * nsp)
-        pad_node, before = _pad_before(a, node.input[0], len(x.shape))
-        found: list[tuple[int, Dim, int, tuple[int, int], str]] = []
-        same_everywhere = not before or before[0] == before[1] == (0, 0)
-        for i in range(nsp):
-            extra = before[2 + i] if before else (0, 0)
-            k = (kernel[i] - 1) * dil[i] + 1
-            length = a.traced(x.shape[2 + i]) - extra[0] - extra[1]
-            total = _same_total(length, k, strides[i])
-            if (own[i] + extra[0], own[i + nsp] + extra[1]) != (total // 2, total - total // 2):
-                same_everywhere = False
-        for i in range(nsp):
-            d = sol.resolve(x.shape[2 + i])
-            if strides[i] < 2 or d.is_const():
-                continue
-            extra = before[2 + i] if before else (0, 0)
-            length = a.traced(d) - extra[0] - extra[1]
-            if pad_node is not None:
-                src = a.tensors.get(pad_node.input[0])
-                if src is not None and src.shape is not None:
-                    d = sol.resolve(src.shape[2 + i])
-            b, e = own[i] + extra[0], own[i + nsp] + extra[1]
-            if pad_node is None and b == e:
-                continue  # a convolution's own even padding: fixed in torch too
-            k = (kernel[i] - 1) * dil[i] + 1
-            total = _same_total(length, k, strides[i])
-            if (b, e) != (total // 2, total - total // 2):
-                continue
-            other = {
-                (length + r) % strides[i]: _same_total(length + r, k, strides[i])
-                for r in range(1, strides[i])
-            }
-            alt = ", ".join(
-                f"({t // 2}, {t - t // 2}) at lengths {m} mod {strides[i]}"
-                for m, t in sorted(other.items())
-                if t != total
-            )
-            if alt:
-                found.append((2 + i, d, length, (b, e), alt))
-        if not found:
-            continue
-        where = pad_node if pad_node is not None else node
-        if same_everywhere:
-            alternatives[where.name] = (node.name, pad_node.name if pad_node is not None else None)
-        syms = ", ".join(sorted(_input_symbols(a, sol, set().union(*(f[1].atoms() for f in found)))))
-        pads = " and ".join(f"({b}, {e}) on axis {ax}" for ax, _, _, (b, e), _ in found)
-        alts = "; ".join(dict.fromkeys(f[4] for f in found))
-        stride = "x".join(str(s) for s in strides)
-        ks = "x".join(str(k) for k in kernel)
-        lead = (
-            f"pads {pads} before the stride-{stride} {node.op_type} {node.name!r} (kernel {ks})"
-            if pad_node is not None
-            else f"a stride-{stride} {node.op_type} (kernel {ks}) with uneven pads {pads} (a Pad "
-            "folded in)"
-        )
-        blockers.append(
-            Blocker(
-                where.name,
-                where.op_type,
-                None,
-                ", ".join(
-                    f"axis {ax} ({_dim_text(a, sol, d)}) = {n} padded {p}" for ax, d, n, p, _ in found
-                ),
-                f"{lead}: TensorFlow 'same' padding at the traced "
-                f"size, which pads {alts}; if the source model computes it from the size "
-                "(transformers' tf_padding) the export baked in the traced size's, if it pads "
-                "by fixed amounts it did not: the graph cannot tell which, and a wrong guess "
-                "gives wrong values, not an error",
-                f"keep {syms} static (leave {_axes_text(a, syms)} out of the symbolized axes); "
-                f"or pass reference cases (--ref) at a {syms} of another parity: symbolize "
-                "then keeps the fixed pads or rewrites them to 'same' padding, whichever matches "
-                "them; or, if the source pads by fixed amounts, re-export with dynamic axes for "
-                f"{syms}",
-                _sym_tuple(syms),
-            )
-        )
-    return blockers, alternatives
-
-
-def _pad_before(
-    a: ShapeAnalysis, tensor: str, rank: int
-) -> tuple[onnx.NodeProto | None, list[tuple[int, int]] | None]:
-    """The constant-mode Pad node producing ``tensor`` and its traced (begin, end) per axis."""
-    found = a.producers.get(tensor)
-    if found is None or found[1].op_type != "Pad":
-        return None, None
-    node = found[1]
-    mode = next((x.s for x in node.attribute if x.name == "mode"), b"constant")
-    if mode != b"constant" or len(node.input) > 3 and node.input[3]:
-        return None, None
-    if a.opset < 11:
-        pads = next((list(x.ints) for x in node.attribute if x.name == "pads"), None)
-    else:
-        info = a.tensors.get(node.input[1]) if len(node.input) > 1 else None
-        pads = None if info is None or info.value is None else [a.traced(v) for v in info.value]
-    if pads is None or len(pads) != 2 * rank:
-        return None, None
-    return node, [(int(pads[k]), int(pads[k + rank])) for k in range(rank)]
-
-
-def _grid_table(a: ShapeAnalysis, use: ConstUse, dims: list[Dim]) -> GridTable | None:
-    """``use`` as a :class:`GridTable`: a [1, n, dim] constant added whole, its axis 1 of length
-    ``h*w + lead`` with h, w the run-time sizes of axes 2, 3 of one tensor (a patch grid)."""
-    if use.op != "Add" or use.array.ndim != 3 or use.array.shape[0] != 1 or dims[0].atoms():
-        return None
-    terms = dims[1].terms
-    lead = terms.pop((), 0)
-    if len(terms) != 1 or dims[2].atoms():
-        return None
-    ((mono, coef),) = terms.items()
-    if coef != 1 or len(mono) != 2 or lead < 0:
-        return None
-    origins = [a.atoms[x].origin for x in mono]
-    if not all(isinstance(o, tuple) and len(o) == 3 and o[0] == "dim" for o in origins):
-        return None
-    (_, t1, ax1), (_, t2, ax2) = origins
-    if t1 != t2 or {ax1, ax2} != {2, 3}:
-        return None
-    h, w = (a.atoms[x].traced for x in (mono if ax1 == 2 else mono[::-1]))
-    if h * w + lead != use.array.shape[1]:
-        return None
-    return GridTable(use.node, use.input_index, use.tensor, t1, lead, (h, w))
-
-
-def _relative_axes(arr: np.ndarray, sym_axes: list[int]) -> tuple[int, int] | None:
-    """Two symbolic axes of one length (3 or more) along which ``arr`` depends only on j - i, its
-    values not all alike along them (a table of relative positions), or None."""
-    for i, p in enumerate(sym_axes):
-        for q in sym_axes[i + 1 :]:
-            n = arr.shape[p]
-            if n < 3 or arr.shape[q] != n:
-                continue
-            x = np.moveaxis(arr, (p, q), (-2, -1))
-            if np.array_equal(x[..., 1:, 1:], x[..., :-1, :-1]) and not np.array_equal(
-                x[..., :1, :], x[..., 1:2, :]
-            ):
-                return p, q
-    return None
-
-
 def _one_point(a: ShapeAnalysis, use: ConstUse, rows: set[str]) -> Blocker | None:
     """A data constant of size 1 on an axis that met a non-batch symbol traced at 1: kept as a
     broadcast, though one point cannot tell that from a table of the symbol's length."""
@@ -694,8 +421,8 @@ def _one_point(a: ShapeAnalysis, use: ConstUse, rows: set[str]) -> Blocker | Non
         met = a.one_point.get(atom) if atom is not None else None
         if met is None or not (met.atoms() - rows):
             continue
-        syms = _symbol_hint(a.symbols, met.atoms())
-        old = f"{dtype_name(elem_type_of(use.array))}{_fmt(list(use.array.shape))}"
+        syms = symbol_hint(a.symbols, met.atoms())
+        old = f"{dtype_name(elem_type_of(use.array))}{fmt_values(list(use.array.shape))}"
         return Blocker(
             use.node,
             use.op,
@@ -705,8 +432,8 @@ def _one_point(a: ShapeAnalysis, use: ConstUse, rows: set[str]) -> Blocker | Non
             "at 1: one point cannot tell one row repeated from a table of that length, so "
             "symbolize cannot know what it holds at another size",
             f"export at a size of {syms} of 3 or more so the values show their pattern; "
-            + _fix_text(a, syms),
-            _sym_tuple(syms),
+            + fix_text(a, syms),
+            sym_tuple(syms),
         )
     return None
 
@@ -848,8 +575,8 @@ def _changes(
                 r if r is not None else Dim.const(int(v))
                 for r, v in zip(resolved, flat, strict=True)
             ]
-            old = _fmt([int(v) for v in flat]) if use.array.ndim else str(int(flat[0]))
-            new = _fmt(values) if use.array.ndim else str(values[0])
+            old = fmt_values([int(v) for v in flat]) if use.array.ndim else str(int(flat[0]))
+            new = fmt_values(values) if use.array.ndim else str(values[0])
             changes.append(_change(use, "size", old, new, values))
             continue
         dims = [
@@ -857,7 +584,7 @@ def _changes(
             for r, n in zip(resolved, use.array.shape, strict=True)
         ]
         sym_axes = [k for k, d in enumerate(dims) if not d.is_const()]
-        old = f"{dtype_name(elem_type_of(use.array))}{_fmt(list(use.array.shape))}"
+        old = f"{dtype_name(elem_type_of(use.array))}{fmt_values(list(use.array.shape))}"
         bi = forced.get(id(use))
         if bi is None:
             blocks = {}
@@ -884,9 +611,9 @@ def _changes(
         atoms = set().union(*(dims[k].atoms() for k in sym_axes))
         why = fix = None
         if gen is None:
-            atoms |= _input_symbols(a, sol, atoms)
-            axes_text = ", ".join(f"axis {k} ({_dim_text(a, sol, dims[k])})" for k in sym_axes)
-            rel = _relative_axes(use.array, sym_axes)
+            atoms |= input_symbols(a, sol, atoms)
+            axes_text = ", ".join(f"axis {k} ({dim_text(a, sol, dims[k])})" for k in sym_axes)
+            rel = relative_axes(use.array, sym_axes)
             if rel is not None:
                 n = use.array.shape[rel[0]]
                 why = (
@@ -930,16 +657,16 @@ def _changes(
                     "no size equal to an offset or bound); "
                 )
         if why is not None:
-            syms = _symbol_hint(a.symbols, atoms)
+            syms = symbol_hint(a.symbols, atoms)
             blockers.append(
                 Blocker(
-                    use.node, use.op, use.tensor, old, why, (fix or "") + _fix_text(a, syms),
-                    _sym_tuple(syms),
+                    use.node, use.op, use.tensor, old, why, (fix or "") + fix_text(a, syms),
+                    sym_tuple(syms),
                 )
             )  # fmt: skip
             continue
         assert gen is not None
-        new = f"{dtype_name(elem_type_of(use.array))}{_fmt(dims)} ({gen.describe()})"
+        new = f"{dtype_name(elem_type_of(use.array))}{fmt_values(dims)} ({gen.describe()})"
         changes.append(_change(use, "data", old, new, dims, gen))
     return changes, blockers
 
@@ -1019,7 +746,7 @@ def plan_symbolize(
     forced = {id(bi.use): bi for bi in batch_indices if bi.step is not None}
     structural = {id(bi.use) for bi in batch_indices}
     changes, blockers = _changes(analysis, sol, forced, row_syms, structural)
-    padding, same_padding = _same_pads(analysis, sol)
+    padding, same_padding = same_pads(analysis, sol)
     blockers = _conflict_blockers(analysis, sol) + blockers + _unrolled_loops(analysis, sol) + padding
     notes = []
     seen: set[tuple[str, str]] = set()
@@ -1062,7 +789,7 @@ def plan_symbolize(
                 sol.resolve(Dim.sym(x)) if x is not None else Dim.const(n)
                 for x, n in zip(use.atoms, use.array.shape, strict=True)
             ]
-            table = _grid_table(analysis, use, dims)
+            table = grid_table(analysis, use, dims)
             if table is not None:
                 plan.grid_tables[use.node] = table
                 for blocker in blockers:

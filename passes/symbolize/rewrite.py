@@ -26,7 +26,8 @@ from onnx import helper, numpy_helper
 from onnxsurgery.model.dtypes import elem_type_of
 from onnxsurgery.model.io import IR_INITIALIZERS_AS_INPUTS, sync_initializer_inputs
 from onnxsurgery.model.walk import graphs_by_path, subgraphs
-from onnxsurgery.passes.symbolize.plan import Change, GridTable, SymbolizePlan
+from onnxsurgery.passes.symbolize.baked import GridTable
+from onnxsurgery.passes.symbolize.plan import Change, SymbolizePlan
 from onnxsurgery.shapes.dims import Dim
 
 __all__ = ["apply_plan", "resize_tables", "same_padding", "toposort_graph"]

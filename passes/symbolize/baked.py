@@ -1,0 +1,228 @@
+"""What an export baked in at the traced size that the graph alone cannot generalize, found so
+that symbolize refuses it by name, or lets reference cases decide: TensorFlow 'same' padding
+(a Pad before a strided window op, or uneven pads folded into it), a learned table over a patch
+grid (DINOv2's position embeddings), and tables that depend only on j - i (a relative-position
+bias folded by the exporter)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from onnxsurgery.passes.symbolize.blockers import Blocker
+from onnxsurgery.passes.symbolize.wording import (
+    axes_text,
+    dim_text,
+    input_symbols,
+    sym_tuple,
+)
+from onnxsurgery.shapes.analysis import ConstUse, ShapeAnalysis
+from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.shapes.solver import Solution
+
+__all__ = [
+    "GridTable",
+    "WINDOW_OPS",
+    "same_total",
+    "same_pads",
+    "pad_before",
+    "grid_table",
+    "relative_axes",
+]
+
+
+@dataclass
+class GridTable:
+    """A [1, lead + h*w, dim] table read by ``node`` (input ``index``, tensor ``tensor``) whose
+    ``h*w`` rows are a grid of the traced size of axes 2, 3 of ``grid`` (a patch embedding's
+    output), after ``lead`` rows that do not move (class tokens)."""
+
+    node: str
+    index: int
+    tensor: str
+    grid: str
+    lead: int
+    shape: tuple[int, int]
+
+
+WINDOW_OPS = ("Conv", "MaxPool", "AveragePool", "LpPool")
+
+
+def same_total(length: int, kernel: int, stride: int) -> int:
+    """TensorFlow's 'same' padding (ONNX ``auto_pad=SAME_UPPER``) of one axis: the total."""
+    return max((-(-length // stride) - 1) * stride + kernel - length, 0)
+
+
+def same_pads(
+    a: ShapeAnalysis, sol: Solution
+) -> tuple[list[Blocker], dict[str, tuple[str, str | None]]]:
+    """Strided convolutions and pools padded by TensorFlow's 'same' rule for the traced length,
+    on a symbolic axis: by a Pad node before them or by uneven pads of their own (an exporter
+    folds such a Pad into the Conv). 'Same' padding changes with the length modulo the stride,
+    so the padding is either computed from the size in the source (transformers' ``tf_padding``:
+    the export baked the traced size's) or fixed (then right at every size): the graph cannot
+    tell which, and a wrong guess gives wrong values, not an error.
+
+    Also returns, per blocker node, the window op and its Pad (or None) where every spatial axis
+    is padded as ``auto_pad=SAME_UPPER`` would pad it at the traced size, so that rewrite is an
+    alternative for reference cases to confirm."""
+    blockers: list[Blocker] = []
+    alternatives: dict[str, tuple[str, str | None]] = {}
+    for node in a.model.graph.node:
+        if node.op_type not in WINDOW_OPS:
+            continue
+        attrs = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+        if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+            continue
+        x = a.tensors.get(node.input[0])
+        if x is None or x.shape is None or len(x.shape) < 3:
+            continue
+        nsp = len(x.shape) - 2
+        kernel = attrs.get("kernel_shape")
+        if kernel is None and len(node.input) > 1 and a.consts.get(node.input[1]) is not None:
+            kernel = list(a.consts[node.input[1]].shape[2:])
+        if kernel is None or len(kernel) != nsp:
+            continue
+        strides = attrs.get("strides") or [1] * nsp
+        dil = attrs.get("dilations") or [1] * nsp
+        own = attrs.get("pads") or [0] * (2 * nsp)
+        pad_node, before = pad_before(a, node.input[0], len(x.shape))
+        found: list[tuple[int, Dim, int, tuple[int, int], str]] = []
+        same_everywhere = not before or before[0] == before[1] == (0, 0)
+        for i in range(nsp):
+            extra = before[2 + i] if before else (0, 0)
+            k = (kernel[i] - 1) * dil[i] + 1
+            length = a.traced(x.shape[2 + i]) - extra[0] - extra[1]
+            total = same_total(length, k, strides[i])
+            if (own[i] + extra[0], own[i + nsp] + extra[1]) != (total // 2, total - total // 2):
+                same_everywhere = False
+        for i in range(nsp):
+            d = sol.resolve(x.shape[2 + i])
+            if strides[i] < 2 or d.is_const():
+                continue
+            extra = before[2 + i] if before else (0, 0)
+            length = a.traced(d) - extra[0] - extra[1]
+            if pad_node is not None:
+                src = a.tensors.get(pad_node.input[0])
+                if src is not None and src.shape is not None:
+                    d = sol.resolve(src.shape[2 + i])
+            b, e = own[i] + extra[0], own[i + nsp] + extra[1]
+            if pad_node is None and b == e:
+                continue  # a convolution's own even padding: fixed in torch too
+            k = (kernel[i] - 1) * dil[i] + 1
+            total = same_total(length, k, strides[i])
+            if (b, e) != (total // 2, total - total // 2):
+                continue
+            other = {
+                (length + r) % strides[i]: same_total(length + r, k, strides[i])
+                for r in range(1, strides[i])
+            }
+            alt = ", ".join(
+                f"({t // 2}, {t - t // 2}) at lengths {m} mod {strides[i]}"
+                for m, t in sorted(other.items())
+                if t != total
+            )
+            if alt:
+                found.append((2 + i, d, length, (b, e), alt))
+        if not found:
+            continue
+        where = pad_node if pad_node is not None else node
+        if same_everywhere:
+            alternatives[where.name] = (node.name, pad_node.name if pad_node is not None else None)
+        syms = ", ".join(sorted(input_symbols(a, sol, set().union(*(f[1].atoms() for f in found)))))
+        pads = " and ".join(f"({b}, {e}) on axis {ax}" for ax, _, _, (b, e), _ in found)
+        alts = "; ".join(dict.fromkeys(f[4] for f in found))
+        stride = "x".join(str(s) for s in strides)
+        ks = "x".join(str(k) for k in kernel)
+        lead = (
+            f"pads {pads} before the stride-{stride} {node.op_type} {node.name!r} (kernel {ks})"
+            if pad_node is not None
+            else f"a stride-{stride} {node.op_type} (kernel {ks}) with uneven pads {pads} (a Pad "
+            "folded in)"
+        )
+        blockers.append(
+            Blocker(
+                where.name,
+                where.op_type,
+                None,
+                ", ".join(
+                    f"axis {ax} ({dim_text(a, sol, d)}) = {n} padded {p}"
+                    for ax, d, n, p, _ in found
+                ),
+                f"{lead}: TensorFlow 'same' padding at the traced "
+                f"size, which pads {alts}; if the source model computes it from the size "
+                "(transformers' tf_padding) the export baked in the traced size's, if it pads "
+                "by fixed amounts it did not: the graph cannot tell which, and a wrong guess "
+                "gives wrong values, not an error",
+                f"keep {syms} static (leave {axes_text(a, syms)} out of the symbolized axes); "
+                f"or pass reference cases (--ref) at a {syms} of another parity: symbolize "
+                "then keeps the fixed pads or rewrites them to 'same' padding, whichever matches "
+                "them; or, if the source pads by fixed amounts, re-export with dynamic axes for "
+                f"{syms}",
+                sym_tuple(syms),
+            )
+        )
+    return blockers, alternatives
+
+
+def pad_before(
+    a: ShapeAnalysis, tensor: str, rank: int
+) -> tuple[onnx.NodeProto | None, list[tuple[int, int]] | None]:
+    """The constant-mode Pad node producing ``tensor`` and its traced (begin, end) per axis."""
+    found = a.producers.get(tensor)
+    if found is None or found[1].op_type != "Pad":
+        return None, None
+    node = found[1]
+    mode = next((x.s for x in node.attribute if x.name == "mode"), b"constant")
+    if mode != b"constant" or len(node.input) > 3 and node.input[3]:
+        return None, None
+    if a.opset < 11:
+        pads = next((list(x.ints) for x in node.attribute if x.name == "pads"), None)
+    else:
+        info = a.tensors.get(node.input[1]) if len(node.input) > 1 else None
+        pads = None if info is None or info.value is None else [a.traced(v) for v in info.value]
+    if pads is None or len(pads) != 2 * rank:
+        return None, None
+    return node, [(int(pads[k]), int(pads[k + rank])) for k in range(rank)]
+
+
+def grid_table(a: ShapeAnalysis, use: ConstUse, dims: list[Dim]) -> GridTable | None:
+    """``use`` as a :class:`GridTable`: a [1, n, dim] constant added whole, its axis 1 of length
+    ``h*w + lead`` with h, w the run-time sizes of axes 2, 3 of one tensor (a patch grid)."""
+    if use.op != "Add" or use.array.ndim != 3 or use.array.shape[0] != 1 or dims[0].atoms():
+        return None
+    terms = dims[1].terms
+    lead = terms.pop((), 0)
+    if len(terms) != 1 or dims[2].atoms():
+        return None
+    ((mono, coef),) = terms.items()
+    if coef != 1 or len(mono) != 2 or lead < 0:
+        return None
+    origins = [a.atoms[x].origin for x in mono]
+    if not all(isinstance(o, tuple) and len(o) == 3 and o[0] == "dim" for o in origins):
+        return None
+    (_, t1, ax1), (_, t2, ax2) = origins
+    if t1 != t2 or {ax1, ax2} != {2, 3}:
+        return None
+    h, w = (a.atoms[x].traced for x in (mono if ax1 == 2 else mono[::-1]))
+    if h * w + lead != use.array.shape[1]:
+        return None
+    return GridTable(use.node, use.input_index, use.tensor, t1, lead, (h, w))
+
+
+def relative_axes(arr: np.ndarray, sym_axes: list[int]) -> tuple[int, int] | None:
+    """Two symbolic axes of one length (3 or more) along which ``arr`` depends only on j - i, its
+    values not all alike along them (a table of relative positions), or None."""
+    for i, p in enumerate(sym_axes):
+        for q in sym_axes[i + 1 :]:
+            n = arr.shape[p]
+            if n < 3 or arr.shape[q] != n:
+                continue
+            x = np.moveaxis(arr, (p, q), (-2, -1))
+            if np.array_equal(x[..., 1:, 1:], x[..., :-1, :-1]) and not np.array_equal(
+                x[..., :1, :], x[..., 1:2, :]
+            ):
+                return p, q
+    return None
