@@ -7,6 +7,8 @@ The pass reads as stages, each a module that only reads what the one before it p
     batch_indices.py    constant indices that enumerate the batch
     plan.py             the plan: every change (constant -> shape computation) and every blocker
     blockers.py         a blocker (what holds only at the traced size), grouped and summarized
+    baked.py            what an export baked at the traced size ('same' pads, grid tables)
+    wording.py          how blockers spell dims, axes and fixes in the input symbols
     rewrite.py          apply the plan to a copy of the graph
     check.py            run the result on ONNX Runtime at the traced size and at other sizes
     feeds.py            the check's inputs, shaped by the graph (ids, sizes, masks), never by names
