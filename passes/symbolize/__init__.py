@@ -9,6 +9,7 @@ The pass reads as stages, each a module that only reads what the one before it p
     blockers.py         a blocker (what holds only at the traced size), grouped and summarized
     baked.py            what an export baked at the traced size ('same' pads, grid tables)
     wording.py          how blockers spell dims, axes and fixes in the input symbols
+    readings.py         the rewrites reference cases choose between where the graph cannot tell
     rewrite.py          apply the plan to a copy of the graph
     check.py            run the result on ONNX Runtime at the traced size and at other sizes
     feeds.py            the check's inputs, shaped by the graph (ids, sizes, masks), never by names
@@ -35,12 +36,8 @@ from onnxsurgery.passes.symbolize.check import (
 )
 from onnxsurgery.passes.symbolize.feeds import shape_inputs
 from onnxsurgery.passes.symbolize.plan import SymbolizePlan, normalize_axes, plan_symbolize
-from onnxsurgery.passes.symbolize.rewrite import (
-    GRID_RESIZES,
-    apply_plan,
-    resize_tables,
-    same_padding,
-)
+from onnxsurgery.passes.symbolize.readings import GRID_RESIZES, resize_tables, same_padding
+from onnxsurgery.passes.symbolize.rewrite import apply_plan
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.validation.references import load_cases

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Mapping
 
 import numpy as np
 import onnx
@@ -26,11 +25,17 @@ from onnx import helper, numpy_helper
 from onnxsurgery.model.dtypes import elem_type_of
 from onnxsurgery.model.io import IR_INITIALIZERS_AS_INPUTS, sync_initializer_inputs
 from onnxsurgery.model.walk import graphs_by_path, subgraphs
-from onnxsurgery.passes.symbolize.baked import GridTable
 from onnxsurgery.passes.symbolize.plan import Change, SymbolizePlan
 from onnxsurgery.shapes.dims import Dim
 
-__all__ = ["apply_plan", "resize_tables", "same_padding", "toposort_graph"]
+__all__ = [
+    "apply_plan",
+    "toposort_graph",
+    "outer_names",
+    "remove_orphans",
+    "drop_value_info",
+    "safe_name",
+]
 
 _BROADCASTING = {
     "Add",
@@ -57,7 +62,7 @@ _BROADCASTING = {
 }
 
 
-def _safe(text: str) -> str:
+def safe_name(text: str) -> str:
     text = text.replace(" + ", "+").replace(" - ", "-").replace(" ", "")
     return re.sub(r"[^A-Za-z0-9_+\-*.,\[\]/]", "_", text)
 
@@ -130,7 +135,7 @@ class _Rewriter:
         """A 1-D int64 tensor of one element holding ``d``."""
         if d.value is not None:
             return self.const([int(d.value)])
-        key = f"symbolize/{_safe(str(d))}"
+        key = f"symbolize/{safe_name(str(d))}"
         if key in self.cache:
             return self.cache[key]
         terms = []
@@ -141,10 +146,10 @@ class _Rewriter:
             prod = self.atom(mono[0])
             for k in range(1, len(mono)):
                 sub = Dim({mono[: k + 1]: 1})
-                prod = self.node("Mul", [prod, self.atom(mono[k])], f"symbolize/{_safe(str(sub))}")
+                prod = self.node("Mul", [prod, self.atom(mono[k])], f"symbolize/{safe_name(str(sub))}")
             if coef != 1:
                 prod = self.node(
-                    "Mul", [prod, self.const([coef])], f"symbolize/{_safe(str(Dim({mono: coef})))}"
+                    "Mul", [prod, self.const([coef])], f"symbolize/{safe_name(str(Dim({mono: coef})))}"
                 )
             terms.append(prod)
         acc = terms[0]
@@ -172,7 +177,7 @@ class _Rewriter:
             pieces.append(self.const(run))
         if len(pieces) == 1:
             return pieces[0]
-        name = "symbolize/shape[" + ",".join(_safe(str(v)) for v in values) + "]"
+        name = "symbolize/shape[" + ",".join(safe_name(str(v)) for v in values) + "]"
         return self.node("Concat", pieces, name, axis=0)
 
     # -- per change --------------------------------------------------------------------------
@@ -235,7 +240,7 @@ class _Rewriter:
 
     def index(self, n: Dim, axis: int, rank: int, dtype: np.dtype) -> str:
         """``arange(n)`` laid along ``axis`` of a rank-``rank`` tensor, in ``dtype``."""
-        key = f"symbolize/arange[{_safe(str(n))}]"
+        key = f"symbolize/arange[{safe_name(str(n))}]"
         limit = self.node("Reshape", [self.expr(n), self.const([])], f"{key}/limit")
         rng = self.node(
             "Range", [self.const([0], scalar=True), limit, self.const([1], scalar=True)], key
@@ -253,7 +258,7 @@ class _Rewriter:
         arr = use.array
         rank = arr.ndim
         dims = list(change.values)
-        tag = f"symbolize/{use.tensor}[{','.join(_safe(str(v)) for v in dims)}]"
+        tag = f"symbolize/{use.tensor}[{','.join(safe_name(str(v)) for v in dims)}]"
         full: set[int] = set()  # symbolic axes the generated tensor already spans
         if gen.kind == "affine":
             acc = self.initializer(f"{tag}/base", gen.base)  # type: ignore[arg-type]
@@ -360,7 +365,7 @@ class _Rewriter:
             return acc
         target = self.vector(dims)
         return self.node(
-            "Expand", [acc, target], f"{tag}/{_safe(node.name or node.output[0])}/expand"
+            "Expand", [acc, target], f"{tag}/{safe_name(node.name or node.output[0])}/expand"
         )
 
     def broadcast_covers(self, change: Change, node: onnx.NodeProto, axes: list[int]) -> bool:
@@ -420,7 +425,7 @@ class _Rewriter:
         g.node.extend(
             toposort_graph(nodes, {i.name for i in g.input} | {i.name for i in g.initializer})
         )
-        _remove_orphans(self.m, replaced)
+        remove_orphans(self.m, replaced)
         sync_initializer_inputs(self.m)  # IR < 4: the constants added are graph inputs too
         self.graphs = graphs_by_path(self.m.graph)  # the node list was rebuilt: fresh handles
         self.set_io()
@@ -440,7 +445,7 @@ class _Rewriter:
             if path:
                 for vi in sub.output:
                     _set_dims(vi, self.symbolic_dims(vi.name))
-        _drop_value_info(g)
+        drop_value_info(g)
 
     def symbolic_dims(self, tensor: str) -> list[str | int | None] | None:
         shape = self.resolved_shape(tensor)
@@ -478,14 +483,14 @@ def _set_dims(vi: onnx.ValueInfoProto, dims_out: list[str | int | None] | None) 
             d.dim_param = new
 
 
-def _drop_value_info(graph: onnx.GraphProto) -> None:
+def drop_value_info(graph: onnx.GraphProto) -> None:
     del graph.value_info[:]
     for node in graph.node:
         for sub in subgraphs(node):
-            _drop_value_info(sub)
+            drop_value_info(sub)
 
 
-def _outer_names(node: onnx.NodeProto) -> set[str]:
+def outer_names(node: onnx.NodeProto) -> set[str]:
     """Names a node reads, including those its subgraphs read from the enclosing scope."""
     names = {i for i in node.input if i}
     for g in subgraphs(node):
@@ -493,7 +498,7 @@ def _outer_names(node: onnx.NodeProto) -> set[str]:
         for n in g.node:
             inner.update(o for o in n.output if o)
         for n in g.node:
-            names.update(x for x in _outer_names(n) if x not in inner)
+            names.update(x for x in outer_names(n) if x not in inner)
         names.update(o.name for o in g.output if o.name not in inner)
     return names
 
@@ -510,7 +515,7 @@ def toposort_graph(nodes: list[onnx.NodeProto], available: set[str]) -> list[onn
     for i, n in enumerate(nodes):
         d = {
             producer[x]
-            for x in _outer_names(n)
+            for x in outer_names(n)
             if x in producer and x not in available and producer[x] != i
         }
         deps.append(d)
@@ -533,12 +538,12 @@ def toposort_graph(nodes: list[onnx.NodeProto], available: set[str]) -> list[onn
     return order
 
 
-def _remove_orphans(model: onnx.ModelProto, candidates: set[str]) -> None:
+def remove_orphans(model: onnx.ModelProto, candidates: set[str]) -> None:
     used: set[str] = set()
 
     def walk(g: onnx.GraphProto) -> None:
         for n in g.node:
-            used.update(_outer_names(n))
+            used.update(outer_names(n))
         used.update(o.name for o in g.output)
 
     walk(model.graph)
@@ -565,120 +570,4 @@ def apply_plan(model: onnx.ModelProto, plan: SymbolizePlan) -> onnx.ModelProto:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     _Rewriter(out, plan).run()
-    return out
-
-
-def same_padding(model: onnx.ModelProto, ops: list[tuple[str, str | None]]) -> onnx.ModelProto:
-    """A copy of ``model`` where each window op of ``ops`` (op name, the Pad node before it or
-    None) pads by ``auto_pad=SAME_UPPER`` (TensorFlow's 'same' padding at every size) instead of
-    its fixed pads and that Pad (removed once nothing else reads it)."""
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    graph = out.graph
-    nodes = {n.name: n for n in graph.node}
-    pads: set[str] = set()
-    for name, pad in ops:
-        node = nodes[name]
-        kept = [x for x in node.attribute if x.name not in ("pads", "auto_pad")]
-        del node.attribute[:]
-        node.attribute.extend([*kept, helper.make_attribute("auto_pad", "SAME_UPPER")])
-        if pad is not None:
-            node.input[0] = nodes[pad].input[0]
-            pads.add(pad)
-    dead, freed = [nodes[p] for p in pads], set()
-    while dead:  # the Pads nothing reads any more, then what only they read (pads arithmetic)
-        read = {i for n in graph.node for i in _outer_names(n)} | {o.name for o in graph.output}
-        gone = [n for n in dead if n in graph.node and not any(o in read for o in n.output)]
-        for n in gone:
-            graph.node.remove(n)
-        inputs = {i for n in gone for i in n.input}
-        freed |= inputs
-        dead = [n for n in graph.node if any(o in inputs for o in n.output)]
-    _remove_orphans(out, freed)
-    _drop_value_info(graph)
-    return out
-
-
-#: How torch resizes a table to a grid (``F.interpolate(..., align_corners=False)``), as ONNX Resize
-GRID_RESIZES = {
-    "bicubic": {"mode": "cubic", "cubic_coeff_a": -0.75},
-    "bilinear": {"mode": "linear"},
-}
-
-
-def resize_tables(
-    model: onnx.ModelProto,
-    tables: list[GridTable],
-    how: str,
-    arrays: Mapping[str, np.ndarray],
-) -> onnx.ModelProto | None:
-    """A copy of ``model`` where each table's grid rows are resized (``how``: a key of
-    :data:`GRID_RESIZES`) from their traced grid to the run-time size of axes 2, 3 of the table's
-    ``grid`` tensor, its leading rows kept; None where a table is not an initializer. ``arrays``
-    holds each table's values (``model`` may be a weightless copy)."""
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    graph = out.graph
-    inits = {i.name: i for i in graph.initializer}
-    nodes = {n.name: n for n in graph.node}
-    added: list[onnx.NodeProto] = []
-    leads: set[str] = set()  # dropped again where a table has no leading rows
-    for t in tables:
-        if t.tensor not in inits or t.node not in nodes:
-            return None
-        arr = arrays[t.tensor]
-        dim, (h, w) = arr.shape[2], t.shape
-        base = _safe(f"symbolize/{t.tensor}/{how}")
-        leads.add(f"{base}/lead")
-        grid = arr[:, t.lead :].reshape(1, h, w, dim).transpose(0, 3, 1, 2)
-        graph.initializer.extend(
-            [
-                numpy_helper.from_array(np.ascontiguousarray(grid), f"{base}/grid"),
-                numpy_helper.from_array(arr[:, : t.lead], f"{base}/lead"),
-                numpy_helper.from_array(np.array([1, dim], np.int64), f"{base}/head"),
-                numpy_helper.from_array(np.array([2], np.int64), f"{base}/2"),
-                numpy_helper.from_array(np.array([4], np.int64), f"{base}/4"),
-                numpy_helper.from_array(np.array([1, -1, dim], np.int64), f"{base}/rows"),
-            ]
-        )
-        out_name = f"{base}/table"
-        added += [
-            helper.make_node("Shape", [t.grid], [f"{base}/shape"], name=f"{base}/shape"),
-            helper.make_node(
-                "Slice", [f"{base}/shape", f"{base}/2", f"{base}/4"], [f"{base}/hw"],
-                name=f"{base}/hw",
-            ),
-            helper.make_node(
-                "Concat", [f"{base}/head", f"{base}/hw"], [f"{base}/sizes"], name=f"{base}/sizes",
-                axis=0,
-            ),
-            helper.make_node(
-                "Resize", [f"{base}/grid", "", "", f"{base}/sizes"], [f"{base}/resized"],
-                name=f"{base}/resize", coordinate_transformation_mode="half_pixel",
-                **GRID_RESIZES[how],
-            ),
-            helper.make_node(
-                "Transpose", [f"{base}/resized"], [f"{base}/hwc"], name=f"{base}/hwc",
-                perm=[0, 2, 3, 1],
-            ),
-            helper.make_node(
-                "Reshape", [f"{base}/hwc", f"{base}/rows"], [f"{base}/flat"], name=f"{base}/flat"
-            ),
-        ]  # fmt: skip
-        if t.lead:
-            added.append(
-                helper.make_node(
-                    "Concat", [f"{base}/lead", f"{base}/flat"], [out_name], name=out_name, axis=1
-                )
-            )
-        else:
-            out_name = f"{base}/flat"
-        nodes[t.node].input[t.index] = out_name
-    graph.node.extend(added)
-    available = {i.name for i in graph.input} | {i.name for i in graph.initializer}
-    ordered = toposort_graph(list(graph.node), available)
-    del graph.node[:]
-    graph.node.extend(ordered)
-    _remove_orphans(out, {t.tensor for t in tables} | leads)
-    _drop_value_info(graph)
     return out

@@ -1,0 +1,145 @@
+"""The readings reference cases choose between where the graph alone cannot tell (see
+:mod:`onnxsurgery.passes.symbolize.baked`): each rewrites a symbolized model one way.
+
+- ``same_padding``: a window op's pads baked at the traced size become ``auto_pad=SAME_UPPER``
+  (TensorFlow's 'same' padding at every size), its Pad removed;
+- ``resize_tables``: a learned table over a patch grid is resized to the run-time grid, the way
+  torch interpolates it (one entry of :data:`GRID_RESIZES` each).
+
+The other reading, keeping the graph as it is, needs no rewrite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from onnxsurgery.passes.symbolize.baked import GridTable
+from onnxsurgery.passes.symbolize.rewrite import (
+    drop_value_info,
+    outer_names,
+    remove_orphans,
+    safe_name,
+    toposort_graph,
+)
+
+__all__ = ["same_padding", "resize_tables", "GRID_RESIZES"]
+
+
+def same_padding(model: onnx.ModelProto, ops: list[tuple[str, str | None]]) -> onnx.ModelProto:
+    """A copy of ``model`` where each window op of ``ops`` (op name, the Pad node before it or
+    None) pads by ``auto_pad=SAME_UPPER`` (TensorFlow's 'same' padding at every size) instead of
+    its fixed pads and that Pad (removed once nothing else reads it)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    nodes = {n.name: n for n in graph.node}
+    pads: set[str] = set()
+    for name, pad in ops:
+        node = nodes[name]
+        kept = [x for x in node.attribute if x.name not in ("pads", "auto_pad")]
+        del node.attribute[:]
+        node.attribute.extend([*kept, helper.make_attribute("auto_pad", "SAME_UPPER")])
+        if pad is not None:
+            node.input[0] = nodes[pad].input[0]
+            pads.add(pad)
+    dead, freed = [nodes[p] for p in pads], set()
+    while dead:  # the Pads nothing reads any more, then what only they read (pads arithmetic)
+        read = {i for n in graph.node for i in outer_names(n)} | {o.name for o in graph.output}
+        gone = [n for n in dead if n in graph.node and not any(o in read for o in n.output)]
+        for n in gone:
+            graph.node.remove(n)
+        inputs = {i for n in gone for i in n.input}
+        freed |= inputs
+        dead = [n for n in graph.node if any(o in inputs for o in n.output)]
+    remove_orphans(out, freed)
+    drop_value_info(graph)
+    return out
+
+
+#: How torch resizes a table to a grid (``F.interpolate(..., align_corners=False)``), as ONNX Resize
+GRID_RESIZES = {
+    "bicubic": {"mode": "cubic", "cubic_coeff_a": -0.75},
+    "bilinear": {"mode": "linear"},
+}
+
+
+def resize_tables(
+    model: onnx.ModelProto,
+    tables: list[GridTable],
+    how: str,
+    arrays: Mapping[str, np.ndarray],
+) -> onnx.ModelProto | None:
+    """A copy of ``model`` where each table's grid rows are resized (``how``: a key of
+    :data:`GRID_RESIZES`) from their traced grid to the run-time size of axes 2, 3 of the table's
+    ``grid`` tensor, its leading rows kept; None where a table is not an initializer. ``arrays``
+    holds each table's values (``model`` may be a weightless copy)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    inits = {i.name: i for i in graph.initializer}
+    nodes = {n.name: n for n in graph.node}
+    added: list[onnx.NodeProto] = []
+    leads: set[str] = set()  # dropped again where a table has no leading rows
+    for t in tables:
+        if t.tensor not in inits or t.node not in nodes:
+            return None
+        arr = arrays[t.tensor]
+        dim, (h, w) = arr.shape[2], t.shape
+        base = safe_name(f"symbolize/{t.tensor}/{how}")
+        leads.add(f"{base}/lead")
+        grid = arr[:, t.lead :].reshape(1, h, w, dim).transpose(0, 3, 1, 2)
+        graph.initializer.extend(
+            [
+                numpy_helper.from_array(np.ascontiguousarray(grid), f"{base}/grid"),
+                numpy_helper.from_array(arr[:, : t.lead], f"{base}/lead"),
+                numpy_helper.from_array(np.array([1, dim], np.int64), f"{base}/head"),
+                numpy_helper.from_array(np.array([2], np.int64), f"{base}/2"),
+                numpy_helper.from_array(np.array([4], np.int64), f"{base}/4"),
+                numpy_helper.from_array(np.array([1, -1, dim], np.int64), f"{base}/rows"),
+            ]
+        )
+        out_name = f"{base}/table"
+        added += [
+            helper.make_node("Shape", [t.grid], [f"{base}/shape"], name=f"{base}/shape"),
+            helper.make_node(
+                "Slice", [f"{base}/shape", f"{base}/2", f"{base}/4"], [f"{base}/hw"],
+                name=f"{base}/hw",
+            ),
+            helper.make_node(
+                "Concat", [f"{base}/head", f"{base}/hw"], [f"{base}/sizes"], name=f"{base}/sizes",
+                axis=0,
+            ),
+            helper.make_node(
+                "Resize", [f"{base}/grid", "", "", f"{base}/sizes"], [f"{base}/resized"],
+                name=f"{base}/resize", coordinate_transformation_mode="half_pixel",
+                **GRID_RESIZES[how],
+            ),
+            helper.make_node(
+                "Transpose", [f"{base}/resized"], [f"{base}/hwc"], name=f"{base}/hwc",
+                perm=[0, 2, 3, 1],
+            ),
+            helper.make_node(
+                "Reshape", [f"{base}/hwc", f"{base}/rows"], [f"{base}/flat"], name=f"{base}/flat"
+            ),
+        ]  # fmt: skip
+        if t.lead:
+            added.append(
+                helper.make_node(
+                    "Concat", [f"{base}/lead", f"{base}/flat"], [out_name], name=out_name, axis=1
+                )
+            )
+        else:
+            out_name = f"{base}/flat"
+        nodes[t.node].input[t.index] = out_name
+    graph.node.extend(added)
+    available = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    ordered = toposort_graph(list(graph.node), available)
+    del graph.node[:]
+    graph.node.extend(ordered)
+    remove_orphans(out, {t.tensor for t in tables} | leads)
+    drop_value_info(graph)
+    return out
