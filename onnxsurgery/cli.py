@@ -26,32 +26,25 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 from rich.text import Text
 
-from onnxsurgery import (
-    DEFAULT_ATOL,
-    DEFAULT_RTOL,
-    OnnxSurgeryError,
-    Pipeline,
-    UsageError,
-    ValidationMismatch,
-    __version__,
-    compare_models,
-    default_output_path,
-    discover,
-    load_cases,
-    load_model,
-    load_recipe,
-    parse_passes,
-    record_model_cases,
-    save_model,
-    summarize,
-    validate,
-)
+# From the modules that define them, not the package namespaces: a command imports what the
+# CLI uses, never the whole API (see onnxsurgery/lazy.py).
+from onnxsurgery._version import __version__
+from onnxsurgery.errors import OnnxSurgeryError, UsageError, ValidationMismatch
 from onnxsurgery.files import check_targets
 from onnxsurgery.limits import Limits, parse_limit
-from onnxsurgery.model import parse_shape_spec
-from onnxsurgery.pipeline import build_passes, write_json
-from onnxsurgery.pipeline.runner import pass_failure
-from onnxsurgery.validation import PROVIDERS, load_module, parse_tolerance_spec
+from onnxsurgery.model.io import load_model, save_model
+from onnxsurgery.model.signature import parse_shape_spec
+from onnxsurgery.model.summary import summarize
+from onnxsurgery.pipeline.chain import build_passes, load_recipe, parse_passes
+from onnxsurgery.pipeline.registry import discover
+from onnxsurgery.pipeline.report import write_json
+from onnxsurgery.pipeline.runner import Pipeline, default_output_path, pass_failure
+from onnxsurgery.validation.against_model import compare_models
+from onnxsurgery.validation.against_references import validate
+from onnxsurgery.validation.recording import load_module, record_model_cases
+from onnxsurgery.validation.references import load_cases
+from onnxsurgery.validation.runtime import PROVIDERS
+from onnxsurgery.validation.tolerances import DEFAULT_ATOL, DEFAULT_RTOL, parse_tolerance_spec
 
 __all__ = ["app", "main"]
 
