@@ -95,3 +95,28 @@ def test_lazy_namespace_refuses_unknown_names_and_loads_submodules() -> None:
         exec("from onnxsurgery import nothing_here", {})
     assert onnxsurgery.model.io is importlib.import_module("onnxsurgery.model.io")
     assert onnxsurgery.validation.tolerances.DEFAULT_ATOL == onnxsurgery.DEFAULT_ATOL
+
+
+@pytest.mark.parametrize("entry, frozen", [("script", True), ("main", False)])
+def test_only_the_executable_freezes_objects_for_shutdown(entry: str, frozen: bool) -> None:
+    """The ``onnxsurgery`` executable (``cli.script``) freezes the objects its imports made, so
+    that Python's shutdown does not collect over them (~60 ms of a cleanup run on a 50 MB
+    model); ``main``, which tests call in-process, leaves the collector alone."""
+    script = f"""
+import gc, sys
+from onnxsurgery.cli import {entry}
+sys.argv = ["onnxsurgery", "--version"]
+try:
+    {entry}()
+except SystemExit as exc:
+    print(exc.code, gc.get_freeze_count() > 1000)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines()[-1] == f"0 {frozen}", out.stdout
+
+
+def test_the_installed_executable_is_the_script_entry() -> None:
+    from importlib.metadata import entry_points
+
+    (ep,) = [e for e in entry_points(group="console_scripts") if e.name == "onnxsurgery"]
+    assert ep.value == "onnxsurgery.cli:script"
