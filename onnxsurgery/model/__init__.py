@@ -1,6 +1,7 @@
 """Models as files and graphs: what every pass and the CLI need to read, walk and write a model.
 
     io.py          load/save with external data (atomic, byte-identical), checker, shape inference
+    tensors.py     what tensors weigh (from dims, never data), is_large, the weight placeholders
     walk.py        the one subgraph walk, graph paths, every name a graph uses, node/op counts
     dtypes.py      the one dtype table: parse, name, numpy <-> ONNX, lossless casts
     signature.py   declared inputs, whether feeds fit them, the NAME:DIMS parser
@@ -29,11 +30,9 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "as_model",
             "check_model",
             "infer_shapes",
-            "is_large",
             "load_model",
             "read_model_file",
             "save_model",
-            "tensor_bytes",
         ),
         "onnxsurgery.model.signature": (
             "CaseFailure",
@@ -43,6 +42,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "parse_shape_spec",
         ),
         "onnxsurgery.model.summary": ("ModelSummary", "summarize"),
+        "onnxsurgery.model.tensors": ("is_large", "tensor_bytes"),
         "onnxsurgery.model.walk": (
             "all_names",
             "count_nodes",
@@ -52,5 +52,5 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "subgraphs",
         ),
     },
-    modules=("dtypes", "equality", "io", "signature", "summary", "walk"),
+    modules=("dtypes", "equality", "io", "signature", "summary", "tensors", "walk"),
 )
