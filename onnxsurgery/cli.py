@@ -27,8 +27,8 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 from rich.text import Text
 
-# From the modules that define them, not the package namespaces: a command imports what the
-# CLI uses, never the whole API (see onnxsurgery/lazy.py).
+# From the modules that define them, not the package namespaces: the CLI imports what its
+# commands use, not the whole API (see onnxsurgery/lazy.py).
 from onnxsurgery._version import __version__
 from onnxsurgery.errors import OnnxSurgeryError, UsageError, ValidationMismatch
 from onnxsurgery.files import check_targets
@@ -543,9 +543,10 @@ def reference_show(
 
 
 def main() -> None:
-    """The command line, as the ``onnxsurgery`` executable runs it. A command line that does not parse (an option value of the
-    wrong type, a missing argument, an unknown command) is one ``error:`` line and exit 2, not
-    a usage box; ``-h`` shows the help."""
+    """The command line (the ``onnxsurgery`` executable runs it through :func:`script`). A
+    command line that does not parse (an option value of the wrong type, a missing argument,
+    an unknown command) is one ``error:`` line and exit 2, not a usage box; ``-h`` shows the
+    help."""
     try:
         code = app(prog_name="onnxsurgery", standalone_mode=False)
     except typer.Abort:
@@ -566,9 +567,11 @@ def script() -> None:
     Before it does, every object made so far is frozen (``gc.freeze``): Python's shutdown
     otherwise runs full garbage collections over all the objects the imports made (typer,
     rich, click, onnx, numpy), ~60 ms of a 0.5 s ``run --passes cleanup`` on a 50 MB model
-    (bench/bench_pipeline.py). Frozen objects are still freed with the process; what is written
-    was closed and flushed before, and ``atexit`` handlers still run. Only here, where nothing
-    runs afterwards: in-process callers of :func:`main` (tests) keep their collector."""
+    (bench/bench_pipeline.py). Objects only a reference cycle holds are then released with the
+    process instead of collected (Python never promises their ``__del__`` at exit); every file
+    was closed and renamed into place before, and ``atexit`` handlers still run. Only here,
+    where nothing runs afterwards: in-process callers of :func:`main` (tests) keep their
+    collector."""
     try:
         main()
     finally:
