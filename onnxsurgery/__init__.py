@@ -33,7 +33,7 @@ from onnxsurgery import errors
 from onnxsurgery.lazy import lazy_exports
 
 # Each name imports its module when first used (see lazy.py): `onnxsurgery run --passes cleanup`
-# then never imports validation's comparisons, shapes or merged outputs.
+# then never imports shapes, merged outputs or model equality.
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
