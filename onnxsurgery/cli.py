@@ -19,7 +19,6 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Annotated
 
-import click
 import numpy as np
 import typer
 from rich.console import Console
@@ -101,7 +100,7 @@ def _boundary(report_path: Path | None = None, quiet: bool = False) -> Iterator[
         message = str(exc).strip() or type(exc).__name__
         _say_error(message)
         raise typer.Exit(exc.exit_code) from None
-    except (typer.Exit, typer.Abort, click.exceptions.ClickException):
+    except (typer.Exit, typer.Abort, typer.TyperException):  # the command line's own errors
         raise
     except KeyboardInterrupt:
         _say_error("interrupted; nothing was written")
