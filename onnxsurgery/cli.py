@@ -26,22 +26,22 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 from rich.text import Text
 
-# From the modules that define them, not the package namespaces: the CLI imports what its
-# commands use, not the whole API (see onnxsurgery/lazy.py).
+# What `run` needs (and the options' defaults) comes from the modules that define it; what only
+# another command uses (inspect's summary, --against, reference record) is reached through the
+# package namespaces, which import it when that command runs (see onnxsurgery/lazy.py).
+import onnxsurgery
+from onnxsurgery import validation
 from onnxsurgery._version import __version__
 from onnxsurgery.errors import OnnxSurgeryError, UsageError, ValidationMismatch
 from onnxsurgery.files import check_targets
 from onnxsurgery.limits import Limits, parse_limit
 from onnxsurgery.model.io import load_model, save_model
 from onnxsurgery.model.signature import parse_shape_spec
-from onnxsurgery.model.summary import summarize
 from onnxsurgery.pipeline.chain import build_passes, load_recipe, parse_passes
 from onnxsurgery.pipeline.registry import discover
 from onnxsurgery.pipeline.report import write_json
 from onnxsurgery.pipeline.runner import Pipeline, default_output_path, pass_failure
-from onnxsurgery.validation.against_model import compare_models
 from onnxsurgery.validation.against_references import validate
-from onnxsurgery.validation.recording import load_module, record_model_cases
 from onnxsurgery.validation.references import load_cases
 from onnxsurgery.validation.runtime import PROVIDERS
 from onnxsurgery.validation.tolerances import DEFAULT_ATOL, DEFAULT_RTOL, parse_tolerance_spec
@@ -347,7 +347,7 @@ def inspect(
     """Describe MODEL: opset, producer, inputs/outputs with dims, op counts, weights, and what
     symbolize would change in it. Nothing is written."""
     with _boundary():
-        summary = summarize(model)
+        summary = onnxsurgery.summarize(model)
         if not no_plan:
             chain = plan if plan is not None else _default_plan(summary)
             if chain:
@@ -464,7 +464,7 @@ def validate_command(
         else:
             if ref is not None and (shapes or seed or cases != 1):
                 raise UsageError("--shape, --seed and --cases are for random inputs; --ref gives stored inputs")
-            result = compare_models(
+            result = onnxsurgery.compare_models(
                 model,
                 against,
                 feeds_or_cases=ref,
@@ -517,9 +517,9 @@ def reference_record(
 
     with _boundary():
         sizes = [dict(parse_shape_spec(part) for part in text.split(";") if part.strip()) for text in case or [""]]
-        net = load_module(module)
+        net = validation.load_module(module)
         out_dir.mkdir(parents=True, exist_ok=True)
-        cases = record_model_cases(net, model, out_dir, sizes=sizes, seed=seed)
+        cases = onnxsurgery.record_model_cases(net, model, out_dir, sizes=sizes, seed=seed)
         for c in cases:
             dims = ", ".join(f"{k} {'x'.join(map(str, v.shape))}" for k, v in c.inputs.items())
             out.print(Text(f"wrote {out_dir / c.name}  ({dims})"))

@@ -31,8 +31,15 @@ print("unused", sorted(m for m in NOT_USED if m in sys.modules))
 print("click", "click" in sys.modules)
 """
 
-#: Modules a `run --passes cleanup` has no use for: the package namespaces used to import them all.
-NOT_USED = ("onnxsurgery.shapes", "onnxsurgery.merged_outputs", "onnxsurgery.model.equality")
+#: Modules a `run --passes cleanup` has no use for: the package namespaces and the CLI imported them.
+NOT_USED = (
+    "onnxsurgery.shapes",
+    "onnxsurgery.merged_outputs",
+    "onnxsurgery.model.equality",
+    "onnxsurgery.model.summary",
+    "onnxsurgery.validation.against_model",
+    "onnxsurgery.validation.recording",
+)
 
 
 def test_cleanup_run_imports_neither_onnxruntime_nor_pydantic(tmp_path, tiny_model) -> None:
