@@ -17,7 +17,6 @@ import os
 import re
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +39,7 @@ from onnxsurgery.model.io import (
     weightless,
 )
 from onnxsurgery.model.walk import default_opset
+from onnxsurgery.validation import watchdog
 
 __all__ = [
     "PROVIDERS",
@@ -444,9 +444,7 @@ def run_session(
     a run stopped that way raises LimitExceeded naming the limit."""
     budget = current_limits().run_seconds
     options = ort.RunOptions()
-    timer = threading.Timer(budget, lambda: setattr(options, "terminate", True))
-    timer.daemon = True
-    timer.start()
+    deadline = watchdog.arm(budget, lambda: setattr(options, "terminate", True))
     try:
         with quiet_stderr():
             return session.run(list(names), dict(feeds), options)
@@ -457,7 +455,7 @@ def run_session(
             ) from None
         raise
     finally:
-        timer.cancel()
+        watchdog.disarm(deadline)
 
 
 _NODE_PATTERNS = (
