@@ -28,9 +28,11 @@ what is wrong with it.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
+import sys
 import tempfile
 import zipfile
 from collections.abc import Sequence
@@ -43,6 +45,7 @@ import onnx
 from onnx import numpy_helper
 
 from onnxsurgery.errors import ReferenceDataError
+from onnxsurgery.model.dtypes import np_dtype
 
 __all__ = [
     "Case",
@@ -59,6 +62,12 @@ NPZ_OUTPUT_PREFIX = "output:"
 
 _CASE_DIR = re.compile(r"^test_data_set_(\d+)$")
 _TENSOR_FILE = re.compile(r"^(input|output)_(\d+)\.pb$")
+#: Element types stored bit-packed in ``raw_data`` (numpy_helper unpacks them).
+_PACKED_TYPES = frozenset(
+    getattr(onnx.TensorProto, name)
+    for name in ("INT4", "UINT4", "INT2", "UINT2", "FLOAT4E2M1", "FLOAT6E2M3", "FLOAT6E3M2")
+    if hasattr(onnx.TensorProto, name)
+)
 
 
 @dataclass
@@ -150,13 +159,17 @@ def _load_case_dir(directory: Path) -> Case:
 
 
 def _read_tensor_pb(path: Path) -> tuple[str, np.ndarray]:
+    """A tensor file's name and array. A plain ``raw_data`` tensor's array is a read-only view
+    of the file's bytes (parsing it whole would copy them twice: into the message, and out of
+    it again when ``raw_data`` is read); any other tensor is decoded by onnx's numpy_helper."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise ReferenceDataError(f"cannot read reference tensor {str(path)!r}: {exc}") from exc
     proto = onnx.TensorProto()
-    try:
-        proto.ParseFromString(data)
+    raw = _raw_data_span(data)
+    try:  # everything but the raw bytes, which are read in place below
+        proto.ParseFromString(data if raw is None else data[: raw[0]] + data[raw[2] :])
     except Exception as exc:  # protobuf's DecodeError has no stable import path
         raise ReferenceDataError(
             f"reference tensor {str(path)!r} is not a serialized TensorProto ({exc})"
@@ -165,6 +178,11 @@ def _read_tensor_pb(path: Path) -> tuple[str, np.ndarray]:
         raise ReferenceDataError(
             f"reference tensor {str(path)!r} is not a TensorProto (no data type set)"
         )
+    if raw is not None:
+        array = _raw_array(proto, data, raw[1], raw[2])
+        if array is not None:
+            return proto.name, array
+        proto.raw_data = data[raw[1] : raw[2]]  # anything unusual: onnx decodes it, or says why
     try:
         array = numpy_helper.to_array(proto)
     except Exception as exc:
@@ -172,6 +190,82 @@ def _read_tensor_pb(path: Path) -> tuple[str, np.ndarray]:
             f"reference tensor {str(path)!r} does not decode: {type(exc).__name__}: {exc}"
         ) from exc
     return proto.name, np.asarray(array)
+
+
+#: TensorProto's ``raw_data`` field, length-delimited (wire type 2).
+_RAW_DATA_TAG = (9 << 3) | 2
+#: Element types whose raw bytes are the array as it is (not bit-packed, not strings).
+_PLAIN_RAW_TYPES = frozenset(
+    t
+    for t in onnx.TensorProto.DataType.values()
+    if t not in (onnx.TensorProto.UNDEFINED, onnx.TensorProto.STRING)
+    and t not in _PACKED_TYPES
+)
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("truncated varint")
+        byte = data[pos]
+        value |= (byte & 0x7F) << shift
+        pos += 1
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _raw_data_span(data: bytes) -> tuple[int, int, int] | None:
+    """Where the one top-level ``raw_data`` field of a serialized TensorProto lies:
+    (start of its tag, start of its bytes, end); None when there is none, more than one, or the
+    bytes are not well-formed protobuf (the full parse then has the last word)."""
+    found = None
+    pos = 0
+    try:
+        while pos < len(data):
+            start = pos
+            tag, pos = _varint(data, pos)
+            wire = tag & 7
+            if wire == 0:
+                _, pos = _varint(data, pos)
+            elif wire == 1:
+                pos += 8
+            elif wire == 5:
+                pos += 4
+            elif wire == 2:
+                length, pos = _varint(data, pos)
+                if tag == _RAW_DATA_TAG:
+                    if found is not None:
+                        return None
+                    found = (start, pos, pos + length)
+                pos += length
+            else:
+                return None
+    except ValueError:
+        return None
+    if pos != len(data):
+        return None
+    return found
+
+
+def _raw_array(proto: onnx.TensorProto, data: bytes, begin: int, end: int) -> np.ndarray | None:
+    """The array of a TensorProto whose raw bytes are ``data[begin:end]``, without a copy of
+    them; None unless it is a plain little-endian tensor with as many bytes as its dims say."""
+    if (
+        sys.byteorder != "little"
+        or proto.data_type not in _PLAIN_RAW_TYPES
+        or proto.data_location == onnx.TensorProto.EXTERNAL
+        or proto.external_data
+        or proto.HasField("segment")
+    ):
+        return None
+    dtype = np_dtype(proto.data_type)
+    dims = tuple(proto.dims)
+    count = math.prod(dims)
+    if any(d < 0 for d in dims) or count * dtype.itemsize != end - begin:
+        return None
+    return np.frombuffer(data, dtype=dtype, count=count, offset=begin).reshape(dims)
 
 
 def _load_npz(path: Path) -> Case:
