@@ -343,10 +343,13 @@ class _Stats:
         self._mag = np.empty(n, real)
         self._tmp = np.empty(n, real)
         self._mask = np.empty(n, bool)
-        for start in range(0, e_flat.size, CHUNK):
-            a = a_flat[start : start + CHUNK]
-            e = e_flat[start : start + CHUNK]
-            self._chunk(a, e, start, atol, rtol, work, compare_native)
+        # inf - inf, overflow, x / 0 and 0 / 0 are all handled where they arise, so numpy need not
+        # warn; one errstate for the walk (entering one costs as much as a pass over a chunk)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            for start in range(0, e_flat.size, CHUNK):
+                a = a_flat[start : start + CHUNK]
+                e = e_flat[start : start + CHUNK]
+                self._chunk(a, e, start, atol, rtol, work, compare_native)
         del self._diff, self._mag, self._tmp, self._mask
         self.mean_abs = self._sum_abs / self._finite if self._finite else 0.0
         if self.nonfinite:
@@ -372,14 +375,13 @@ class _Stats:
         if k == 0:
             return
         diff, mag, tmp, mask = self._diff[:k], self._mag[:k], self._tmp[:k], self._mask[:k]
-        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: handled below
-            if work.kind == "c":
-                np.abs(np.subtract(a_in, e_in, dtype=work), out=diff)
-                np.abs(e_in.astype(work), out=mag)
-            else:
-                np.subtract(a_in, e_in, out=diff, dtype=work)
-                np.abs(diff, out=diff)
-                np.abs(e_in, out=mag, dtype=work)
+        if work.kind == "c":
+            np.abs(np.subtract(a_in, e_in, dtype=work), out=diff)
+            np.abs(e_in.astype(work), out=mag)
+        else:
+            np.subtract(a_in, e_in, out=diff, dtype=work)  # inf - inf is NaN: handled below
+            np.abs(diff, out=diff)
+            np.abs(e_in, out=mag, dtype=work)
         chunk_max = float(diff.max())
         skip = None  # elements left out of the finite statistics
         alike_at = None  # NaN/Inf placed alike: a match, but never the worst element
@@ -410,8 +412,7 @@ class _Stats:
         # float32 pairwise sum per chunk (relative error ~1e-7), chunks accumulated in float64
         self._sum_abs += float(diff.sum())
         if chunk_max > 0:  # max |a - e| / |e| over nonzero references
-            with np.errstate(divide="ignore", invalid="ignore"):
-                np.divide(diff, mag, out=tmp)
+            np.divide(diff, mag, out=tmp)
             rel = float(np.fmax.reduce(tmp))  # 0/0 (exact match on a zero) is NaN: ignored
             if not math.isfinite(rel):  # an error on a zero reference: leave those out
                 np.greater(mag, 0, out=mask)
