@@ -165,6 +165,28 @@ def test_int64_beyond_float_precision_is_still_exact() -> None:
     big = 2**53
     r = compare_arrays(np.array([big + 1], np.int64), np.array([big], np.int64))
     assert not r and r.mismatches == 1
+    # where and by how much too, though float64 holds neither value (it once said "max abs 0")
+    r = compare_arrays(np.array([5, 2**62 + 1, 2**62], np.int64), np.array([5, 2**62, 2**62]))
+    assert r.max_abs == 1 and r.worst_index == (1,) and r.min_atol == 1
+    assert r.describe() == (
+        "output: 1/3 elements out of tolerance (exact), max abs 1 at [1]; passes at atol >= 1"
+    )
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64])
+def test_64_bit_integers_over_their_whole_range(dtype) -> None:
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(5)
+    e = rng.integers(info.min, info.max, 300, dtype=dtype, endpoint=True)
+    a = e.copy()
+    a[:4] = [info.max, info.min, info.max, info.min]
+    a[10:20] ^= 1
+    r = compare_arrays(a, e)
+    d = [abs(int(x) - int(y)) for x, y in zip(a, e, strict=True)]  # exact, in Python integers
+    assert r.mismatches == sum(v != 0 for v in d)
+    assert r.max_abs == float(max(d)) and r.worst_index == (int(np.argmax(d)),)
+    assert r.mean_abs == pytest.approx(sum(d) / len(d), rel=1e-12)
+    assert r.min_atol == float(max(d))
 
 
 def test_bool_outputs_compare_exactly() -> None:

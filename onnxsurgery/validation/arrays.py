@@ -301,6 +301,10 @@ def _compare_text(
     )
 
 
+#: Integers float64 does not hold exactly.
+_WIDE_INTS = (np.dtype(np.int64), np.dtype(np.uint64))
+
+
 def _work_dtype(a: np.dtype, e: np.dtype) -> np.dtype:
     """float32 for float16/float32 pairs, float64 for float64 and integers, complex128 for complex."""
     if a.kind == "c" or e.kind == "c":
@@ -378,6 +382,13 @@ class _Stats:
         if work.kind == "c":
             np.abs(np.subtract(a_in, e_in, dtype=work), out=diff)
             np.abs(e_in.astype(work), out=mag)
+        elif a_in.dtype == e_in.dtype and a_in.dtype in _WIDE_INTS:
+            # 64-bit integers: float64 cannot hold them all (2**62 + 1 would equal 2**62), so
+            # |a - e| is taken exactly, as unsigned 64-bit (wrapping is the right answer there)
+            # and only then rounded to float64
+            u = a_in.view(np.uint64), e_in.view(np.uint64)
+            np.copyto(diff, np.where(a_in >= e_in, u[0] - u[1], u[1] - u[0]), casting="unsafe")
+            np.abs(e_in, out=mag, dtype=work)
         else:
             np.subtract(a_in, e_in, out=diff, dtype=work)  # inf - inf is NaN: handled below
             np.abs(diff, out=diff)
@@ -453,6 +464,8 @@ class _Stats:
         a, e = a_flat[self._worst], e_flat[self._worst]
         if np.iscomplexobj(a) or np.iscomplexobj(e):
             d, m = float(abs(complex(a) - complex(e))), float(abs(complex(e)))
+        elif a.dtype in _WIDE_INTS or e.dtype in _WIDE_INTS:  # exactly, in Python integers
+            d, m = float(abs(int(a) - int(e))), float(abs(int(e)))
         else:
             d, m = abs(float(a) - float(e)), abs(float(e))
         work = self._work
