@@ -28,6 +28,7 @@ what is wrong with it.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -35,7 +36,7 @@ import shutil
 import sys
 import tempfile
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ from onnxsurgery.model.dtypes import np_dtype
 
 __all__ = [
     "Case",
+    "case_loaders",
     "load_cases",
     "bind_cases",
     "save_case",
@@ -97,6 +99,13 @@ def load_cases(path: str | os.PathLike[str]) -> list[Case]:
     of ``N``), a single ``test_data_set_N`` directory (any directory holding ``input_K.pb``
     files), an ``.npz`` file, or a directory of ``.npz`` files (read in natural name order).
     """
+    return [load() for load in case_loaders(path)]
+
+
+def case_loaders(path: str | os.PathLike[str]) -> list[Callable[[], Case]]:
+    """One callable per case :func:`load_cases` would read, in its order, each reading its case
+    when called: a run over the cases then holds one case at a time. The layout is checked
+    now (a missing path, no cases); a case's own files when it is read."""
     p = Path(path)
     if not p.exists():
         raise ReferenceDataError(f"reference data {str(p)!r} does not exist")
@@ -106,7 +115,7 @@ def load_cases(path: str | os.PathLike[str]) -> list[Case]:
                 f"reference data {str(p)!r} is a file but not an .npz; give a directory holding "
                 "test_data_set_N/ directories, a test_data_set_N directory, or an .npz file"
             )
-        return [_load_npz(p)]
+        return [functools.partial(_load_npz, p)]
     if not p.is_dir():
         raise ReferenceDataError(f"reference data {str(p)!r} is neither a file nor a directory")
 
@@ -115,12 +124,12 @@ def load_cases(path: str | os.PathLike[str]) -> list[Case]:
         key=lambda c: int(_CASE_DIR.match(c.name).group(1)),  # type: ignore[union-attr]
     )
     if case_dirs:
-        return [_load_case_dir(c) for c in case_dirs]
+        return [functools.partial(_load_case_dir, c) for c in case_dirs]
     if any(_TENSOR_FILE.match(f.name) for f in p.iterdir() if f.is_file()):
-        return [_load_case_dir(p)]
+        return [functools.partial(_load_case_dir, p)]
     npz_files = sorted((f for f in p.iterdir() if f.is_file() and f.suffix == ".npz"), key=_natural)
     if npz_files:
-        return [_load_npz(f) for f in npz_files]
+        return [functools.partial(_load_npz, f) for f in npz_files]
     raise ReferenceDataError(
         f"reference data {str(p)!r} holds no cases: expected test_data_set_N/ directories, "
         "input_K.pb/output_K.pb files, or .npz files"
