@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
 import time
 
@@ -12,7 +14,7 @@ from onnx import TensorProto, helper
 
 from onnxsurgery.limits import LimitExceeded, use_limits
 from onnxsurgery.validation import watchdog
-from onnxsurgery.validation.runtime import create_session, run_session
+from onnxsurgery.validation.runtime import create_session, quiet_stderr, run_session
 
 
 def _slow_model() -> onnx.ModelProto:
@@ -96,3 +98,37 @@ def test_deadlines_fire_in_order_and_disarmed_ones_never() -> None:
     assert fired == ["early", "late"]
     watchdog.disarm(late)  # already fired: nothing to forget, no error
     watchdog.disarm(early)
+
+
+# -- stderr of native code, captured around each run -------------------------------------------
+
+
+def test_quiet_stderr_captures_native_writes_nested_and_restores_fd_2(capfd) -> None:
+    with quiet_stderr() as outer:
+        os.write(2, b"outer one\n")
+        with quiet_stderr() as inner:
+            os.write(2, b"inner\n")
+        os.write(2, b"outer two\n")
+    os.write(2, b"after\n")
+    assert inner == ["inner"]
+    assert outer == ["outer one", "outer two"]
+    assert capfd.readouterr().err == "after\n"
+
+
+def test_quiet_stderr_makes_no_file_per_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    with quiet_stderr():
+        pass
+    made = []
+    original = tempfile.TemporaryFile
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        made.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", counting)
+    before = len(os.listdir("/proc/self/fd"))
+    for k in range(50):
+        with quiet_stderr() as lines:
+            os.write(2, f"line {k}\n".encode())
+        assert lines == [f"line {k}"]
+    assert made == [] and len(os.listdir("/proc/self/fd")) == before
