@@ -393,7 +393,7 @@ class _Stats:
             np.subtract(a_in, e_in, out=diff, dtype=work)  # inf - inf is NaN: handled below
             np.abs(diff, out=diff)
             np.abs(e_in, out=mag, dtype=work)
-        chunk_max = float(diff.max())
+        chunk_max = float(np.maximum.reduce(diff))
         skip = None  # elements left out of the finite statistics
         alike_at = None  # NaN/Inf placed alike: a match, but never the worst element
         if not math.isfinite(chunk_max):
@@ -421,7 +421,7 @@ class _Stats:
         self._finite += k
         self.max_abs = max(self.max_abs, chunk_max)
         # float32 pairwise sum per chunk (relative error ~1e-7), chunks accumulated in float64
-        self._sum_abs += float(diff.sum())
+        self._sum_abs += float(np.add.reduce(diff))
         if chunk_max > 0:  # max |a - e| / |e| over nonzero references
             np.divide(diff, mag, out=tmp)
             rel = float(np.fmax.reduce(tmp))  # 0/0 (exact match on a zero) is NaN: ignored
@@ -439,7 +439,7 @@ class _Stats:
             excess[skip] = -math.inf
         if alike_at is not None:
             excess[alike_at] = -math.inf
-        i = int(np.argmax(excess))
+        i = int(excess.argmax())
         worst = float(excess[i])
         if compare_native:  # integers compared exactly, without a detour through float
             out = a_in != e_in
