@@ -76,7 +76,8 @@ def validate(
 ) -> ValidationReport:
     """Run ``model`` on every reference case and compare each output with torch's.
 
-    ``references`` is a path :func:`onnxsurgery.validation.references.load_cases` reads or a list of
+    ``references`` is a path :func:`onnxsurgery.validation.references.load_cases` reads (one
+    case at a time, as each runs) or a list of
     :class:`~onnxsurgery.validation.references.Case`. ``atol``/``rtol`` apply to floating outputs;
     ``tolerances`` maps an output name to ``(atol, rtol)`` (``None`` keeps the default) and is
     the only way to loosen bool/int outputs, which are otherwise compared exactly.
