@@ -79,5 +79,16 @@ __getattr__, __dir__, __all__ = lazy_exports(
         # errors: the whole tree
         "onnxsurgery.errors": tuple(errors.__all__),
     },
-    modules=("errors", "files", "limits", "merged_outputs", "model", "pipeline", "shapes", "validation"),
+    modules=(
+        "_version",
+        "cli",
+        "errors",
+        "files",
+        "limits",
+        "merged_outputs",
+        "model",
+        "pipeline",
+        "shapes",
+        "validation",
+    ),
 )

@@ -77,8 +77,12 @@ def test_lazy_namespace_offers_what_its_modules_define(package: str) -> None:
     """Every name of ``__all__`` is the object its module defines, ``dir`` lists it, and a
     ``from package import *`` gets them all; in a fresh interpreter, so that nothing is loaded yet."""
     script = f"""
-import importlib, sys
+import importlib, pathlib, sys
 pkg = importlib.import_module({package!r})
+folder = pathlib.Path(pkg.__file__).parent
+files = {{p.stem for p in folder.glob("*.py") if p.stem != "__init__"}}
+files |= {{p.parent.name for p in folder.glob("*/__init__.py")}}
+assert files <= set(dir(pkg)), files - set(dir(pkg))  # every module is reachable as an attribute
 names = list(pkg.__all__)
 assert names and len(set(names)) == len(names), names
 loaded_before = {{m for m in sys.modules if m.startswith("onnxsurgery.")}}

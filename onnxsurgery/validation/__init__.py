@@ -51,5 +51,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "report",
         "runtime",
         "tolerances",
+        "watchdog",
     ),
 )
