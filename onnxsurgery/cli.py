@@ -563,18 +563,16 @@ def script() -> None:
     """The ``onnxsurgery`` executable (``[project.scripts]``): :func:`main`, and then the process
     ends.
 
-    Before it does, every object made so far is frozen (``gc.freeze``): Python's shutdown
-    otherwise runs full garbage collections over all the objects the imports made (typer,
-    rich, click, onnx, numpy), ~60 ms of a 0.5 s ``run --passes cleanup`` on a 50 MB model
-    (bench/bench_pipeline.py). Objects only a reference cycle holds are then released with the
-    process instead of collected (Python never promises their ``__del__`` at exit); every file
-    was closed and renamed into place before, and ``atexit`` handlers still run. Only here,
-    where nothing runs afterwards: in-process callers of :func:`main` (tests) keep their
-    collector."""
-    try:
-        main()
-    finally:
-        gc.freeze()
+    Before the command runs, every object the imports made so far (typer, rich, click, onnx,
+    numpy) is frozen (``gc.freeze``): Python's shutdown otherwise runs full garbage collections
+    over all of them, ~60 ms of a 0.5 s ``run --passes cleanup`` on a 50 MB model
+    (bench/bench_pipeline.py), and the collections the command itself triggers skip them too.
+    What the command makes stays with the collector: freezing it as well (at exit) kept
+    onnxsim's nanobind executor alive past its module, which then printed "nanobind: leaked
+    ..." on every fold-constants run. Only here, where the process ends after :func:`main`:
+    in-process callers of :func:`main` (tests) keep their collector untouched."""
+    gc.freeze()
+    main()
 
 
 if __name__ == "__main__":  # python -m onnxsurgery.cli

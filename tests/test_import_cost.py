@@ -156,3 +156,23 @@ print(onnxsurgery.__version__ != "")
         "[]",
         "True",
     ], out.stdout
+
+
+def test_the_executable_ends_quietly_after_fold_constants(tmp_path) -> None:
+    """The executable's freeze keeps only what the imports made before the command: onnxsim's
+    nanobind executor, made by the pass, is collected at shutdown. Frozen at exit instead, it
+    outlived its module and every fold-constants run ended with "nanobind: leaked 1
+    instances!" on stderr."""
+    from pathlib import Path
+
+    model = Path(__file__).resolve().parents[1] / "fixtures" / "attention_block" / "torchscript" / "model.onnx"
+    script = f"""
+import sys
+from onnxsurgery.cli import script
+sys.argv = ["onnxsurgery", "run", {str(model)!r}, "-o", {str(tmp_path / "out.onnx")!r}, "-q",
+            "--passes", "fold-constants"]
+script()
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == "", out.stderr
