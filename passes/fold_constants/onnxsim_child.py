@@ -43,6 +43,7 @@ from onnxsurgery.passes.fold_constants.capture import (
 )
 from onnxsurgery.passes.fold_constants.changes import format_bytes
 from onnxsurgery.passes.fold_constants.held_weights import held_weights, restore_held, without_held
+from onnxsurgery.passes.fold_constants.onnxsim_import import import_onnxsim
 from onnxsurgery.passes.fold_constants.options import OnnxsimSettings
 
 __all__ = [
@@ -132,8 +133,7 @@ def _simplify(
     by path). ``owned``: ``model`` may be mutated (a forked child's copy, seen by no one else);
     otherwise it is left as it was.
     """
-    import onnxsim
-
+    onnxsim = import_onnxsim()
     kwargs = settings.kwargs()
     # onnxsim re-infers every shape; a stale static value_info (recorded before symbolize) would
     # otherwise win over an inferred symbolic dim and let a Shape op fold into a constant.
@@ -274,7 +274,7 @@ def run_onnxsim(
     back as initializers (copies), or with ``restore=False`` stay inputs, named in
     ``FoldedModel.held``, for the caller to give back (``held_weights.adopt_held``).
     """
-    import onnxsim  # noqa: F401  (imported here once, so a forked child starts with it loaded)
+    import_onnxsim()  # here, so that a forked child starts with onnxsim loaded
 
     nbytes = tensor_bytes(model)
     forked = fork_available() and (
