@@ -7,8 +7,8 @@
   as graph inputs (:mod:`~onnxsurgery.passes.fold_constants.held_weights`) and come back after;
   what is still near the 2 GB protobuf limit goes through onnxsim's path-based entry point
   (``simplify(path, output_path=...)``) with external data.
-Isolation uses ``fork``: a spawned interpreter costs ~5 s per call (``import onnxsim`` alone
-takes ~4.5 s). A fork still costs 2-3.5x onnxsim's own time on models up to 100 MB (see
+Isolation uses ``fork``: a spawned interpreter would import onnxsim again on every call (0.5 s
+without torch, see ``onnxsim_import.py``; 1.5 s with it) and read the model from a file. A fork still costs 2-3.5x onnxsim's own time on models up to 100 MB (see
 :data:`AUTO_ISOLATE_BYTES`), so by default (``isolate="auto"``) only models over 2 GB fork;
 smaller ones run in-process, where a native crash ends the process (the pipeline's atomic save
 still leaves no output file behind); ``isolate=True`` forks always. Where ``fork`` does not

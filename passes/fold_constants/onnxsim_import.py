@@ -6,7 +6,7 @@ that bridge is unusable whatever torch does, yet the torch import is two thirds 
 ``import onnxsim``: 1.52 -> 0.49 s, and 359 -> 136 MiB of RSS for the import alone (2-core bench
 machine). While :func:`import_onnxsim` imports onnxsim, a finder refuses ``torch`` to imports
 made from that one module (found by the importing frames' module names), so the bridge records
-itself unavailable as it would anyway. torch stays importable for everything else, in every
+itself unavailable as it would anyway; the finder stays in ``sys.meta_path``, inactive, after. torch stays importable for everything else, in every
 thread, during the import and after it; where torch is already imported or ppq is installed,
 onnxsim is imported as it is.
 """
@@ -26,14 +26,21 @@ PPQ_BRIDGE = "onnxsim.ppq_integration"
 
 
 class _NoTorchForBridge(importlib.abc.MetaPathFinder):
-    """Refuses ``torch`` to imports made (directly or not) by :data:`PPQ_BRIDGE`'s module code."""
+    """While ``active``, refuses ``torch`` to imports made (directly or not) by
+    :data:`PPQ_BRIDGE`'s module code; finds nothing, refuses nothing otherwise."""
+
+    def __init__(self) -> None:
+        self.active = False
 
     def find_spec(self, fullname, path, target=None):
-        if fullname == "torch" and _imported_from(PPQ_BRIDGE):
+        if self.active and fullname == "torch" and _imported_from(PPQ_BRIDGE):
             raise ModuleNotFoundError(
                 f"torch is not imported for {PPQ_BRIDGE}: ppq is not installed", name="torch"
             )
         return None
+
+
+_FINDER = _NoTorchForBridge()
 
 
 def _imported_from(module: str) -> bool:
@@ -53,8 +60,11 @@ def import_onnxsim() -> ModuleType:
         return loaded
     if "torch" in sys.modules or importlib.util.find_spec("ppq") is not None:
         return importlib.import_module("onnxsim")
-    finder = _NoTorchForBridge()
-    sys.meta_path.insert(0, finder)
+    if _FINDER not in sys.meta_path:
+        # Put in once and left (inactive): removing a finder while another thread's import walks
+        # sys.meta_path could make that import skip the next finder; adding one cannot.
+        sys.meta_path.insert(0, _FINDER)
+    _FINDER.active = True
     try:
         return importlib.import_module("onnxsim")
     except ImportError:
@@ -62,5 +72,5 @@ def import_onnxsim() -> ModuleType:
         for name in [n for n in sys.modules if n == "onnxsim" or n.startswith("onnxsim.")]:
             del sys.modules[name]
     finally:
-        sys.meta_path.remove(finder)
+        _FINDER.active = False
     return importlib.import_module("onnxsim")
