@@ -2,6 +2,7 @@
 
     options.py        onnxsim settings; size, input-shape and optimizer-name checks
     capture.py        native console output to a log; FolderFailed
+    onnxsim_import.py import onnxsim without the torch import only its PPQ bridge makes
     onnxsim_child.py  onnxsim in a forked child (or in-process), by path for models near 2 GB
     held_weights.py   over 2 GB: weights no folding reads go to onnxsim as graph inputs
     graphsurgeon.py   the fallback folder; Constant nodes to initializers

@@ -7,8 +7,8 @@
   as graph inputs (:mod:`~onnxsurgery.passes.fold_constants.held_weights`) and come back after;
   what is still near the 2 GB protobuf limit goes through onnxsim's path-based entry point
   (``simplify(path, output_path=...)``) with external data.
-Isolation uses ``fork``: a spawned interpreter costs ~5 s per call (``import onnxsim`` alone
-takes ~4.5 s). A fork still costs 2-3.5x onnxsim's own time on models up to 100 MB (see
+Isolation uses ``fork``: a spawned interpreter would import onnxsim again on every call (0.5 s
+without torch, see ``onnxsim_import.py``; 1.5 s with it) and read the model from a file. A fork still costs 2-3.5x onnxsim's own time on models up to 100 MB (see
 :data:`AUTO_ISOLATE_BYTES`), so by default (``isolate="auto"``) only models over 2 GB fork;
 smaller ones run in-process, where a native crash ends the process (the pipeline's atomic save
 still leaves no output file behind); ``isolate=True`` forks always. Where ``fork`` does not
@@ -43,6 +43,7 @@ from onnxsurgery.passes.fold_constants.capture import (
 )
 from onnxsurgery.passes.fold_constants.changes import format_bytes
 from onnxsurgery.passes.fold_constants.held_weights import held_weights, restore_held, without_held
+from onnxsurgery.passes.fold_constants.onnxsim_import import import_onnxsim
 from onnxsurgery.passes.fold_constants.options import OnnxsimSettings
 
 __all__ = [
@@ -132,8 +133,7 @@ def _simplify(
     by path). ``owned``: ``model`` may be mutated (a forked child's copy, seen by no one else);
     otherwise it is left as it was.
     """
-    import onnxsim
-
+    onnxsim = import_onnxsim()
     kwargs = settings.kwargs()
     # onnxsim re-infers every shape; a stale static value_info (recorded before symbolize) would
     # otherwise win over an inferred symbolic dim and let a Shape op fold into a constant.
@@ -274,7 +274,7 @@ def run_onnxsim(
     back as initializers (copies), or with ``restore=False`` stay inputs, named in
     ``FoldedModel.held``, for the caller to give back (``held_weights.adopt_held``).
     """
-    import onnxsim  # noqa: F401  (imported here once, so a forked child starts with it loaded)
+    import_onnxsim()  # here, so that a forked child starts with onnxsim loaded
 
     nbytes = tensor_bytes(model)
     forked = fork_available() and (

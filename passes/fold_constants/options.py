@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from onnxsurgery.model.signature import parse_shape_spec
+from onnxsurgery.passes.fold_constants.onnxsim_import import import_onnxsim
 
 __all__ = [
     "BATCHED_GEMM",
@@ -84,17 +85,13 @@ def parse_input_shapes(
 
 def known_optimizers() -> list[str]:
     """onnx-optimizer pass names onnxsim runs by default (the names ``skip=[...]`` accepts)."""
-    import onnxsim.onnxsim_cpp2py_export as C
-
-    names = list(C._list_optimizers())
+    names = list(import_onnxsim().onnxsim_cpp2py_export._list_optimizers())
     names += [n for n in _DEFAULT_EXTRA_OPTIMIZERS if n not in names]
     return names
 
 
 def onnxsim_version() -> str:
-    from onnxsim import version
-
-    return str(getattr(version, "version", "?")).lstrip("v")
+    return str(getattr(import_onnxsim().version, "version", "?")).lstrip("v")
 
 
 @dataclass(frozen=True)
