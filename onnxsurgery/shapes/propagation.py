@@ -31,7 +31,6 @@ import onnx
 
 from onnxsurgery.errors import PassError
 from onnxsurgery.limits import current as current_limits
-from onnxsurgery.model.dtypes import elem_type_of
 from onnxsurgery.model.signature import fixed_size
 from onnxsurgery.model.walk import default_opset
 from onnxsurgery.shapes.analysis import (
@@ -39,7 +38,6 @@ from onnxsurgery.shapes.analysis import (
     Atom,
     ShapeAnalysis,
     TensorInfo,
-    constant_info,
     elem_type,
     read_constants,
     static_shapes,
@@ -108,8 +106,7 @@ def propagate(model: onnx.ModelProto, axes: dict[str, dict[int, str]]) -> ShapeA
             else:
                 shape.append(analysis.new_atom("opaque", 1, (name, k), "input dim without size"))
         analysis.tensors[name] = TensorInfo(shape if known else None, elem_type(vi))
-    for name, arr in analysis.consts.items():
-        analysis.tensors[name] = constant_info(arr, elem_type_of(arr))
+    analysis.tensors.update(analysis.consts.infos())
 
     for index, node in enumerate(graph.node):
         for out in node.output:
