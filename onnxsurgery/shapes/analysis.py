@@ -277,12 +277,17 @@ def constant_info(arr: np.ndarray, dtype: int) -> TensorInfo:
     return TensorInfo([Dim.const(int(n)) for n in arr.shape], dtype, _tensor_value(arr, dtype))
 
 
-def static_shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
-    """Traced (concrete) shapes of every tensor ONNX shape inference can give, from the input model."""
+def static_shapes(
+    model: onnx.ModelProto, bare: onnx.ModelProto | None = None
+) -> dict[str, list[int | None]]:
+    """Traced (concrete) shapes of every tensor ONNX shape inference can give, from the input
+    model (``bare``: its weightless copy, if made already)."""
     out: dict[str, list[int | None]] = {}
     try:
         # A weightless copy: inference needs each weight's type and shape, not its data.
-        inferred = onnx.shape_inference.infer_shapes(weightless(model), data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(
+            weightless(model) if bare is None else bare, data_prop=True
+        )
     except Exception:  # inference is a help here, not a requirement
         inferred = model
 

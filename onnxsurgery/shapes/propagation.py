@@ -48,8 +48,15 @@ from onnxsurgery.shapes.rules import run_node
 __all__ = ["propagate"]
 
 
-def propagate(model: onnx.ModelProto, axes: dict[str, dict[int, str]]) -> ShapeAnalysis:
+def propagate(
+    model: onnx.ModelProto,
+    axes: dict[str, dict[int, str]],
+    *,
+    bare: onnx.ModelProto | None = None,
+) -> ShapeAnalysis:
     """Propagate symbolic shapes through ``model`` with ``axes`` ({input: {axis: symbol}}).
+    ``bare``: ``weightless(model)`` where the caller has made it (ONNX shape inference reads
+    it; else it is made here).
 
     Raises ValueError for an input or axis that does not exist, or for one symbol given to axes
     of different traced sizes.
@@ -58,7 +65,7 @@ def propagate(model: onnx.ModelProto, axes: dict[str, dict[int, str]]) -> ShapeA
     inits = {i.name for i in graph.initializer}
     inputs = {i.name: i for i in graph.input if i.name not in inits}
     analysis = ShapeAnalysis(model=model, symbols={}, opset=default_opset(model, missing=17))
-    analysis.static = static_shapes(model)
+    analysis.static = static_shapes(model, bare)
     analysis.consts = read_constants(graph)
 
     sym_traced: dict[str, tuple[int, str]] = {}

@@ -279,6 +279,7 @@ def create_session(
     spin: bool = True,
     prepack: bool = True,
     share_with: ort.InferenceSession | Mapping[str, SharedWeight] | None = None,
+    bare: onnx.ModelProto | None = None,
 ) -> ort.InferenceSession:
     """An InferenceSession for ``model`` (a ModelProto or a path) on the chosen provider.
 
@@ -293,6 +294,9 @@ def create_session(
     its weights is handed to ORT as that same buffer, not a second copy (a rewritten model
     beside its original shares nearly all its weights). A placeholder weight of a weightless
     copy (``model.io.weightless``) takes the shared weight of its name, type and shape.
+
+    ``bare``: ``weightless(model)``, where the caller has made it already (it is left as it
+    is): making another reads every weight's bytes once more.
 
     Raises whatever ONNX Runtime raises when the model is invalid; callers translate it with
     :func:`describe_ort_error` into their own error.
@@ -312,7 +316,7 @@ def create_session(
     shared = share_with if isinstance(share_with, Mapping) else session_weights(share_with)
     with quiet_stderr():
         if isinstance(model, onnx.ModelProto):
-            bare, weights, arrays = _split_weights(model, shared)
+            bare, weights, arrays = _split_weights(model, shared, bare)
             if is_large(bare):
                 with tempfile.TemporaryDirectory(prefix="onnxsurgery-session-") as tmp:
                     path = save_model(model, Path(tmp) / "model.onnx", external_data=True)
@@ -362,7 +366,9 @@ def _passed_as_ortvalue(tensor: onnx.TensorProto) -> bool:
 
 
 def _split_weights(
-    model: onnx.ModelProto, shared: Mapping[str, SharedWeight]
+    model: onnx.ModelProto,
+    shared: Mapping[str, SharedWeight],
+    made: onnx.ModelProto | None = None,
 ) -> tuple[onnx.ModelProto, dict[str, ort.OrtValue], dict[str, SharedWeight]]:
     """The model without its large weights' data, those weights as OrtValues by name, and
     (array, OrtValue) by name for a later session to share.
@@ -370,9 +376,14 @@ def _split_weights(
     ORT then parses a small model and takes each weight from a numpy view of the model's own
     bytes (``SessionOptions.add_external_initializers``), instead of a serialized copy of the
     whole model that it parses into another. A weight equal, byte for byte, to one in ``shared``
-    (same name, type and shape) is that entry's OrtValue.
+    (same name, type and shape) is that entry's OrtValue. ``made``: ``weightless(model)``
+    already made (copied here, since the copy is filled in).
     """
-    bare = weightless(model)
+    if made is None:
+        bare = weightless(model)
+    else:
+        bare = onnx.ModelProto()
+        bare.CopyFrom(made)
     originals = {t.name: t for t in model.graph.initializer}
     weights: dict[str, ort.OrtValue] = {}
     arrays: dict[str, SharedWeight] = {}

@@ -180,6 +180,7 @@ def check_dynamic(
     output_map: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None = None,
     atol: float = 1e-5,
     rtol: float = 1e-5,
+    bare: onnx.ModelProto | None = None,
 ) -> CheckResult:
     """Check ``model`` (symbolized ``original``) at the traced size and two others per symbol.
 
@@ -192,7 +193,8 @@ def check_dynamic(
     dims (None where unknown). ``references`` (stored torch cases; ``output_map`` maps their
     outputs onto the model's) are run too: any mismatch fails the check, and a symbol whose other
     sizes they cover is verified to ``references``. Cases that move a symbol in ``fixed`` are
-    outside what the model claims and are left out.
+    outside what the model claims and are left out. ``bare``: ``weightless(original)``, where
+    the caller has it (the original's session is built from it).
     """
     base = {s: (2 if s in dynamic else v) for s, v in traced.items()}
     result = CheckResult()
@@ -203,7 +205,7 @@ def check_dynamic(
     # session (ORT's own copy of every weight) is gone before the rewritten model's is built.
     # What it says is judged below in the order the checks read (its errors raised there too).
     try:
-        reference = create_session(original, provider, threads=1, prepack=False)
+        reference = create_session(original, provider, threads=1, prepack=False, bare=bare)
         expected = run_model(reference, feeds)
     except Exception as exc:  # noqa: BLE001 - ORT raises several types
         error = _fail(f"of the original model at the traced size {where}", exc)
@@ -398,13 +400,15 @@ def reference_mismatch(
     references: Sequence[Case],
     provider: str = "auto",
     output_map: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None = None,
+    *,
+    bare: onnx.ModelProto | None = None,
 ) -> str | None:
     """Run ``model`` (``original`` rewritten; its weights may be placeholders of a weightless
     copy, shared from the original's session) on the reference cases alone, as
     :func:`check_dynamic` does: why the first one fails, or None. For telling apart rewrites the
-    graph alone cannot choose between."""
+    graph alone cannot choose between. ``bare``: ``weightless(original)``, if made already."""
     try:
-        reference = create_session(original, provider, threads=1, prepack=False)
+        reference = create_session(original, provider, threads=1, prepack=False, bare=bare)
         claimed, floor = _claimed_cases(reference, axes, traced, frozenset(), references, output_map)
         shared = session_weights(reference)
         del reference
