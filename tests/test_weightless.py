@@ -358,3 +358,37 @@ def test_a_weightless_copy_of_a_model_over_the_limit_is_one_small_message(monkey
     large = Symbolize(**{"x:0": "batch"})(model())
     assert "batch: rows" in str(large.diagnostics)
     assert large.model.SerializeToString() == small.model.SerializeToString()
+
+
+def test_a_model_over_the_limit_runs_on_weights_ort_maps_from_one_file(monkeypatch):
+    # Over 2 GB, weights handed as OrtValues cost numpy's copy and ORT's beside the model's own:
+    # the session maps them from a data file instead, and a weightless copy's session (the
+    # check's rewritten model) maps the same file, no second one written. The limit is lowered
+    # here; oracle: sessions from the full model's bytes.
+    import onnxsurgery.model.io as io
+
+    model = mixed_weights_model()
+    x = {"x": np.random.default_rng(6).standard_normal((2, 64)).astype(np.float32)}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = want.run(None, x)[0]
+    monkeypatch.setattr(io, "LARGE_MODEL_BYTES", 1024)
+    first = create_session(model, "cpu", prepack=False)
+    shared = session_weights(first)
+    folder = Path(shared["w32"].folder.name)
+    assert {w.location for w in shared.values()} == {"model0.onnx.data"}
+    np.testing.assert_array_equal(first.run(None, x)[0], want)
+    del first
+    second = create_session(weightless(model), "cpu", prepack=False, share_with=shared)
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "model0.onnx",
+        "model0.onnx.data",
+        "model1.onnx",
+    ]
+    np.testing.assert_array_equal(second.run(None, x)[0], want)
+    bad = weightless(model)
+    bad.graph.initializer[0].dims[:] = [32, 128]
+    with pytest.raises(ValueError, match="'w32' is a placeholder no shared weight fills"):
+        create_session(bad, "cpu", share_with=shared)
+    del second, shared
+    gc.collect()
+    assert not folder.exists()
