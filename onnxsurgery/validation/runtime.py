@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -50,6 +51,7 @@ __all__ = [
     "goes_by_path",
     "run_session",
     "run_model",
+    "run_many",
     "describe_ort_error",
     "quiet_stderr",
     "OrtLimits",
@@ -544,14 +546,50 @@ def run_session(
 ) -> list[np.ndarray]:
     """``session.run`` under the ``run_seconds`` limit: a timer sets ORT's terminate flag, and
     a run stopped that way raises LimitExceeded naming the limit."""
+    with quiet_stderr():
+        return _run_timed(session, names, feeds)
+
+
+def run_many(
+    session: ort.InferenceSession,
+    feeds: Sequence[Mapping[str, np.ndarray]],
+    workers: int | None = None,
+) -> list[dict[str, np.ndarray] | Exception]:
+    """Run ``session`` once on each of ``feeds``, up to ``workers`` runs at a time, and return
+    in order each run's outputs by name or the exception it raised (for the caller to judge in
+    its own order). Each run is the run :func:`run_model` makes, under the ``run_seconds`` limit:
+    ORT runs a session from several threads at once, each run computing what it computes alone,
+    so only the wall time changes (the check's runs at other sizes on 2 cores). ``workers``
+    defaults to the CPU count, at most 4."""
+    names = [o.name for o in session.get_outputs()]
+    workers = workers or min(4, os.cpu_count() or 1)
+
+    def one(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | Exception:
+        try:
+            return dict(zip(names, _run_timed(session, names, inputs), strict=True))
+        except Exception as exc:  # noqa: BLE001 - handed back, judged by the caller
+            return exc
+
+    # One redirection of fd 2 around every run: quiet_stderr swaps a process-wide descriptor,
+    # which threads entering it each on their own would leave pointing at a closed sink.
+    with quiet_stderr():
+        if workers <= 1 or len(feeds) <= 1:
+            return [one(f) for f in feeds]
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(one, feeds))
+
+
+def _run_timed(
+    session: ort.InferenceSession, names: Sequence[str], feeds: Mapping[str, np.ndarray]
+) -> list[np.ndarray]:
+    """``session.run`` under the ``run_seconds`` limit (see :func:`run_session`), fd 2 as it is."""
     budget = current_limits().run_seconds
     options = ort.RunOptions()
     timer = threading.Timer(budget, lambda: setattr(options, "terminate", True))
     timer.daemon = True
     timer.start()
     try:
-        with quiet_stderr():
-            return session.run(list(names), dict(feeds), options)
+        return session.run(list(names), dict(feeds), options)
     except Exception:
         if options.terminate:
             raise LimitExceeded(

@@ -34,6 +34,7 @@ from onnxsurgery.validation.references import Case
 from onnxsurgery.validation.runtime import (
     create_session,
     describe_ort_error,
+    run_many,
     run_model,
     session_weights,
 )
@@ -269,10 +270,22 @@ def check_dynamic(
     except Exception as exc:  # noqa: BLE001
         raise _fail("loading the rewritten model", exc) from None
     del shared
-    try:
-        got = run_model(session, feeds)
-    except Exception as exc:  # noqa: BLE001
-        raise _fail(f"at the traced size {where}", exc, model) from None
+    # Every run of the rewritten model, made at once (two at a time), judged below in the order
+    # the checks read them: the traced size, then each other size with its rows run alone.
+    outputs = {o.name for o in session.get_outputs()}
+    jobs: list[Mapping[str, np.ndarray]] = [feeds]
+    for run in steps_at:
+        run.outs = len(jobs)
+        jobs.append(run.inputs)
+        for sym in batch_rows:
+            if run.size[sym] >= 2 and run.size[sym] != base[sym]:
+                alone = _rows_alone(axes, output_dims, sym, run.inputs, outputs)
+                run.alone[sym] = {row: len(jobs) + k for k, row in enumerate(alone)}
+                jobs += alone.values()
+    done = run_many(session, jobs)
+    got = done[0]
+    if isinstance(got, Exception):
+        raise _fail(f"at the traced size {where}", got, model) from None
     for name, ref in expected.items():
         out = got.get(name)
         if out is None or out.shape != ref.shape:
@@ -303,16 +316,14 @@ def check_dynamic(
     rows_original: set[str] = set()  # the first traced-many rows matched the original model
     prefix: set[str] = set()  # a larger run's first traced-many positions matched the original
     for run in steps_at:
-        size, text, inputs = run.size, run.text, run.inputs
-        try:
-            outs = run_model(session, inputs)
-        except Exception as exc:  # noqa: BLE001
-            raise _fail(f"at {text}", exc, model) from None
+        size, text = run.size, run.text
+        outs = done[run.outs]
+        if isinstance(outs, Exception):
+            raise _fail(f"at {text}", outs, model) from None
         for sym in batch_rows:
             if size[sym] >= 2 and size[sym] != base[sym]:
-                if _check_rows(
-                    model, session, axes, output_dims, sym, inputs, outs, text, atol, rtol
-                ):
+                singles = {row: done[k] for row, k in run.alone.get(sym, {}).items()}
+                if _check_rows(model, axes, output_dims, sym, outs, singles, text, atol, rtol):
                     result.rows_checked = True
                     rows_shown.add(sym)
         for sym, want in run.heads.items():
@@ -383,13 +394,18 @@ def check_dynamic(
 
 @dataclass
 class _SizeRun:
-    """One size the rewritten model runs at, its inputs, and the original model's outputs on
-    their first traced-many entries along each symbol grown alone (or the error it raised)."""
+    """One size the rewritten model runs at, its inputs, the original model's outputs on
+    their first traced-many entries along each symbol grown alone (or the error it raised),
+    and where its own runs are among the check's."""
 
     size: dict[str, int]
     text: str
     inputs: dict[str, np.ndarray]
     heads: dict[str, dict[str, np.ndarray] | Exception] = field(default_factory=dict)
+    #: where the rewritten model's run at this size, and each batch row run alone, are among
+    #: the check's runs (:func:`~onnxsurgery.validation.runtime.run_many`)
+    outs: int = -1
+    alone: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
 def reference_mismatch(
@@ -612,33 +628,48 @@ def _agree(got: np.ndarray, ref: np.ndarray, atol: float, rtol: float) -> bool:
     return bool(np.array_equal(got, ref))
 
 
-def _check_rows(
-    model: onnx.ModelProto,
-    session,
+def _rows_alone(
     axes: Mapping[str, Mapping[int, str]],
     output_dims: Mapping[str, list[Dim | None] | None],
     sym: str,
     inputs: Mapping[str, np.ndarray],
+    outputs: Container[str],
+) -> dict[int, dict[str, np.ndarray]]:
+    """The inputs of a batch run with only its first row, and with only its last (along
+    ``sym``); none when no output follows ``sym`` (nothing to compare)."""
+    in_axis, out_axis = _axes_of(axes, output_dims, sym, outputs)
+    if not out_axis or not in_axis:
+        return {}
+    n = next(inputs[name].shape[a] for name, a in in_axis.items() if name in inputs)
+    return {
+        row: {
+            name: (np.take(arr, [row], axis=in_axis[name]) if name in in_axis else arr)
+            for name, arr in inputs.items()
+        }
+        for row in (0, n - 1)
+    }
+
+
+def _check_rows(
+    model: onnx.ModelProto,
+    axes: Mapping[str, Mapping[int, str]],
+    output_dims: Mapping[str, list[Dim | None] | None],
+    sym: str,
     outs: Mapping[str, np.ndarray],
+    singles: Mapping[int, Mapping[str, np.ndarray] | Exception],
     text: str,
     atol: float,
     rtol: float,
 ) -> bool:
-    """Each row of a batch run must equal running that row alone (rows are independent).
-    False when no output follows ``sym`` (nothing to compare)."""
+    """Each row of a batch run must equal running that row alone (rows are independent):
+    ``singles`` holds the runs of :func:`_rows_alone` (or the errors they raised). False when
+    no output follows ``sym`` (nothing to compare)."""
     in_axis, out_axis = _axes_of(axes, output_dims, sym, outs)
     if not out_axis or not in_axis:
         return False
-    n = next(inputs[name].shape[a] for name, a in in_axis.items() if name in inputs)
-    for row in (0, n - 1):
-        alone = {
-            name: (np.take(arr, [row], axis=in_axis[name]) if name in in_axis else arr)
-            for name, arr in inputs.items()
-        }
-        try:
-            single = run_model(session, alone)
-        except Exception as exc:  # noqa: BLE001
-            raise _fail(f"of {sym} row {row} alone ({text})", exc, model) from None
+    for row, single in singles.items():
+        if isinstance(single, Exception):
+            raise _fail(f"of {sym} row {row} alone ({text})", single, model) from None
         for name, axis in out_axis.items():
             want = np.take(outs[name], [row], axis=axis)
             got = single[name]
