@@ -202,45 +202,34 @@ def check_dynamic(
     where = ", ".join(f"{k}={v}" for k, v in base.items())
     feeds = check_feeds(model, axes, base, 0, batch_rows, references)
     names = {o.name for o in model.graph.output}
-    # Everything the original model is asked, it is asked first, with one session; then that
-    # session (ORT's own copy of every weight) is gone before the rewritten model's is built.
-    # What it says is judged below in the order the checks read (its errors raised there too).
+    # Everything the original model is asked, it is asked first, with one session, in one go
+    # (run_many); then that session (ORT's own copy of every weight) is gone before the
+    # rewritten model's is built. What it says is judged below in the order the checks read
+    # (its errors raised there too).
     try:
         reference = create_session(original, provider, threads=1, prepack=False, bare=bare)
-        expected = run_model(reference, feeds)
     except Exception as exc:  # noqa: BLE001 - ORT raises several types
-        error = _fail(f"of the original model at the traced size {where}", exc)
-        unsized = unsized_axes(model, axes, base)
-        if unsized:
-            error = PassError(
-                f"{error.args[0]}; the model gives no size to {', '.join(unsized)} and the check tried 2 "
-                "there: give those axes a size, or run symbolize with check=false",
-                node=error.node,
-            )
-        elif "Could not find an implementation for" in str(exc):
-            error = PassError(
-                f"{error.args[0]}; ONNX Runtime has no kernel for this operator at the model's "
-                "opset: convert the model to a newer opset first (onnx.version_converter), or run "
-                "symbolize with check=false",
-                node=error.node,
-            )
-        raise error from None
-    not_batch: PassError | None = None
+        raise _original_failed(exc, model, axes, base, where) from None
+    said = {o.name for o in reference.get_outputs()}
+    jobs: list[Mapping[str, np.ndarray]] = [feeds]
+    new_row_at: dict[str, int] = {}
     for sym in batch_rows:
         if base[sym] >= 2:
-            try:
-                _original_rows_independent(
-                    reference, model, axes, output_dims, sym, base, feeds, expected,
-                    batch_rows, references, atol, rtol,
-                )  # fmt: skip
-            except PassError as exc:
-                not_batch = exc
-                break
-    steps_at = [
-        _SizeRun(size, ", ".join(f"{s}={v}" for s, v in size.items()),
-                 check_feeds(model, axes, size, k, batch_rows, references))
-        for k, size in enumerate(check_sizes(base, fixed, steps, relations)[1:], start=1)
-    ]  # fmt: skip
+            changed = _new_row_zero(model, axes, output_dims, sym, base, feeds, said, batch_rows, references)
+            if changed is not None:
+                new_row_at[sym] = len(jobs)
+                jobs.append(changed)
+    try:  # raised once the traced size is judged, as when these inputs were made after it
+        steps_at = [
+            _SizeRun(size, ", ".join(f"{s}={v}" for s, v in size.items()),
+                     check_feeds(model, axes, size, k, batch_rows, references))
+            for k, size in enumerate(check_sizes(base, fixed, steps, relations)[1:], start=1)
+        ]  # fmt: skip
+    except PassError as exc:
+        steps_at, no_inputs = [], exc
+    else:
+        no_inputs = None
+    heads_at: list[tuple[_SizeRun, str, int]] = []
     for run in steps_at:
         for sym in base:
             # Grown alone: the first traced-many rows (batches: rows are independent, so they
@@ -253,10 +242,28 @@ def check_dynamic(
             in_axis, out_axis = _axes_of(axes, output_dims, sym, names)
             if not grown or related or sym in fixed or not in_axis or not out_axis:
                 continue
+            heads_at.append((run, sym, len(jobs)))
+            jobs.append(_head(run.inputs, in_axis, base[sym]))
+    said_all = run_many(reference, jobs)
+    expected = said_all[0]
+    if isinstance(expected, Exception):
+        raise _original_failed(expected, model, axes, base, where) from None
+    not_batch: PassError | None = None
+    for sym in batch_rows:
+        if base[sym] >= 2:
             try:
-                run.heads[sym] = run_model(reference, _head(run.inputs, in_axis, base[sym]))
-            except Exception as exc:  # noqa: BLE001 - judged where the check reads it
-                run.heads[sym] = exc
+                _original_rows_independent(
+                    axes, output_dims, sym, base, expected,
+                    said_all[new_row_at[sym]] if sym in new_row_at else None, atol, rtol,
+                )  # fmt: skip
+            except PassError as exc:
+                not_batch = exc
+                break
+    if no_inputs is not None:
+        raise no_inputs
+    for run, sym, k in heads_at:  # an error is judged where the check reads it
+        run.heads[sym] = said_all[k]
+    del said_all
     try:
         claimed, floor = _claimed_cases(reference, axes, base, fixed, references, output_map)
     except PassError as exc:
@@ -548,25 +555,48 @@ def _axes_of(
     return in_axis, out_axis
 
 
-def _original_rows_independent(
-    original: ort.InferenceSession,
+def _original_failed(
+    exc: BaseException,
+    model: onnx.ModelProto,
+    axes: Mapping[str, Mapping[int, str]],
+    base: Mapping[str, int],
+    where: str,
+) -> PassError:
+    """The check's error when the original model fails to load or run at its traced size."""
+    error = _fail(f"of the original model at the traced size {where}", exc)
+    unsized = unsized_axes(model, axes, base)
+    if unsized:
+        return PassError(
+            f"{error.args[0]}; the model gives no size to {', '.join(unsized)} and the check tried 2 "
+            "there: give those axes a size, or run symbolize with check=false",
+            node=error.node,
+        )
+    if "Could not find an implementation for" in str(exc):
+        return PassError(
+            f"{error.args[0]}; ONNX Runtime has no kernel for this operator at the model's "
+            "opset: convert the model to a newer opset first (onnx.version_converter), or run "
+            "symbolize with check=false",
+            node=error.node,
+        )
+    return error
+
+
+def _new_row_zero(
     model: onnx.ModelProto,
     axes: Mapping[str, Mapping[int, str]],
     output_dims: Mapping[str, list[Dim | None] | None],
     sym: str,
     base: Mapping[str, int],
     feeds: Mapping[str, np.ndarray],
-    expected: Mapping[str, np.ndarray],
+    outputs: Container[str],
     rows: Set[str],
     references: Sequence[Case],
-    atol: float,
-    rtol: float,
-) -> None:
-    """What makes ``sym`` a batch, shown on the original model at its traced size: a new row 0
-    leaves every other row of every output that follows ``sym`` as it was."""
-    in_axis, out_axis = _axes_of(axes, output_dims, sym, expected)
+) -> dict[str, np.ndarray] | None:
+    """The traced-size inputs with a new ``sym`` row 0 (for :func:`_original_rows_independent`);
+    None when no input or output follows ``sym``."""
+    in_axis, out_axis = _axes_of(axes, output_dims, sym, outputs)
     if not in_axis or not out_axis:
-        return
+        return None
     other = check_feeds(model, axes, base, 1_000, rows, references)
     changed = {}
     for name, arr in feeds.items():
@@ -576,10 +606,26 @@ def _original_rows_independent(
             index[in_axis[name]] = 0
             arr[tuple(index)] = other[name][tuple(index)]
         changed[name] = arr
-    try:
-        got = run_model(original, changed)
-    except Exception:  # noqa: BLE001 - the original may reject the new row: no evidence
+    return changed
+
+
+def _original_rows_independent(
+    axes: Mapping[str, Mapping[int, str]],
+    output_dims: Mapping[str, list[Dim | None] | None],
+    sym: str,
+    base: Mapping[str, int],
+    expected: Mapping[str, np.ndarray],
+    got: Mapping[str, np.ndarray] | Exception | None,
+    atol: float,
+    rtol: float,
+) -> None:
+    """What makes ``sym`` a batch, shown on the original model at its traced size: a new row 0
+    (``got``: the original run on :func:`_new_row_zero`'s inputs, the error it raised, or None
+    when there were none) leaves every other row of every output that follows ``sym`` as it
+    was."""
+    if got is None or isinstance(got, Exception):  # the original may reject the new row
         return
+    _, out_axis = _axes_of(axes, output_dims, sym, expected)
     n = base[sym]
     for name, axis in out_axis.items():
         keep = np.take(expected[name], range(1, n), axis=axis)
