@@ -392,3 +392,16 @@ def test_a_model_over_the_limit_runs_on_weights_ort_maps_from_one_file(monkeypat
     del second, shared
     gc.collect()
     assert not folder.exists()
+
+
+def test_a_session_built_from_a_weightless_copy_made_already_leaves_it_as_it_was():
+    # symbolize makes one weightless copy and hands it to the check's first session instead of
+    # a second one being made (oracle: a session from the full model's bytes).
+    model = mixed_weights_model()
+    bare = weightless(model)
+    before = bare.SerializeToString()
+    session = create_session(model, "cpu", bare=bare)
+    assert bare.SerializeToString() == before
+    x = {"x": np.random.default_rng(7).standard_normal((2, 64)).astype(np.float32)}
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(session.run(None, x)[0], ref.run(None, x)[0])

@@ -379,7 +379,7 @@ def _session_over_file(
 
     For a model of 2 GB and more: weights handed as OrtValues cost two copies beside the model's
     own (numpy's, since protobuf hands ``raw_data`` out as a copy, and ORT's), 3x the model in
-    all; mapped from a file, 2x (the 2.2 GB attention stack's check: peak RSS 6444 -> 4471 MiB).
+    all; mapped from a file, 2x (the 2.2 GB attention stack's check: peak RSS 6444 -> 4357 MiB).
     """
     filled = {
         t.name: shared[t.name]
