@@ -405,3 +405,23 @@ def test_a_session_built_from_a_weightless_copy_made_already_leaves_it_as_it_was
     x = {"x": np.random.default_rng(7).standard_normal((2, 64)).astype(np.float32)}
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(session.run(None, x)[0], ref.run(None, x)[0])
+
+
+def test_a_session_asked_for_mapped_weights_maps_them_from_the_size_on(monkeypatch):
+    # The check asks for mapped weights: from MAPPED_BYTES on (lowered here) its sessions map a
+    # file, below it they take OrtValues; outputs alike (oracle: a session from the bytes).
+    import onnxsurgery.validation.runtime as runtime
+
+    model = mixed_weights_model()
+    x = {"x": np.random.default_rng(8).standard_normal((2, 64)).astype(np.float32)}
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = ref.run(None, x)[0]
+    small = create_session(model, "cpu", mapped=True)
+    assert isinstance(session_weights(small)["w32"], tuple)
+    monkeypatch.setattr(runtime, "MAPPED_BYTES", 1024)
+    assert isinstance(session_weights(create_session(model, "cpu"))["w32"], tuple)
+    first = create_session(model, "cpu", mapped=True)
+    assert isinstance(session_weights(first)["w32"], runtime.FileWeight)
+    second = create_session(weightless(model), "cpu", share_with=first)
+    for session in (small, first, second):
+        np.testing.assert_array_equal(session.run(None, x)[0], want)

@@ -35,6 +35,7 @@ from onnxsurgery.model.io import (
     PLACEHOLDER,
     is_large,
     is_placeholder,
+    iter_tensors,
     save_model,
     tensor_nbytes,
     weight_stub,
@@ -49,6 +50,7 @@ __all__ = [
     "create_session",
     "session_weights",
     "goes_by_path",
+    "MAPPED_BYTES",
     "run_session",
     "run_model",
     "run_many",
@@ -282,6 +284,7 @@ def create_session(
     prepack: bool = True,
     share_with: ort.InferenceSession | Mapping[str, SharedWeight] | None = None,
     bare: onnx.ModelProto | None = None,
+    mapped: bool = False,
 ) -> ort.InferenceSession:
     """An InferenceSession for ``model`` (a ModelProto or a path) on the chosen provider.
 
@@ -299,6 +302,10 @@ def create_session(
 
     ``bare``: ``weightless(model)``, where the caller has made it already (it is left as it
     is): making another reads every weight's bytes once more.
+
+    A model of 2 GB and more, or one of :data:`MAPPED_BYTES` and more with ``mapped=True`` (a
+    session that outlives none of the caller's copies of the weights, such as the check's), runs
+    on weights ORT maps from a data file written once, which a session sharing them maps too.
 
     Raises whatever ONNX Runtime raises when the model is invalid; callers translate it with
     :func:`describe_ort_error` into their own error.
@@ -318,7 +325,11 @@ def create_session(
     shared = share_with if isinstance(share_with, Mapping) else session_weights(share_with)
     with quiet_stderr():
         if isinstance(model, onnx.ModelProto):
-            if is_large(model) or _from_file(model, shared):
+            if (
+                is_large(model)
+                or _from_file(model, shared)
+                or (mapped and _held_bytes(model) >= MAPPED_BYTES)
+            ):
                 return _session_over_file(model, shared, options, choice.providers)
             bare, weights, arrays = _split_weights(model, shared, bare)
             if is_large(bare):
@@ -357,6 +368,17 @@ class FileWeight:
 SharedWeight = tuple[np.ndarray, "ort.OrtValue | None"] | FileWeight
 
 
+#: From this many bytes of tensors a session asked for with ``mapped=True`` maps its weights
+#: from a file (:func:`_session_over_file`): BERT-base's check, peak RSS 1359 -> 944 MiB. Below,
+#: the file's fixed costs (a folder, a synced model file) outweigh the copies it saves.
+MAPPED_BYTES = 64 * 2**20
+
+
+def _held_bytes(model: onnx.ModelProto) -> int:
+    """Bytes of the tensors ``model`` holds itself (a weightless copy's placeholders hold none)."""
+    return sum(tensor_nbytes(t) for t in iter_tensors(model.graph) if not is_placeholder(t))
+
+
 def _from_file(model: onnx.ModelProto, shared: Mapping[str, SharedWeight]) -> bool:
     """Whether a placeholder of ``model`` is filled by a weight in a file (a session made by
     :func:`_session_over_file` shares it)."""
@@ -377,9 +399,9 @@ def _session_over_file(
     memory instead of copying; each placeholder points into the file a shared weight of its name,
     type and dims lies in (this model's file is written beside it).
 
-    For a model of 2 GB and more: weights handed as OrtValues cost two copies beside the model's
-    own (numpy's, since protobuf hands ``raw_data`` out as a copy, and ORT's), 3x the model in
-    all; mapped from a file, 2x (the 2.2 GB attention stack's check: peak RSS 6444 -> 4357 MiB).
+    Weights handed as OrtValues cost two copies beside the model's own (numpy's, since protobuf
+    hands ``raw_data`` out as a copy, and ORT's, made by every session), 3x the model in all;
+    mapped from a file, 2x (the 2.2 GB attention stack's check: peak RSS 6444 -> 4357 MiB).
     """
     filled = {
         t.name: shared[t.name]

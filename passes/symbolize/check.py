@@ -207,7 +207,9 @@ def check_dynamic(
     # rewritten model's is built. What it says is judged below in the order the checks read
     # (its errors raised there too).
     try:
-        reference = create_session(original, provider, threads=1, prepack=False, bare=bare)
+        reference = create_session(
+            original, provider, threads=1, prepack=False, bare=bare, mapped=True
+        )
     except Exception as exc:  # noqa: BLE001 - ORT raises several types
         raise _original_failed(exc, model, axes, base, where) from None
     said = {o.name for o in reference.get_outputs()}
@@ -431,7 +433,9 @@ def reference_mismatch(
     :func:`check_dynamic` does: why the first one fails, or None. For telling apart rewrites the
     graph alone cannot choose between. ``bare``: ``weightless(original)``, if made already."""
     try:
-        reference = create_session(original, provider, threads=1, prepack=False, bare=bare)
+        reference = create_session(
+            original, provider, threads=1, prepack=False, bare=bare, mapped=True
+        )
         claimed, floor = _claimed_cases(reference, axes, traced, frozenset(), references, output_map)
         shared = session_weights(reference)
         del reference
