@@ -375,15 +375,11 @@ def test_a_model_over_the_limit_runs_on_weights_ort_maps_from_one_file(monkeypat
     first = create_session(model, "cpu", prepack=False)
     shared = session_weights(first)
     folder = Path(shared["w32"].folder.name)
-    assert {w.location for w in shared.values()} == {"model0.onnx.data"}
+    assert {w.location for w in shared.values()} == {"model0.data"}
     np.testing.assert_array_equal(first.run(None, x)[0], want)
     del first
     second = create_session(weightless(model), "cpu", prepack=False, share_with=shared)
-    assert sorted(p.name for p in folder.iterdir()) == [
-        "model0.onnx",
-        "model0.onnx.data",
-        "model1.onnx",
-    ]
+    assert sorted(p.name for p in folder.iterdir()) == ["model0.data", "model0.onnx", "model1.onnx"]
     np.testing.assert_array_equal(second.run(None, x)[0], want)
     bad = weightless(model)
     bad.graph.initializer[0].dims[:] = [32, 128]

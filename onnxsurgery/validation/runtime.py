@@ -330,7 +330,7 @@ def create_session(
                 or _from_file(model, shared)
                 or (mapped and _held_bytes(model) >= MAPPED_BYTES)
             ):
-                return _session_over_file(model, shared, options, choice.providers)
+                return _session_over_file(model, shared, options, choice.providers, bare)
             bare, weights, arrays = _split_weights(model, shared, bare)
             if is_large(bare):
                 with tempfile.TemporaryDirectory(prefix="onnxsurgery-session-") as tmp:
@@ -394,15 +394,22 @@ def _session_over_file(
     shared: Mapping[str, SharedWeight],
     options: ort.SessionOptions,
     providers: list[str],
+    made: onnx.ModelProto | None = None,
 ) -> ort.InferenceSession:
-    """A session over ``model`` saved with its weights in a data file, which ORT maps into
-    memory instead of copying; each placeholder points into the file a shared weight of its name,
-    type and dims lies in (this model's file is written beside it).
+    """A session over ``model``'s weightless copy (``made``, if given, is copied) whose
+    placeholders point into a data file ORT maps into memory instead of copying: each weight of
+    ``model`` written there once, each placeholder of ``model`` itself pointing where the shared
+    weight of its name, type and dims lies (the copy is then written beside that file).
 
     Weights handed as OrtValues cost two copies beside the model's own (numpy's, since protobuf
     hands ``raw_data`` out as a copy, and ORT's, made by every session), 3x the model in all;
     mapped from a file, 2x (the 2.2 GB attention stack's check: peak RSS 6444 -> 4357 MiB).
+    Where the copy is still over 2 GB (tensors no placeholder stands for), the model is saved
+    with external data as it is, and its weights are not shared.
     """
+    bare = weightless(model) if made is None else onnx.ModelProto()
+    if made is not None:
+        bare.CopyFrom(made)
     filled = {
         t.name: shared[t.name]
         for t in model.graph.initializer
@@ -416,37 +423,41 @@ def _session_over_file(
         if folders
         else tempfile.TemporaryDirectory(prefix="onnxsurgery-session-")
     )
-    path = Path(folder.name) / f"model{len(list(Path(folder.name).glob('*.onnx')))}.onnx"
-    save_model(model, path, external_data=True)
-    written = onnx.load(str(path), load_external_data=False)
+    k = len(list(Path(folder.name).glob("*.onnx")))
+    path = Path(folder.name) / f"model{k}.onnx"
+    if is_large(bare):
+        save_model(model, path, external_data=True)
+        return ort.InferenceSession(str(path), options, providers=providers)
+    originals = {t.name: t for t in model.graph.initializer}
     weights: dict[str, SharedWeight] = dict(filled)
-    for tensor in written.graph.initializer:
-        if is_placeholder(tensor):
-            known = filled.get(tensor.name)
-            if known is None or (known.data_type, known.dims) != (
-                tensor.data_type,
-                tuple(tensor.dims),
-            ):
-                raise ValueError(f"weight {tensor.name!r} is a placeholder no shared weight fills")
+    location = f"model{k}.data"
+    with contextlib.ExitStack() as opened:
+        data = None  # opened for the first weight this model writes
+        for tensor in bare.graph.initializer:
+            if not is_placeholder(tensor):
+                continue
+            original = originals[tensor.name]
+            if is_placeholder(original):  # a weightless copy's: the shared weight of its name
+                known = filled.get(tensor.name)
+                if known is None or (known.data_type, known.dims) != (
+                    tensor.data_type,
+                    tuple(tensor.dims),
+                ):
+                    raise ValueError(
+                        f"weight {tensor.name!r} is a placeholder no shared weight fills"
+                    )
+                at = (known.location, known.offset, known.length)
+            else:
+                if data is None:
+                    data = opened.enter_context(open(Path(folder.name) / location, "wb"))
+                at = (location, data.tell(), data.write(original.raw_data))
+                weights[tensor.name] = FileWeight(
+                    folder, *at, tensor.data_type, tuple(tensor.dims)
+                )
             del tensor.external_data[:]
-            for key, value in (
-                ("location", known.location),
-                ("offset", str(known.offset)),
-                ("length", str(known.length)),
-            ):
-                tensor.external_data.add(key=key, value=value)
-        elif tensor.data_location == onnx.TensorProto.EXTERNAL:
-            entries = {e.key: e.value for e in tensor.external_data}
-            weights[tensor.name] = FileWeight(
-                folder,
-                entries["location"],
-                int(entries.get("offset", "0")),
-                int(entries["length"]),
-                tensor.data_type,
-                tuple(tensor.dims),
-            )
-    if filled:
-        path.write_bytes(written.SerializeToString())
+            for key, value in zip(("location", "offset", "length"), at, strict=True):
+                tensor.external_data.add(key=key, value=str(value))
+    path.write_bytes(bare.SerializeToString())
     session = ort.InferenceSession(str(path), options, providers=providers)
     # The folder goes with the last session or mapping that holds it (ORT keeps its mapping).
     session._onnxsurgery_arrays = weights
