@@ -165,6 +165,28 @@ def test_int64_beyond_float_precision_is_still_exact() -> None:
     big = 2**53
     r = compare_arrays(np.array([big + 1], np.int64), np.array([big], np.int64))
     assert not r and r.mismatches == 1
+    # where and by how much too, though float64 holds neither value (it once said "max abs 0")
+    r = compare_arrays(np.array([5, 2**62 + 1, 2**62], np.int64), np.array([5, 2**62, 2**62]))
+    assert r.max_abs == 1 and r.worst_index == (1,) and r.min_atol == 1
+    assert r.describe() == (
+        "output: 1/3 elements out of tolerance (exact), max abs 1 at [1]; passes at atol >= 1"
+    )
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64])
+def test_64_bit_integers_over_their_whole_range(dtype) -> None:
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(5)
+    e = rng.integers(info.min, info.max, 300, dtype=dtype, endpoint=True)
+    a = e.copy()
+    a[:4] = [info.max, info.min, info.max, info.min]
+    a[10:20] ^= 1
+    r = compare_arrays(a, e)
+    d = [abs(int(x) - int(y)) for x, y in zip(a, e, strict=True)]  # exact, in Python integers
+    assert r.mismatches == sum(v != 0 for v in d)
+    assert r.max_abs == float(max(d)) and r.worst_index == (int(np.argmax(d)),)
+    assert r.mean_abs == pytest.approx(sum(d) / len(d), rel=1e-12)
+    assert r.min_atol == float(max(d))
 
 
 def test_bool_outputs_compare_exactly() -> None:
@@ -275,3 +297,100 @@ def test_missing_output_is_a_failure() -> None:
 )
 def test_format_number(value: float | None, up: bool, text: str) -> None:
     assert format_number(value, up=up) == text
+
+
+# -- every dtype against numpy in float64, chunked or not ------------------------------------------
+
+
+def _oracle(a: np.ndarray, e: np.ndarray, atol: float, rtol: float) -> dict:
+    """The statistics computed whole, in float64, with numpy's own isclose."""
+    a64, e64 = a.astype(np.float64), e.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        finite = np.isfinite(a64) & np.isfinite(e64)
+        alike = (np.isnan(a64) & np.isnan(e64)) | (np.isinf(a64) & (a64 == e64))
+        placed = ~finite & ~alike
+        d = np.abs(a64 - e64)
+    d = np.where(finite, d, 0.0)
+    m = np.abs(np.where(finite, e64, 0.0))
+    excess = np.where(finite, d - rtol * m, -np.inf)
+    rel = np.divide(d, m, out=np.zeros_like(d), where=m > 0)
+    return {
+        "mismatches": int(np.count_nonzero(~np.isclose(a64, e64, rtol, atol, equal_nan=True))),
+        "nonfinite": int(np.count_nonzero(placed)),
+        "first_placed": int(np.flatnonzero(placed)[0]) if placed.any() else None,
+        "max_abs": float(d.max()) if d.size else 0.0,
+        "max_rel": float(rel.max()) if rel.size else 0.0,
+        # NaN/Inf placed alike count as a match with error 0
+        "mean_abs": float(d[finite | alike].mean()) if (finite | alike).any() else 0.0,
+        "worst": int(np.argmax(excess)) if d.size and d.max() > 0 else None,
+    }
+
+
+@pytest.mark.parametrize(
+    "dtype", [np.float16, np.float32, np.float64, np.int8, np.int32, np.int64, np.uint8, np.bool_]
+)
+@pytest.mark.parametrize("chunk", [7, None])
+def test_statistics_match_numpy_in_float64(monkeypatch, dtype, chunk) -> None:
+    if chunk is not None:
+        monkeypatch.setattr(compare_mod, "CHUNK", chunk)
+    rng = np.random.default_rng(7)
+    shape = (5, 13)
+    kind = np.dtype(dtype).kind
+    if kind == "f":
+        e = (rng.standard_normal(shape) * 4).astype(dtype)
+        # errors either well inside atol 1e-2 + rtol 1e-2 * |e| or well outside: no ties at the edge
+        noise = np.where(rng.random(shape) < 0.2, 0.5, 1e-3) * rng.choice([-1, 1], shape)
+        a = (e.astype(np.float64) + noise).astype(dtype)
+        e.reshape(-1)[[3, 20, 40]] = [np.nan, np.inf, -np.inf]
+        a.reshape(-1)[[3, 20, 40, 41]] = [np.nan, np.inf, np.inf, np.nan]  # 40, 41 misplaced
+        e.reshape(-1)[50] = 0  # an error on a zero reference: out of max_rel's reach
+        atol, rtol = 1e-2, 1e-2
+    elif kind == "b":
+        e = rng.random(shape) < 0.5
+        a = e.copy()
+        a.reshape(-1)[[4, 30]] ^= True
+        atol = rtol = 0.0
+    else:
+        info = np.iinfo(dtype)  # within float64's exact integers (beyond: the test above)
+        low, high = max(info.min, -(2**52)), min(info.max, 2**52)
+        e = rng.integers(low, high, shape, dtype=dtype, endpoint=True)
+        a = e.copy()
+        a.reshape(-1)[[2, 33, 64]] = a.reshape(-1)[[2, 33, 64]] ^ 1  # off by one bit
+        atol = rtol = 0.0
+    r = compare_arrays(a, e, atol=atol, rtol=rtol)
+    want = _oracle(a, e, atol, rtol)
+    assert r.mismatches == want["mismatches"] > 0
+    assert r.nonfinite_mismatches == want["nonfinite"]
+    assert r.max_abs == pytest.approx(want["max_abs"], rel=1e-6)
+    assert r.max_rel == pytest.approx(want["max_rel"], rel=1e-6)
+    assert r.mean_abs == pytest.approx(want["mean_abs"], rel=1e-6)
+    worst = want["first_placed"] if want["nonfinite"] else want["worst"]
+    assert r.worst_index == np.unravel_index(worst, shape)
+    assert r.worst_actual == a.reshape(-1)[worst] or (np.isnan(r.worst_actual))
+    if not want["nonfinite"]:  # the smallest passing atol passes, and one step below does not
+        assert compare_arrays(a, e, atol=r.min_atol, rtol=rtol)
+        below = float(np.nextafter(np.float32(r.min_atol), np.float32(0)))
+        assert not compare_arrays(a, e, atol=below, rtol=rtol)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.int64, np.bool_])
+def test_empty_outputs_of_every_kind_pass_with_zero_statistics(dtype) -> None:
+    r = compare_arrays(np.zeros((3, 0), dtype), np.zeros((3, 0), dtype))
+    assert r and r.size == 0 and r.max_abs == 0 and r.mean_abs == 0 and r.worst_index is None
+    assert not compare_arrays(np.zeros((0, 3), dtype), np.zeros((3, 0), dtype))
+
+
+def test_shapes_that_would_broadcast_are_still_a_mismatch() -> None:
+    r = compare_arrays(np.zeros((4, 1), np.float32), np.zeros((4, 4), np.float32), name="y")
+    assert not r and r.problem == "shape [4, 1], expected [4, 4]" and r.max_abs is None
+    r = compare_arrays(np.zeros(4, np.float32), np.zeros((1, 4), np.float32), name="y")
+    assert not r and r.problem == "shape [4], expected [1, 4]"
+
+
+def test_non_contiguous_outputs_compare_like_their_copies(monkeypatch) -> None:
+    monkeypatch.setattr(compare_mod, "CHUNK", 5)
+    rng = np.random.default_rng(3)
+    e = rng.standard_normal((6, 8)).astype(np.float32)
+    a = e + np.float32(3e-3)
+    r = compare_arrays(a.T, e.T)  # transposed views: reshape(-1) copies, results the same
+    assert r.to_dict() == compare_arrays(a.T.copy(), e.T.copy()).to_dict()

@@ -3,6 +3,7 @@ ReferenceDataError naming the path; record() runs torch eager and writes a case.
 
 from __future__ import annotations
 
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +12,16 @@ import pytest
 from onnx import numpy_helper
 
 from onnxsurgery.errors import ReferenceDataError
+from onnxsurgery.validation.against_references import validate
 from onnxsurgery.validation.recording import record
-from onnxsurgery.validation.references import Case, bind_cases, load_cases, save_case, save_npz
+from onnxsurgery.validation.references import (
+    ALIGNMENT,
+    Case,
+    bind_cases,
+    load_cases,
+    save_case,
+    save_npz,
+)
 
 
 def _case(name: str = "c", batch: int = 2) -> Case:
@@ -299,3 +308,151 @@ def test_record_output_count_mismatch(tmp_path: Path) -> None:
     with pytest.raises(ReferenceDataError, match="returned 1 tensors but 2 output names"):
         record(torch.nn.Identity(), {"x": np.ones(2)}, tmp_path, output_names=["a", "b"])
     assert not list(tmp_path.iterdir())
+
+
+# -- reading .pb tensors in place --------------------------------------------------------------
+# load_cases reads a tensor's raw bytes where the file holds them; onnx's own decoder
+# (numpy_helper.to_array on the parsed TensorProto) is the oracle for every tensor.
+
+
+def _decoded_by_onnx(path: Path) -> tuple[str, np.ndarray]:
+    proto = onnx.TensorProto()
+    proto.ParseFromString(path.read_bytes())
+    return proto.name or path.stem, numpy_helper.to_array(proto)
+
+
+def _assert_identical(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if want.dtype.kind in "OU":
+        assert got.tolist() == want.tolist()
+    else:  # bit for bit, NaN payloads included
+        assert got.tobytes() == want.tobytes()
+
+
+def _pb(tmp_path: Path, proto: onnx.TensorProto, stem: str = "output_0") -> Path:
+    case_dir = tmp_path / "test_data_set_0"
+    case_dir.mkdir(exist_ok=True)
+    (case_dir / "input_0.pb").write_bytes(
+        numpy_helper.from_array(np.zeros(1, np.float32), "x").SerializeToString()
+    )
+    path = case_dir / f"{stem}.pb"
+    path.write_bytes(proto.SerializeToString())
+    return path
+
+
+def _loaded(path: Path) -> np.ndarray:
+    case = load_cases(path.parent)[0]
+    tensors = {**case.inputs, **case.outputs}
+    return tensors[_decoded_by_onnx(path)[0]]
+
+
+def test_every_backend_test_tensor_reads_as_onnx_decodes_it() -> None:
+    root = Path(onnx.__file__).parent / "backend" / "test" / "data"
+    case_dirs = sorted({p.parent for p in root.rglob("test_data_set_*/*.pb")})
+    assert len(case_dirs) > 20, root
+    checked = 0
+    for case_dir in case_dirs:
+        case = load_cases(case_dir)[0]
+        tensors = {**case.inputs, **case.outputs}
+        for path in sorted(case_dir.glob("*.pb")):
+            name, want = _decoded_by_onnx(path)
+            _assert_identical(tensors[name], want)
+            checked += 1
+    assert checked > 200
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        np.float32, np.float64, np.float16, np.int8, np.int16, np.int32, np.int64,
+        np.uint8, np.uint16, np.uint32, np.uint64, np.bool_, np.complex64, np.complex128,
+    ],
+)
+@pytest.mark.parametrize("shape", [(2, 3), (), (0, 4), (1, 0, 2)])
+def test_raw_tensors_of_every_numpy_dtype_and_shape(tmp_path: Path, dtype, shape) -> None:
+    rng = np.random.default_rng(1)
+    values = (rng.standard_normal(shape) * 50).astype(dtype)
+    if np.dtype(dtype).kind == "f" and values.size:
+        values.reshape(-1)[0] = np.nan
+    path = _pb(tmp_path, numpy_helper.from_array(values, "y"))
+    got = _loaded(path)
+    _assert_identical(got, _decoded_by_onnx(path)[1])
+    _assert_identical(got, values)
+
+
+@pytest.mark.parametrize("elem_type", ["BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E5M2", "INT4", "UINT4"])
+def test_ml_dtypes_and_bit_packed_tensors(tmp_path: Path, elem_type: str) -> None:
+    data_type = getattr(onnx.TensorProto, elem_type)
+    values = [1.0, -2.0, 3.0, 0.5, 7.0] if "FLOAT" in elem_type else [1, 2, 3, 4, 5]
+    if elem_type == "INT4":
+        values = [1, -2, 3, -4, 5]
+    proto = onnx.helper.make_tensor("y", data_type, [5], values)
+    proto = numpy_helper.from_array(numpy_helper.to_array(proto), "y")  # raw_data form
+    assert proto.HasField("raw_data")
+    path = _pb(tmp_path, proto)
+    _assert_identical(_loaded(path), _decoded_by_onnx(path)[1])
+
+
+def test_typed_field_and_string_tensors(tmp_path: Path) -> None:
+    floats = onnx.helper.make_tensor("f", onnx.TensorProto.FLOAT, [2, 2], [1.5, -2.0, 0.0, 4.0])
+    strings = onnx.helper.make_tensor("s", onnx.TensorProto.STRING, [2], [b"ab", b"c"])
+    for stem, proto in (("output_0", floats), ("output_1", strings)):
+        assert not proto.HasField("raw_data")
+        path = _pb(tmp_path, proto, stem)
+        _assert_identical(_loaded(path), _decoded_by_onnx(path)[1])
+
+
+def test_a_second_raw_data_field_wins_as_protobuf_says(tmp_path: Path) -> None:
+    first = numpy_helper.from_array(np.arange(4, dtype=np.float32), "y")
+    second = np.array([9, 8, 7, 6], np.float32).tobytes()
+    path = _pb(tmp_path, first)
+    path.write_bytes(path.read_bytes() + b"\x4a" + bytes([len(second)]) + second)
+    assert _decoded_by_onnx(path)[1].tolist() == [9, 8, 7, 6]
+    assert _loaded(path).tolist() == [9, 8, 7, 6]
+
+
+def test_raw_data_of_the_wrong_length_is_named(tmp_path: Path) -> None:
+    proto = numpy_helper.from_array(np.arange(4, dtype=np.float32), "y")
+    proto.dims[:] = [5]
+    path = _pb(tmp_path, proto)
+    with pytest.raises(ReferenceDataError, match="does not decode") as info:
+        load_cases(path.parent)
+    assert str(path) in str(info.value)
+
+
+def test_raw_bytes_are_not_copied_on_the_way_in(tmp_path: Path) -> None:
+    values = np.arange(1 << 22, dtype=np.float32)  # 16 MiB
+    path = _pb(tmp_path, numpy_helper.from_array(values, "y"))
+    tracemalloc.start()
+    try:
+        got = load_cases(path.parent)[0].outputs["y"]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(got, values)
+    assert peak < 1.25 * values.nbytes, f"peak {peak / 2**20:.1f} MiB for 16 MiB"
+
+
+@pytest.mark.parametrize("name", ["y", "a much longer tensor name " * 300])  # head or past it
+def test_raw_tensors_are_read_aligned_and_read_only(tmp_path: Path, name: str) -> None:
+    for k, dims in enumerate([(3,), (5, 7), (2, 3, 4)]):
+        values = np.arange(np.prod(dims), dtype=np.float32).reshape(dims)
+        path = _pb(tmp_path, numpy_helper.from_array(values, f"{name}{k}"), f"output_{k}")
+        got = _loaded(path)
+        assert got.ctypes.data % ALIGNMENT == 0 and not got.flags.writeable
+        assert np.array_equal(got, values)
+
+
+def test_ort_sees_the_same_inputs_as_from_onnx_decoding(tmp_path: Path) -> None:
+    # InstanceNormalization in ONNX Runtime rounds differently on a misaligned input: a case
+    # read from disk must give the figures the same case gives in memory
+    root = Path(onnx.__file__).parent / "backend" / "test" / "data" / "pytorch-operator"
+    case_dir = root / "test_operator_symbolic_override"
+    model = onnx.load(case_dir / "model.onnx")
+    on_disk = validate(model, case_dir, provider="cpu")
+    data = case_dir / "test_data_set_0"
+    (_, x), (_, y) = map(_decoded_by_onnx, [data / "input_0.pb", data / "output_0.pb"])
+    x_name, y_name = model.graph.input[0].name, model.graph.output[0].name
+    in_memory = validate(model, [Case("test_data_set_0", {x_name: x}, {y_name: y})], provider="cpu")
+    assert on_disk.cases[0].outputs[0].max_abs is not None
+    assert on_disk.cases[0].outputs[0].to_dict() == in_memory.cases[0].outputs[0].to_dict()

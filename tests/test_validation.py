@@ -7,6 +7,7 @@ every statistic can be checked with ``==`` against numpy.
 from __future__ import annotations
 
 import json
+import tracemalloc
 
 import numpy as np
 import onnx
@@ -594,3 +595,65 @@ def test_many_cases_keep_their_order_and_results(net: onnx.ModelProto) -> None:
         y, z = case.outputs
         assert bool(z) and bool(y) == (i % 5 != 2), (i, y.describe())
         assert y.shape == (1 + i % 4, 2)
+
+
+# -- reference cases read from disk one at a time ------------------------------------------------
+
+
+def _big_cases(tmp_path, count: int, rows: int) -> list[Case]:
+    rng = np.random.default_rng(11)
+    cases = []
+    for i in range(count):
+        x = (rng.integers(-8, 8, (rows, 3)) / 4).astype(np.float32)  # exact in float32
+        cases.append(Case(f"test_data_set_{i}", {"x": x}, torch_like(x)))
+        save_case(cases[-1], tmp_path / "ref", index=i)
+    return cases
+
+
+def test_cases_from_disk_are_read_one_at_a_time(net: onnx.ModelProto, tmp_path) -> None:
+    cases = _big_cases(tmp_path, 12, 40_000)  # 1.3 MiB per case, 16 MiB in all
+    per_case = sum(a.nbytes for a in (*cases[0].inputs.values(), *cases[0].outputs.values()))
+    seen = []
+    tracemalloc.start()
+    try:
+        report = validate(
+            net, tmp_path / "ref", provider="cpu", progress=lambda s, k, n: seen.append((k, n))
+        )
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert report and len(report.cases) == 12 and report.reference == str(tmp_path / "ref")
+    assert [c.name for c in report.cases] == [c.name for c in cases]
+    assert seen == [(k, 12) for k in range(12)]
+    # a case, the model's outputs for it, and the comparison's buffers: never all twelve cases
+    assert peak < 4 * per_case, f"peak {peak / 2**20:.1f} MiB, one case {per_case / 2**20:.1f}"
+    # the same figures as from the cases in memory
+    in_memory = validate(net, cases, provider="cpu")
+    assert [c.to_dict() | {"inference_seconds": 0, "compare_seconds": 0} for c in report.cases] == [
+        c.to_dict() | {"inference_seconds": 0, "compare_seconds": 0} for c in in_memory.cases
+    ]
+
+
+def test_a_bad_case_file_read_late_is_still_a_reference_data_error(
+    net: onnx.ModelProto, tmp_path
+) -> None:
+    _big_cases(tmp_path, 3, 4)
+    bad = tmp_path / "ref" / "test_data_set_2" / "output_1.pb"
+    bad.write_bytes(b"\xff\xff garbage")
+    with pytest.raises(ReferenceDataError) as info:
+        validate(net, tmp_path / "ref", provider="cpu")
+    assert str(bad) in str(info.value)
+
+
+def test_tolerance_for_a_reference_only_output_reads_every_case_first(
+    net: onnx.ModelProto, tmp_path
+) -> None:
+    rng = np.random.default_rng(2)
+    for i in range(2):
+        x = rng.standard_normal((2, 3)).astype(np.float32)
+        save_case(Case(f"c{i}", {"x": x}, {**torch_like(x), "aux": x}), tmp_path / "ref", index=i)
+    report = validate(net, tmp_path / "ref", provider="cpu", tolerances={"aux": (1.0, None)})
+    assert not report  # aux has no model output to compare with
+    assert [o.name for o in report.cases[0].outputs] == ["y", "z", "aux"]
+    with pytest.raises(UsageError, match="'nope'"):
+        validate(net, tmp_path / "ref", provider="cpu", tolerances={"nope": (1.0, None)})

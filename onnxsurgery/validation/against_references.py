@@ -17,9 +17,9 @@ running a case fails that case with ORT's message and node. Every output is comp
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import onnx
@@ -27,7 +27,7 @@ import onnx
 from onnxsurgery.errors import ReferenceDataError, UsageError
 from onnxsurgery.model.signature import CaseFailure
 from onnxsurgery.validation.case_runner import Expected, ModelRunner, run_cases
-from onnxsurgery.validation.references import Case, bind_cases, load_cases
+from onnxsurgery.validation.references import Case, bind_cases, case_loaders, load_cases
 from onnxsurgery.validation.report import ValidationReport
 from onnxsurgery.validation.runtime import ProviderChoice, resolve_provider
 from onnxsurgery.validation.tolerances import (
@@ -76,7 +76,8 @@ def validate(
 ) -> ValidationReport:
     """Run ``model`` on every reference case and compare each output with torch's.
 
-    ``references`` is a path :func:`onnxsurgery.validation.references.load_cases` reads or a list of
+    ``references`` is a path :func:`onnxsurgery.validation.references.load_cases` reads (one
+    case at a time, as each runs) or a list of
     :class:`~onnxsurgery.validation.references.Case`. ``atol``/``rtol`` apply to floating outputs;
     ``tolerances`` maps an output name to ``(atol, rtol)`` (``None`` keeps the default) and is
     the only way to loosen bool/int outputs, which are otherwise compared exactly.
@@ -91,29 +92,52 @@ def validate(
     each case (the CLI's progress line).
     """
     check_global_tolerances(atol, rtol)
-    cases, reference = _as_cases(references)
+    loaders = None
+    if isinstance(references, (str, os.PathLike)):
+        loaders, reference = case_loaders(references), os.fspath(references)
+    else:
+        cases, reference = _as_cases(references)
     choice = provider if isinstance(provider, ProviderChoice) else resolve_provider(provider)
     runner = ModelRunner(model, choice)
-    cases = bind_cases(
-        cases,
-        [s.name for s in runner.specs if not s.optional],
-        runner.output_names if output_map is None else None,
-    )
+    required = [s.name for s in runner.specs if not s.optional]
+    outputs = runner.output_names if output_map is None else None
     reference = reference if reference is not None else label
+    if loaders is not None and set(tolerances or {}) <= set(runner.output_names):
+        # each case is read when it runs, so one case is held at a time (the tolerances name
+        # model outputs only: no case's own output names are needed to check them)
+        tols = check_tolerances(tolerances, runner.output_names)
+        lazy = [functools.partial(_bound_run, load, required, outputs, output_map) for load in loaders]
+        return run_cases(runner, lazy, choice, atol, rtol, tols, reference, progress)
+    if loaders is not None:
+        cases = [load() for load in loaders]
+    cases = bind_cases(cases, required, outputs)
     known = set(runner.output_names) | {n for c in cases for n in c.outputs}
     tols = check_tolerances(tolerances, known)
-    runs: list[tuple[str, Mapping[str, np.ndarray], Expected]] = []
-    for case in cases:
-        expected: Any = case.outputs
-        if output_map is not None:
-
-            def expected(case: Case = case) -> Mapping[str, np.ndarray]:
-                try:
-                    return output_map(case.outputs)
-                except (KeyError, ValueError, UsageError, ReferenceDataError) as exc:
-                    raise CaseFailure(
-                        f"mapping reference outputs onto the model's failed: {exc}"
-                    ) from None
-
-        runs.append((case.name, case.inputs, expected))
+    runs = [_run_of(case, output_map) for case in cases]
     return run_cases(runner, runs, choice, atol, rtol, tols, reference, progress)
+
+
+def _bound_run(
+    load: Callable[[], Case],
+    required: Sequence[str],
+    outputs: Sequence[str] | None,
+    output_map: OutputMapFn | None,
+) -> tuple[str, Mapping[str, np.ndarray], Expected]:
+    return _run_of(bind_cases([load()], required, outputs)[0], output_map)
+
+
+def _run_of(
+    case: Case, output_map: OutputMapFn | None
+) -> tuple[str, Mapping[str, np.ndarray], Expected]:
+    """A case as the case runner takes it: name, inputs, and its expected outputs (mapped onto
+    the model's outputs when the case runs, if ``output_map`` is given)."""
+    if output_map is None:
+        return case.name, case.inputs, case.outputs
+
+    def expected() -> Mapping[str, np.ndarray]:
+        try:
+            return output_map(case.outputs)
+        except (KeyError, ValueError, UsageError, ReferenceDataError) as exc:
+            raise CaseFailure(f"mapping reference outputs onto the model's failed: {exc}") from None
+
+    return case.name, case.inputs, expected

@@ -30,8 +30,10 @@ __all__ = [
     "format_number",
 ]
 
-#: Elements per chunk: bounds the temporaries of one comparison (about 8 bytes x 4 per element).
-CHUNK = 1 << 18
+#: Elements per chunk: bounds the temporaries of one comparison (about 8 bytes x 4 per element),
+#: and keeps one chunk's work (inputs, three buffers) inside a core's L2 cache: each statistic is
+#: a pass over the chunk, so a chunk that spills to L3 or memory pays for every pass.
+CHUNK = 1 << 15
 
 
 def format_number(value: float | None, *, up: bool = False, digits: int = 3) -> str:
@@ -299,6 +301,10 @@ def _compare_text(
     )
 
 
+#: Integers float64 does not hold exactly.
+_WIDE_INTS = (np.dtype(np.int64), np.dtype(np.uint64))
+
+
 def _work_dtype(a: np.dtype, e: np.dtype) -> np.dtype:
     """float32 for float16/float32 pairs, float64 for float64 and integers, complex128 for complex."""
     if a.kind == "c" or e.kind == "c":
@@ -341,10 +347,13 @@ class _Stats:
         self._mag = np.empty(n, real)
         self._tmp = np.empty(n, real)
         self._mask = np.empty(n, bool)
-        for start in range(0, e_flat.size, CHUNK):
-            a = a_flat[start : start + CHUNK]
-            e = e_flat[start : start + CHUNK]
-            self._chunk(a, e, start, atol, rtol, work, compare_native)
+        # inf - inf, overflow, x / 0 and 0 / 0 are all handled where they arise, so numpy need not
+        # warn; one errstate for the walk (entering one costs as much as a pass over a chunk)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            for start in range(0, e_flat.size, CHUNK):
+                a = a_flat[start : start + CHUNK]
+                e = e_flat[start : start + CHUNK]
+                self._chunk(a, e, start, atol, rtol, work, compare_native)
         del self._diff, self._mag, self._tmp, self._mask
         self.mean_abs = self._sum_abs / self._finite if self._finite else 0.0
         if self.nonfinite:
@@ -370,15 +379,21 @@ class _Stats:
         if k == 0:
             return
         diff, mag, tmp, mask = self._diff[:k], self._mag[:k], self._tmp[:k], self._mask[:k]
-        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: handled below
-            if work.kind == "c":
-                np.abs(np.subtract(a_in, e_in, dtype=work), out=diff)
-                np.abs(e_in.astype(work), out=mag)
-            else:
-                np.subtract(a_in, e_in, out=diff, dtype=work)
-                np.abs(diff, out=diff)
-                np.abs(e_in, out=mag, dtype=work)
-        chunk_max = float(diff.max())
+        if work.kind == "c":
+            np.abs(np.subtract(a_in, e_in, dtype=work), out=diff)
+            np.abs(e_in.astype(work), out=mag)
+        elif a_in.dtype == e_in.dtype and a_in.dtype in _WIDE_INTS:
+            # 64-bit integers: float64 cannot hold them all (2**62 + 1 would equal 2**62), so
+            # |a - e| is taken exactly, as unsigned 64-bit (wrapping is the right answer there)
+            # and only then rounded to float64
+            u = a_in.view(np.uint64), e_in.view(np.uint64)
+            np.copyto(diff, np.where(a_in >= e_in, u[0] - u[1], u[1] - u[0]), casting="unsafe")
+            np.abs(e_in, out=mag, dtype=work)
+        else:
+            np.subtract(a_in, e_in, out=diff, dtype=work)  # inf - inf is NaN: handled below
+            np.abs(diff, out=diff)
+            np.abs(e_in, out=mag, dtype=work)
+        chunk_max = float(np.maximum.reduce(diff))
         skip = None  # elements left out of the finite statistics
         alike_at = None  # NaN/Inf placed alike: a match, but never the worst element
         if not math.isfinite(chunk_max):
@@ -406,10 +421,9 @@ class _Stats:
         self._finite += k
         self.max_abs = max(self.max_abs, chunk_max)
         # float32 pairwise sum per chunk (relative error ~1e-7), chunks accumulated in float64
-        self._sum_abs += float(diff.sum())
+        self._sum_abs += float(np.add.reduce(diff))
         if chunk_max > 0:  # max |a - e| / |e| over nonzero references
-            with np.errstate(divide="ignore", invalid="ignore"):
-                np.divide(diff, mag, out=tmp)
+            np.divide(diff, mag, out=tmp)
             rel = float(np.fmax.reduce(tmp))  # 0/0 (exact match on a zero) is NaN: ignored
             if not math.isfinite(rel):  # an error on a zero reference: leave those out
                 np.greater(mag, 0, out=mask)
@@ -425,7 +439,7 @@ class _Stats:
             excess[skip] = -math.inf
         if alike_at is not None:
             excess[alike_at] = -math.inf
-        i = int(np.argmax(excess))
+        i = int(excess.argmax())
         worst = float(excess[i])
         if compare_native:  # integers compared exactly, without a detour through float
             out = a_in != e_in
@@ -450,6 +464,8 @@ class _Stats:
         a, e = a_flat[self._worst], e_flat[self._worst]
         if np.iscomplexobj(a) or np.iscomplexobj(e):
             d, m = float(abs(complex(a) - complex(e))), float(abs(complex(e)))
+        elif a.dtype in _WIDE_INTS or e.dtype in _WIDE_INTS:  # exactly, in Python integers
+            d, m = float(abs(int(a) - int(e))), float(abs(int(e)))
         else:
             d, m = abs(float(a) - float(e)), abs(float(e))
         work = self._work

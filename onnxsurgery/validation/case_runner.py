@@ -29,7 +29,7 @@ from onnxsurgery.validation.runtime import (
 )
 from onnxsurgery.validation.tolerances import tolerance_for
 
-__all__ = ["Expected", "ModelRunner", "collect_notes", "run_case", "run_cases"]
+__all__ = ["Expected", "ModelRunner", "Run", "collect_notes", "run_case", "run_cases"]
 
 #: A case's reference outputs, or a function computing them when the case runs.
 Expected = Mapping[str, np.ndarray] | Callable[[], Mapping[str, np.ndarray]]
@@ -122,9 +122,14 @@ def run_case(
     return result
 
 
+#: One case for :func:`run_cases`: ``(name, inputs, expected)``, or a function returning that
+#: when the case's turn comes (a case read from disk then, and let go once compared).
+Run = tuple[str, Mapping[str, np.ndarray], Expected] | Callable[[], tuple[str, Mapping[str, np.ndarray], Expected]]
+
+
 def run_cases(
     runner: ModelRunner,
-    runs: Iterable[tuple[str, Mapping[str, np.ndarray], Expected]],
+    runs: Iterable[Run],
     choice: ProviderChoice,
     atol: float,
     rtol: float,
@@ -136,12 +141,14 @@ def run_cases(
     ``progress(stage, done, total)`` hears before each case."""
     runs = list(runs)
     results = []
-    for k, (name, inputs, expected) in enumerate(runs):
+    for k, run in enumerate(runs):
         if progress is not None:
             progress(f"case {k + 1}/{len(runs)}", k, len(runs))
+        name, inputs, expected = run() if callable(run) else run
         results.append(
             run_case(runner, name, inputs, expected, atol=atol, rtol=rtol, tolerances=tolerances)
         )
+        del inputs, expected  # before the next case is read: its memory is this one's
     return ValidationReport(
         cases=results,
         provider=choice.note,

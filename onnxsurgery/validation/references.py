@@ -28,12 +28,15 @@ what is wrong with it.
 
 from __future__ import annotations
 
+import functools
+import math
 import os
 import re
 import shutil
+import sys
 import tempfile
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,9 +46,11 @@ import onnx
 from onnx import numpy_helper
 
 from onnxsurgery.errors import ReferenceDataError
+from onnxsurgery.model.dtypes import np_dtype
 
 __all__ = [
     "Case",
+    "case_loaders",
     "load_cases",
     "bind_cases",
     "save_case",
@@ -59,6 +64,12 @@ NPZ_OUTPUT_PREFIX = "output:"
 
 _CASE_DIR = re.compile(r"^test_data_set_(\d+)$")
 _TENSOR_FILE = re.compile(r"^(input|output)_(\d+)\.pb$")
+#: Element types stored bit-packed in ``raw_data`` (numpy_helper unpacks them).
+_PACKED_TYPES = frozenset(
+    getattr(onnx.TensorProto, name)
+    for name in ("INT4", "UINT4", "INT2", "UINT2", "FLOAT4E2M1", "FLOAT6E2M3", "FLOAT6E3M2")
+    if hasattr(onnx.TensorProto, name)
+)
 
 
 @dataclass
@@ -88,6 +99,13 @@ def load_cases(path: str | os.PathLike[str]) -> list[Case]:
     of ``N``), a single ``test_data_set_N`` directory (any directory holding ``input_K.pb``
     files), an ``.npz`` file, or a directory of ``.npz`` files (read in natural name order).
     """
+    return [load() for load in case_loaders(path)]
+
+
+def case_loaders(path: str | os.PathLike[str]) -> list[Callable[[], Case]]:
+    """One callable per case :func:`load_cases` would read, in its order, each reading its case
+    when called: a run over the cases then holds one case at a time. The layout is checked
+    now (a missing path, no cases); a case's own files when it is read."""
     p = Path(path)
     if not p.exists():
         raise ReferenceDataError(f"reference data {str(p)!r} does not exist")
@@ -97,7 +115,7 @@ def load_cases(path: str | os.PathLike[str]) -> list[Case]:
                 f"reference data {str(p)!r} is a file but not an .npz; give a directory holding "
                 "test_data_set_N/ directories, a test_data_set_N directory, or an .npz file"
             )
-        return [_load_npz(p)]
+        return [functools.partial(_load_npz, p)]
     if not p.is_dir():
         raise ReferenceDataError(f"reference data {str(p)!r} is neither a file nor a directory")
 
@@ -106,12 +124,12 @@ def load_cases(path: str | os.PathLike[str]) -> list[Case]:
         key=lambda c: int(_CASE_DIR.match(c.name).group(1)),  # type: ignore[union-attr]
     )
     if case_dirs:
-        return [_load_case_dir(c) for c in case_dirs]
+        return [functools.partial(_load_case_dir, c) for c in case_dirs]
     if any(_TENSOR_FILE.match(f.name) for f in p.iterdir() if f.is_file()):
-        return [_load_case_dir(p)]
+        return [functools.partial(_load_case_dir, p)]
     npz_files = sorted((f for f in p.iterdir() if f.is_file() and f.suffix == ".npz"), key=_natural)
     if npz_files:
-        return [_load_npz(f) for f in npz_files]
+        return [functools.partial(_load_npz, f) for f in npz_files]
     raise ReferenceDataError(
         f"reference data {str(p)!r} holds no cases: expected test_data_set_N/ directories, "
         "input_K.pb/output_K.pb files, or .npz files"
@@ -150,13 +168,20 @@ def _load_case_dir(directory: Path) -> Case:
 
 
 def _read_tensor_pb(path: Path) -> tuple[str, np.ndarray]:
+    """A tensor file's name and array. A plain ``raw_data`` tensor's array is a view of the
+    file's bytes, read to an address aligned for SIMD (parsing the file whole would copy them
+    twice: into the message, and out of it again when ``raw_data`` is read); any other tensor
+    is decoded by onnx's numpy_helper."""
     try:
-        data = path.read_bytes()
+        data = _read_aligned(path)
     except OSError as exc:
         raise ReferenceDataError(f"cannot read reference tensor {str(path)!r}: {exc}") from exc
     proto = onnx.TensorProto()
-    try:
-        proto.ParseFromString(data)
+    raw = _raw_data_span(data)
+    try:  # everything but the raw bytes, which are read in place below
+        proto.ParseFromString(
+            bytes(data) if raw is None else bytes(data[: raw[0]]) + bytes(data[raw[2] :])
+        )
     except Exception as exc:  # protobuf's DecodeError has no stable import path
         raise ReferenceDataError(
             f"reference tensor {str(path)!r} is not a serialized TensorProto ({exc})"
@@ -165,6 +190,11 @@ def _read_tensor_pb(path: Path) -> tuple[str, np.ndarray]:
         raise ReferenceDataError(
             f"reference tensor {str(path)!r} is not a TensorProto (no data type set)"
         )
+    if raw is not None:
+        array = _raw_array(proto, data, raw[1], raw[2])
+        if array is not None:
+            return proto.name, array
+        proto.raw_data = bytes(data[raw[1] : raw[2]])  # anything unusual: onnx decodes it
     try:
         array = numpy_helper.to_array(proto)
     except Exception as exc:
@@ -172,6 +202,127 @@ def _read_tensor_pb(path: Path) -> tuple[str, np.ndarray]:
             f"reference tensor {str(path)!r} does not decode: {type(exc).__name__}: {exc}"
         ) from exc
     return proto.name, np.asarray(array)
+
+
+#: Where a tensor's raw bytes start in memory: a multiple of this (ONNX Runtime's kernels take
+#: a different, slower path on a misaligned input, and some then round differently).
+ALIGNMENT = 64
+#: Bytes of a tensor file read first, to find where its raw bytes start.
+_HEAD_BYTES = 4096
+
+
+def _read_aligned(path: Path) -> memoryview:
+    """The bytes of a tensor file, placed so that its ``raw_data`` (when the first
+    :data:`_HEAD_BYTES` show where it starts) begins at a multiple of :data:`ALIGNMENT`."""
+    with open(path, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        head = os.pread(f.fileno(), min(size, _HEAD_BYTES), 0)
+        raw = _raw_data_span(head, head_only=True)
+        shift = -raw[1] % ALIGNMENT if raw else 0
+        view = memoryview(_aligned_bytes(size + shift))[shift:]  # read-only once read
+        done = 0
+        while done < size:  # readinto may return less than asked
+            got = f.readinto(view[done:])
+            if not got:
+                raise OSError(f"the file ended at {done} of its {size} bytes")
+            done += got
+    return view.toreadonly()
+
+
+def _aligned_bytes(size: int) -> np.ndarray:
+    """``size`` uninitialised bytes starting at a multiple of :data:`ALIGNMENT`."""
+    buffer = np.empty(size + ALIGNMENT, np.uint8)
+    at = -buffer.ctypes.data % ALIGNMENT
+    return buffer[at : at + size]
+
+
+#: TensorProto's ``raw_data`` field, length-delimited (wire type 2).
+_RAW_DATA_TAG = (9 << 3) | 2
+#: Element types whose raw bytes are the array as it is (not bit-packed, not strings).
+_PLAIN_RAW_TYPES = frozenset(
+    t
+    for t in onnx.TensorProto.DataType.values()
+    if t not in (onnx.TensorProto.UNDEFINED, onnx.TensorProto.STRING)
+    and t not in _PACKED_TYPES
+)
+
+
+def _varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("truncated varint")
+        byte = data[pos]
+        value |= (byte & 0x7F) << shift
+        pos += 1
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _raw_data_span(
+    data: bytes | memoryview, *, head_only: bool = False
+) -> tuple[int, int, int] | None:
+    """Where the one top-level ``raw_data`` field of a serialized TensorProto lies:
+    (start of its tag, start of its bytes, end); None when there is none, more than one, or the
+    bytes are not well-formed protobuf (the full parse then has the last word). ``head_only``:
+    ``data`` is the start of the file, and the first ``raw_data`` tag found is the answer."""
+    found = None
+    pos = 0
+    try:
+        while pos < len(data):
+            start = pos
+            tag, pos = _varint(data, pos)
+            wire = tag & 7
+            if wire == 0:
+                _, pos = _varint(data, pos)
+            elif wire == 1:
+                pos += 8
+            elif wire == 5:
+                pos += 4
+            elif wire == 2:
+                length, pos = _varint(data, pos)
+                if tag == _RAW_DATA_TAG:
+                    if found is not None:
+                        return None
+                    found = (start, pos, pos + length)
+                    if head_only:
+                        return found
+                pos += length
+            else:
+                return None
+    except ValueError:
+        return None
+    if pos != len(data):
+        return None
+    return found
+
+
+def _raw_array(
+    proto: onnx.TensorProto, data: memoryview, begin: int, end: int
+) -> np.ndarray | None:
+    """The array of a TensorProto whose raw bytes are ``data[begin:end]``, without a copy of
+    them; None unless it is a plain little-endian tensor with as many bytes as its dims say."""
+    if (
+        sys.byteorder != "little"
+        or proto.data_type not in _PLAIN_RAW_TYPES
+        or proto.data_location == onnx.TensorProto.EXTERNAL
+        or proto.external_data
+        or proto.HasField("segment")
+    ):
+        return None
+    dtype = np_dtype(proto.data_type)
+    dims = tuple(proto.dims)
+    count = math.prod(dims)
+    if any(d < 0 for d in dims) or count * dtype.itemsize != end - begin:
+        return None
+    array = np.frombuffer(data, dtype=dtype, count=count, offset=begin).reshape(dims)
+    if array.ctypes.data % ALIGNMENT:  # raw bytes past the head read: a copy, aligned
+        copy = _aligned_bytes(array.nbytes).view(dtype).reshape(dims)
+        copy[...] = array
+        copy.flags.writeable = False
+        return copy
+    return array
 
 
 def _load_npz(path: Path) -> Case:

@@ -17,12 +17,12 @@ import os
 import re
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import IO
 
 import numpy as np
 import onnx
@@ -42,6 +42,7 @@ from onnxsurgery.model.io import (
     weightless,
 )
 from onnxsurgery.model.walk import default_opset
+from onnxsurgery.validation import watchdog
 
 __all__ = [
     "PROVIDERS",
@@ -112,6 +113,11 @@ class ProviderChoice:
         return "cuda" if self.provider == _CUDA else "cpu"
 
 
+#: The file fd 2 is sent to while quiet, by process id: one per process, reused (making a
+#: temporary file per ORT run cost a validation case 0.1-0.5 ms).
+_sinks: dict[int, IO[bytes]] = {}
+
+
 @contextlib.contextmanager
 def quiet_stderr() -> Iterator[list[str]]:
     """Send what native code writes to fd 2 into a buffer (yielded lines) instead of the terminal."""
@@ -121,15 +127,22 @@ def quiet_stderr() -> Iterator[list[str]]:
     except OSError:  # no real fd 2 (some embedded hosts): nothing to silence
         yield captured
         return
-    with tempfile.TemporaryFile(mode="w+b") as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield captured
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            captured.extend(sink.read().decode("utf-8", "replace").splitlines())
+    sink = _sinks.get(os.getpid())
+    if sink is None:
+        sink = _sinks[os.getpid()] = tempfile.TemporaryFile(mode="w+b")
+    fd = sink.fileno()
+    start = os.lseek(fd, 0, os.SEEK_END)  # past what an enclosing quiet_stderr holds
+    os.dup2(fd, 2)
+    try:
+        yield captured
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        end = os.lseek(fd, 0, os.SEEK_END)
+        if end > start:
+            captured.extend(os.pread(fd, end - start, start).decode("utf-8", "replace").splitlines())
+            os.ftruncate(fd, start)
+            os.lseek(fd, start, os.SEEK_SET)  # an enclosing capture writes on from there
 
 
 def _probe_model() -> bytes:
@@ -618,9 +631,7 @@ def _run_timed(
     """``session.run`` under the ``run_seconds`` limit (see :func:`run_session`), fd 2 as it is."""
     budget = current_limits().run_seconds
     options = ort.RunOptions()
-    timer = threading.Timer(budget, lambda: setattr(options, "terminate", True))
-    timer.daemon = True
-    timer.start()
+    deadline = watchdog.arm(budget, lambda: setattr(options, "terminate", True))
     try:
         return session.run(list(names), dict(feeds), options)
     except Exception:
@@ -630,7 +641,7 @@ def _run_timed(
             ) from None
         raise
     finally:
-        timer.cancel()
+        watchdog.disarm(deadline)
 
 
 _NODE_PATTERNS = (
