@@ -617,7 +617,8 @@ def run_many(
             return exc
 
     # One redirection of fd 2 around every run: quiet_stderr swaps a process-wide descriptor,
-    # which threads entering it each on their own would leave pointing at a closed sink.
+    # which threads entering and leaving it each on their own would restore out of order
+    # (fd 2 left on the sink, or one thread's lines cut by another's).
     with quiet_stderr():
         if workers <= 1 or len(feeds) <= 1:
             return [one(f) for f in feeds]
