@@ -35,7 +35,6 @@ from onnxsurgery.model.io import (
     PLACEHOLDER,
     is_large,
     is_placeholder,
-    iter_tensors,
     save_model,
     tensor_nbytes,
     weight_stub,
@@ -43,6 +42,13 @@ from onnxsurgery.model.io import (
 )
 from onnxsurgery.model.walk import default_opset
 from onnxsurgery.validation import watchdog
+from onnxsurgery.validation.mapped_weights import (
+    MAPPED_BYTES,
+    FileWeight,
+    filled_from_file,
+    held_bytes,
+    write_mapped,
+)
 
 __all__ = [
     "PROVIDERS",
@@ -340,8 +346,8 @@ def create_session(
         if isinstance(model, onnx.ModelProto):
             if (
                 is_large(model)
-                or _from_file(model, shared)
-                or (mapped and _held_bytes(model) >= MAPPED_BYTES)
+                or filled_from_file(model, shared)
+                or (mapped and held_bytes(model) >= MAPPED_BYTES)
             ):
                 return _session_over_file(model, shared, options, choice.providers, bare)
             bare, weights, arrays = _split_weights(model, shared, bare)
@@ -360,46 +366,11 @@ def create_session(
         return ort.InferenceSession(str(model), options, providers=choice.providers)
 
 
-@dataclass(frozen=True)
-class FileWeight:
-    """A weight a session made here reads from a data file ORT maps into memory: the file's
-    folder (removed once no session or mapping holds it), the file's name there, the weight's
-    offset and length in it, its type and dims."""
-
-    folder: tempfile.TemporaryDirectory
-    location: str
-    offset: int
-    length: int
-    data_type: int
-    dims: tuple[int, ...]
-
-
 #: A weight handed to ORT: its array and the OrtValue over it (None: its bytes, for a type
 #: that goes to ORT inside the model), or where it lies in a file ORT maps. The OrtValue is
 #: named as text: reading ``ort.OrtValue`` here would import onnxruntime with onnxsurgery (see
 #: ``ort`` above).
 SharedWeight = tuple[np.ndarray, "ort.OrtValue | None"] | FileWeight
-
-
-#: From this many bytes of tensors a session asked for with ``mapped=True`` maps its weights
-#: from a file (:func:`_session_over_file`): BERT-base's check, peak RSS 1359 -> 944 MiB. Below,
-#: the file's fixed costs (a folder, a synced model file) outweigh the copies it saves.
-MAPPED_BYTES = 64 * 2**20
-
-
-def _held_bytes(model: onnx.ModelProto) -> int:
-    """Bytes of the tensors ``model`` holds itself (a weightless copy's placeholders hold none)."""
-    return sum(tensor_nbytes(t) for t in iter_tensors(model.graph) if not is_placeholder(t))
-
-
-def _from_file(model: onnx.ModelProto, shared: Mapping[str, SharedWeight]) -> bool:
-    """Whether a placeholder of ``model`` is filled by a weight in a file (a session made by
-    :func:`_session_over_file` shares it)."""
-    return any(
-        isinstance(shared.get(t.name), FileWeight)
-        for t in model.graph.initializer
-        if is_placeholder(t)
-    )
 
 
 def _session_over_file(
@@ -409,71 +380,13 @@ def _session_over_file(
     providers: list[str],
     made: onnx.ModelProto | None = None,
 ) -> ort.InferenceSession:
-    """A session over ``model``'s weightless copy (``made``, if given, is copied) whose
-    placeholders point into a data file ORT maps into memory instead of copying: each weight of
-    ``model`` written there once, each placeholder of ``model`` itself pointing where the shared
-    weight of its name, type and dims lies (the copy is then written beside that file).
-
-    Weights handed as OrtValues cost two copies beside the model's own (numpy's, since protobuf
-    hands ``raw_data`` out as a copy, and ORT's, made by every session), 3x the model in all;
-    mapped from a file, 2x (the 2.2 GB attention stack's check: peak RSS 6444 -> 4357 MiB).
-    Where the copy is still over 2 GB (tensors no placeholder stands for), the model is saved
-    with external data as it is, and its weights are not shared.
-    """
-    bare = weightless(model) if made is None else onnx.ModelProto()
-    if made is not None:
-        bare.CopyFrom(made)
-    filled = {
-        t.name: shared[t.name]
-        for t in model.graph.initializer
-        if is_placeholder(t) and isinstance(shared.get(t.name), FileWeight)
-    }
-    folders = {id(w.folder): w.folder for w in filled.values()}
-    if len(folders) > 1:
-        raise ValueError("the shared weights lie in several files; a session reads one folder")
-    folder = (
-        next(iter(folders.values()))
-        if folders
-        else tempfile.TemporaryDirectory(prefix="onnxsurgery-session-")
-    )
-    k = len(list(Path(folder.name).glob("*.onnx")))
-    path = Path(folder.name) / f"model{k}.onnx"
-    if is_large(bare):
-        save_model(model, path, external_data=True)
-        return ort.InferenceSession(str(path), options, providers=providers)
-    originals = {t.name: t for t in model.graph.initializer}
-    weights: dict[str, SharedWeight] = dict(filled)
-    location = f"model{k}.data"
-    with contextlib.ExitStack() as opened:
-        data = None  # opened for the first weight this model writes
-        for tensor in bare.graph.initializer:
-            if not is_placeholder(tensor):
-                continue
-            original = originals[tensor.name]
-            if is_placeholder(original):  # a weightless copy's: the shared weight of its name
-                known = filled.get(tensor.name)
-                if known is None or (known.data_type, known.dims) != (
-                    tensor.data_type,
-                    tuple(tensor.dims),
-                ):
-                    raise ValueError(
-                        f"weight {tensor.name!r} is a placeholder no shared weight fills"
-                    )
-                at = (known.location, known.offset, known.length)
-            else:
-                if data is None:
-                    data = opened.enter_context(open(Path(folder.name) / location, "wb"))
-                at = (location, data.tell(), data.write(original.raw_data))
-                weights[tensor.name] = FileWeight(
-                    folder, *at, tensor.data_type, tuple(tensor.dims)
-                )
-            del tensor.external_data[:]
-            for key, value in zip(("location", "offset", "length"), at, strict=True):
-                tensor.external_data.add(key=key, value=str(value))
-    path.write_bytes(bare.SerializeToString())
+    """A session over ``model`` with its weights in a data file ORT maps into memory instead of
+    copying (:func:`~onnxsurgery.validation.mapped_weights.write_mapped`)."""
+    path, folder, weights = write_mapped(model, shared, made)
     session = ort.InferenceSession(str(path), options, providers=providers)
     # The folder goes with the last session or mapping that holds it (ORT keeps its mapping).
     session._onnxsurgery_arrays = weights
+    del folder
     return session
 
 
