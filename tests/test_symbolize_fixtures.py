@@ -83,12 +83,18 @@ def test_blocked_fixture_symbolizes_on_batch_alone(entry):
 
 
 @pytest.mark.parametrize("entry", EXPECTED, ids=str)
-def test_symbolize_on_an_input_it_owns_writes_the_same_bytes_without_copying_weights(entry):
-    """Where the caller drops the input (the pipeline), symbolize turns the input itself into
-    its result, weights left in place: byte for byte what the copying path makes."""
+def test_symbolize_on_an_input_it_owns_writes_the_same_bytes_without_copying_weights(
+    entry, monkeypatch
+):
+    """Where the caller drops the input (the pipeline) and the model reaches MAPPED_BYTES
+    (lowered here to every size), symbolize turns the input itself into its result, weights
+    left in place: byte for byte what the copying path makes."""
+    import onnxsurgery.passes.symbolize as symbolize_module
+
     copied = Symbolize(dynamic_axes=entry.dynamic_axes)(
-        onnx.load(entry.model_path), onnxsurgery.PassContext(provider="cpu")
+        onnx.load(entry.model_path), onnxsurgery.PassContext(provider="cpu", owns_input=True)
     ).model
+    monkeypatch.setattr(symbolize_module, "MAPPED_BYTES", 0)
     model = onnx.load(entry.model_path)
     weights = {t.name: t for t in model.graph.initializer if len(t.raw_data) >= 1024}
     owned = Symbolize(dynamic_axes=entry.dynamic_axes)(

@@ -41,6 +41,7 @@ from onnxsurgery.passes.symbolize.readings import GRID_RESIZES, resize_tables, s
 from onnxsurgery.passes.symbolize.rewrite import apply_plan
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.validation.mapped_weights import MAPPED_BYTES, held_bytes
 from onnxsurgery.validation.references import load_cases
 from onnxsurgery.validation.runtime import goes_by_path
 
@@ -293,7 +294,11 @@ class Symbolize(Pass):
         )
         # Nothing can fail any more: where the caller drops the input, the result is the input
         # itself with the rewritten graph, its weights never copied again (BERT-base: 0.18 s).
-        adopted = _adopt_rewrite(model, new) if ctx.owns_input and not by_path else None
+        # Below MAPPED_BYTES the check's sessions copied the weights into the heap, and the
+        # copy restore_weights makes reuses that memory as the save reuses the input's: adopting
+        # would leave the save fresh pages (attn-50MB: peak RSS 254 -> 295 MiB).
+        adopt = ctx.owns_input and not by_path and held_bytes(model) >= MAPPED_BYTES
+        adopted = _adopt_rewrite(model, new) if adopt else None
         return PassResult(
             adopted if adopted is not None else restore_weights(new, model),
             modified=True,
