@@ -421,3 +421,23 @@ def test_a_session_asked_for_mapped_weights_maps_them_from_the_size_on(monkeypat
     second = create_session(weightless(model), "cpu", share_with=first)
     for session in (small, first, second):
         np.testing.assert_array_equal(session.run(None, x)[0], want)
+
+
+def test_mapped_weights_go_to_the_system_temp_folder_where_the_memory_one_fails(monkeypatch, tmp_path):
+    # The data file goes to /dev/shm where it fits; where making it there fails, it goes to the
+    # system's temporary folder and the session runs the same (oracle: a session from the bytes).
+    import tempfile
+
+    import onnxsurgery.validation.mapped_weights as mapped
+    import onnxsurgery.validation.runtime as runtime
+
+    model = mixed_weights_model()
+    x = {"x": np.random.default_rng(9).standard_normal((2, 64)).astype(np.float32)}
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    monkeypatch.setattr(runtime, "MAPPED_BYTES", 1024)
+    monkeypatch.setattr(mapped, "_folder_for", lambda size: str(tmp_path / "missing"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    session = create_session(model, "cpu", mapped=True)
+    folder = Path(session_weights(session)["w32"].folder.name)
+    assert folder.parent == tmp_path
+    np.testing.assert_array_equal(session.run(None, x)[0], ref.run(None, x)[0])

@@ -12,6 +12,8 @@ model of 2 GB and more, or of :data:`MAPPED_BYTES` and more when asked (``mapped
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,6 +52,25 @@ class FileWeight:
     dims: tuple[int, ...]
 
 
+#: Memory-backed temporary files where the system has them: the weights' file there is written
+#: at memory speed and never reaches a disk (BERT-base, 420 MB: 0.23-0.29 s, against 0.28-0.79 s
+#: to /tmp on ext4, alternated). Its pages cannot be evicted as a disk file's can, so it is used
+#: only where it has room for the file with a quarter to spare and twice the file's size of
+#: memory is free; the system's temporary folder otherwise.
+_MEMORY_FOLDER = "/dev/shm"
+
+
+def _folder_for(size: int) -> str | None:
+    """Where a data file of ``size`` bytes goes: the memory-backed folder where it fits, else
+    None (the system's temporary folder)."""
+    try:
+        room = shutil.disk_usage(_MEMORY_FOLDER).free if os.path.isdir(_MEMORY_FOLDER) else 0
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return None
+    return _MEMORY_FOLDER if room >= size + size // 4 and free >= 2 * size else None
+
+
 def held_bytes(model: onnx.ModelProto) -> int:
     """Bytes of the tensors ``model`` holds itself (a weightless copy's placeholders hold none)."""
     return sum(tensor_nbytes(t) for t in iter_tensors(model.graph) if not is_placeholder(t))
@@ -70,6 +91,23 @@ def write_mapped(
     shared: Mapping[str, object],
     made: onnx.ModelProto | None = None,
 ) -> tuple[Path, tempfile.TemporaryDirectory, dict[str, FileWeight]]:
+    """See :func:`_write_mapped`; a new file goes to the memory-backed folder where it fits, and
+    to the system's temporary folder where that fails (filled meanwhile)."""
+    memory = _folder_for(held_bytes(model))
+    if memory is not None:
+        try:
+            return _write_mapped(model, shared, made, memory)
+        except OSError:
+            pass
+    return _write_mapped(model, shared, made, None)
+
+
+def _write_mapped(
+    model: onnx.ModelProto,
+    shared: Mapping[str, object],
+    made: onnx.ModelProto | None,
+    where: str | None,
+) -> tuple[Path, tempfile.TemporaryDirectory, dict[str, FileWeight]]:
     """Write ``model``'s weightless copy (``made``, if given, is copied) with its placeholders
     pointing into a data file: each weight of ``model`` written there once, each placeholder of
     ``model`` itself pointing where the weight in ``shared`` of its name, type and dims lies (the
@@ -78,7 +116,8 @@ def write_mapped(
 
     Where the copy is still over 2 GB (tensors no placeholder stands for), the model is saved
     with external data as it is, and none of its weights is given to share. Raises ValueError
-    for a placeholder no weight in ``shared`` fills."""
+    for a placeholder no weight in ``shared`` fills. A new folder is made in ``where`` (None: the
+    system's temporary folder)."""
     bare = weightless(model) if made is None else onnx.ModelProto()
     if made is not None:
         bare.CopyFrom(made)
@@ -93,7 +132,7 @@ def write_mapped(
     folder = (
         next(iter(folders.values()))
         if folders
-        else tempfile.TemporaryDirectory(prefix="onnxsurgery-session-")
+        else tempfile.TemporaryDirectory(prefix="onnxsurgery-session-", dir=where)
     )
     k = len(list(Path(folder.name).glob("*.onnx")))
     path = Path(folder.name) / f"model{k}.onnx"
