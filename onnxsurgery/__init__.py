@@ -8,9 +8,11 @@ outputs, and write it atomically::
     report = onnxsurgery.run("model.onnx", passes="symbolize, concat-outputs",
                              output="model.dyn.onnx", references="fixtures/net")
 
-Everything the README shows is importable from here. Where things live:
+Everything the README shows is importable from here; each name imports its module when first used
+(``lazy.py``), so a command pays only for the modules it runs. Where things live:
 
     errors.py          the one exception tree (OnnxSurgeryError)
+    lazy.py            package namespaces that import a module on first use of one of its names
     cli.py             the ``onnxsurgery`` command, one library call per command
     merged_outputs/   concat-outputs' layout record in metadata; split_outputs undoes a merge
     pipeline/          the pass contract, registry, chain grammar and recipes, runner, report
@@ -27,106 +29,66 @@ or package per pass; the engine never imports them: the pipeline finds them thro
 
 from __future__ import annotations
 
-from onnxsurgery._version import __version__
-from onnxsurgery.errors import (
-    LimitExceeded,
-    ModelLoadError,
-    ModelSaveError,
-    OnnxSurgeryError,
-    PassError,
-    PassOptionError,
-    PassSpecError,
-    PluginError,
-    ProviderError,
-    ReferenceDataError,
-    UsageError,
-    ValidationMismatch,
-)
-from onnxsurgery.merged_outputs import Layout, read_layout, split_outputs
-from onnxsurgery.model import load_model, save_model, summarize
-from onnxsurgery.pipeline import (
-    Diagnostic,
-    Pass,
-    PassContext,
-    PassRecord,
-    PassResult,
-    PassSpec,
-    Pipeline,
-    PipelineReport,
-    create_pass,
-    default_output_path,
-    discover,
-    get_pass,
-    load_recipe,
-    parse_passes,
-    run,
-)
-from onnxsurgery.validation import (
-    DEFAULT_ATOL,
-    DEFAULT_RTOL,
-    Case,
-    ValidationReport,
-    compare_models,
-    create_session,
-    load_cases,
-    record,
-    record_model_cases,
-    resolve_provider,
-    save_case,
-    validate,
-)
+from onnxsurgery import errors
+from onnxsurgery.lazy import lazy_exports
 
-__all__ = [
-    "__version__",
-    # running
-    "run",
-    "Pipeline",
-    "PipelineReport",
-    "PassRecord",
-    "default_output_path",
-    # passes
-    "Pass",
-    "PassContext",
-    "PassResult",
-    "Diagnostic",
-    "PassSpec",
-    "parse_passes",
-    "load_recipe",
-    "discover",
-    "get_pass",
-    "create_pass",
-    # models
-    "load_model",
-    "save_model",
-    "summarize",
-    # merged outputs (concat-outputs)
-    "split_outputs",
-    "read_layout",
-    "Layout",
-    # validation and references
-    "validate",
-    "compare_models",
-    "ValidationReport",
-    "DEFAULT_ATOL",
-    "DEFAULT_RTOL",
-    "Case",
-    "load_cases",
-    "save_case",
-    "record",
-    "record_model_cases",
-    "create_session",
-    "resolve_provider",
-    # errors
-    "OnnxSurgeryError",
-    "UsageError",
-    "PassSpecError",
-    "PassOptionError",
-    "PluginError",
-    "ModelLoadError",
-    "ModelSaveError",
-    "ReferenceDataError",
-    "ProviderError",
-    "PassError",
-    "LimitExceeded",
-    "ValidationMismatch",
-]
+# Each name imports its module when first used (see lazy.py): `onnxsurgery run --passes cleanup`
+# then never imports shapes, merged outputs or model equality.
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "onnxsurgery._version": ("__version__",),
+        # running
+        "onnxsurgery.pipeline": (
+            "run",
+            "Pipeline",
+            "PipelineReport",
+            "PassRecord",
+            "default_output_path",
+            # passes
+            "Pass",
+            "PassContext",
+            "PassResult",
+            "Diagnostic",
+            "PassSpec",
+            "parse_passes",
+            "load_recipe",
+            "discover",
+            "get_pass",
+            "create_pass",
+        ),
+        # models
+        "onnxsurgery.model": ("load_model", "save_model", "summarize"),
+        # merged outputs (concat-outputs)
+        "onnxsurgery.merged_outputs": ("split_outputs", "read_layout", "Layout"),
+        # validation and references
+        "onnxsurgery.validation": (
+            "validate",
+            "compare_models",
+            "ValidationReport",
+            "DEFAULT_ATOL",
+            "DEFAULT_RTOL",
+            "Case",
+            "load_cases",
+            "save_case",
+            "record",
+            "record_model_cases",
+            "create_session",
+            "resolve_provider",
+        ),
+        # errors: the whole tree
+        "onnxsurgery.errors": tuple(errors.__all__),
+    },
+    modules=(
+        "_version",
+        "cli",
+        "errors",
+        "files",
+        "limits",
+        "merged_outputs",
+        "model",
+        "pipeline",
+        "shapes",
+        "validation",
+    ),
+)

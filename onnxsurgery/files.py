@@ -108,12 +108,14 @@ def write_atomic(
     try:
         staged = tmp_dir / path.name  # the name a model's external-data location is built from
         write(staged)
+        # On disk before anything moves: the renames come last, one right after the other (a
+        # companion no longer waits in place, beside the old file, for the main file's flush).
+        with open(staged, "rb") as fh:
+            os.fsync(fh.fileno())
         for suffix in companions:
             extra = tmp_dir / (path.name + suffix)
             if extra.exists():
                 os.replace(extra, path.parent / (path.name + suffix))
-        with open(staged, "rb") as fh:
-            os.fsync(fh.fileno())
         os.replace(staged, path)
     except (OSError, ValueError) as exc:
         raise ModelSaveError(f"{path}: cannot write the {what}: {_reason(exc)}") from None

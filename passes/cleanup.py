@@ -34,12 +34,17 @@ class Cleanup(Pass):
         self.inputs = inputs
 
     def run(self, model: onnx.ModelProto, ctx: PassContext) -> PassResult:
+        unsorted = not _is_sorted(model.graph)
+        if not unsorted and _nothing_to_clean(model.graph, inputs=self.inputs):
+            return PassResult(model, modified=False, diagnostics=[Diagnostic.info("nothing to clean")])
+        return self._with_graphsurgeon(model, unsorted)
+
+    def _with_graphsurgeon(self, model: onnx.ModelProto, unsorted: bool) -> PassResult:
         # graphsurgeon works on a weightless copy (its export copies every tensor it is given);
         # the kept weights are put back from ``model`` afterwards, each copied once.
         bare = weightless(model)
         graph = gs.import_onnx(bare)
         graph.cleanup(remove_unused_graph_inputs=self.inputs, recurse_subgraphs=True)
-        unsorted = not _is_sorted(model.graph)
         if unsorted:
             graph.toposort(recurse_subgraphs=True)
         cleaned = gs.export_onnx(graph, do_type_check=False)
@@ -72,6 +77,32 @@ class Cleanup(Pass):
         if reordered:
             diagnostics.append(Diagnostic.info("sorted nodes topologically"))
         return PassResult(out, modified=True, diagnostics=diagnostics)
+
+
+def _nothing_to_clean(graph: onnx.GraphProto, *, inputs: bool) -> bool:
+    """Whether onnx-graphsurgeon's cleanup would find nothing to remove in a sorted ``graph``,
+    decided from the graph itself: every node feeds a graph output, every initializer (and,
+    with ``inputs``, every graph input) is read on the way. Graphsurgeon's import and export
+    cost a weightless copy of the model and a second graph (0.1 s on BERT-base); this walk
+    costs a set of names. Only for the plain case: a graph with subgraphs, sparse
+    initializers, repeated or empty output names, an initializer listed as an input, or an
+    output that no node makes goes to graphsurgeon, which decides (False)."""
+    if graph.sparse_initializer or any(subgraphs(node) for node in graph.node):
+        return False
+    given = [i.name for i in graph.input] + [t.name for t in graph.initializer]
+    made = [name for node in graph.node for name in node.output]
+    if "" in made or len(set(given)) != len(given) or len(set(made)) != len(made):
+        return False
+    if set(made) & set(given) or not {o.name for o in graph.output} <= set(made):
+        return False
+    needed = {o.name for o in graph.output}
+    for node in reversed(graph.node):  # sorted: every reader comes after what it reads
+        if not any(name in needed for name in node.output):
+            return False  # a dead node
+        needed.update(node.input)
+    if any(t.name not in needed for t in graph.initializer):
+        return False
+    return not inputs or all(i.name in needed for i in graph.input)
 
 
 def _is_sorted(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> bool:

@@ -140,3 +140,22 @@ def test_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
         save_model(weighted_model(), target)
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]
+
+
+def test_a_failed_flush_moves_no_external_data_file_into_place(tmp_path, monkeypatch):
+    # The data file beside a model is renamed into place only once the model file is on disk:
+    # a flush that fails leaves the old model and its old data file as they were.
+    target = tmp_path / "m.onnx"
+    save_model(weighted_model(), target, external_data=True)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert set(before) == {"m.onnx", "m.onnx.data"}
+
+    def boom(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr("onnxsurgery.files.os.fsync", boom)
+    changed = weighted_model()
+    changed.graph.initializer[0].raw_data = bytes(len(changed.graph.initializer[0].raw_data))
+    with pytest.raises(ModelSaveError, match="Input/output error"):
+        save_model(changed, target, external_data=True)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

@@ -313,7 +313,7 @@ def test_symbolize_over_the_protobuf_limit_checks_a_full_copy(monkeypatch):
     # Over 2 GB even without its float weights, a model reaches ORT by path, weights and all,
     # so the rewrite edits a full copy (the limit is lowered here; oracle: the same model made
     # below the limit, byte for byte).
-    import onnxsurgery.model.io as io
+    import onnxsurgery.model.tensors as tensors
 
     def model():
         m = mixed_weights_model()
@@ -323,7 +323,7 @@ def test_symbolize_over_the_protobuf_limit_checks_a_full_copy(monkeypatch):
         return m
 
     small = Symbolize(**{"x:0": "batch"})(model())
-    monkeypatch.setattr(io, "LARGE_MODEL_BYTES", 1024)
+    monkeypatch.setattr(tensors, "LARGE_MODEL_BYTES", 1024)
     large = Symbolize(**{"x:0": "batch"})(model())
     assert "batch: rows" in str(large.diagnostics)
     assert large.model.SerializeToString() == small.model.SerializeToString()
@@ -334,7 +334,7 @@ def test_a_weightless_copy_of_a_model_over_the_limit_is_one_small_message(monkey
     # checker, shape inference, the rewrite and ORT's session take it as one message (before,
     # the placeholders' lengths counted and every such step went by path with a full copy).
     # The limit is lowered here; oracle: the same model symbolized below the limit.
-    import onnxsurgery.model.io as io
+    import onnxsurgery.model.tensors as tensors
 
     def model():
         rng = np.random.default_rng(1)
@@ -351,9 +351,9 @@ def test_a_weightless_copy_of_a_model_over_the_limit_is_one_small_message(monkey
         return m
 
     small = Symbolize(**{"x:0": "batch"})(model())
-    monkeypatch.setattr(io, "LARGE_MODEL_BYTES", 1024)
-    assert io.is_large(model())
-    assert not io.is_large(weightless(model()))
+    monkeypatch.setattr(tensors, "LARGE_MODEL_BYTES", 1024)
+    assert tensors.is_large(model())
+    assert not tensors.is_large(weightless(model()))
     assert not goes_by_path(model()) and not goes_by_path(weightless(model()))
     large = Symbolize(**{"x:0": "batch"})(model())
     assert "batch: rows" in str(large.diagnostics)

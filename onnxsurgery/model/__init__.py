@@ -1,6 +1,7 @@
 """Models as files and graphs: what every pass and the CLI need to read, walk and write a model.
 
     io.py          load/save with external data (atomic, byte-identical), checker, shape inference
+    tensors.py     what tensors weigh (from dims, never data), is_large, the weight placeholders
     walk.py        the one subgraph walk, graph paths, every name a graph uses, node/op counts
     dtypes.py      the one dtype table: parse, name, numpy <-> ONNX, lossless casts
     signature.py   declared inputs, whether feeds fit them, the NAME:DIMS parser
@@ -10,69 +11,46 @@
 
 from __future__ import annotations
 
-from onnxsurgery.model.dtypes import (
-    dtype_name,
-    elem_type_of,
-    is_lossless_cast,
-    np_dtype,
-    parse_dtype,
-)
-from onnxsurgery.model.equality import same_graph
-from onnxsurgery.model.io import (
-    ModelFile,
-    as_model,
-    check_model,
-    infer_shapes,
-    is_large,
-    load_model,
-    read_model_file,
-    save_model,
-    tensor_bytes,
-)
-from onnxsurgery.model.signature import (
-    CaseFailure,
-    InputSpec,
-    check_inputs,
-    model_inputs,
-    parse_shape_spec,
-)
-from onnxsurgery.model.summary import ModelSummary, summarize
-from onnxsurgery.model.walk import (
-    all_names,
-    count_nodes,
-    default_opset,
-    graphs_by_path,
-    op_counts,
-    subgraphs,
-)
+from onnxsurgery.lazy import lazy_exports
 
-__all__ = [
-    "CaseFailure",
-    "InputSpec",
-    "ModelFile",
-    "ModelSummary",
-    "all_names",
-    "as_model",
-    "check_inputs",
-    "check_model",
-    "count_nodes",
-    "default_opset",
-    "dtype_name",
-    "elem_type_of",
-    "graphs_by_path",
-    "infer_shapes",
-    "is_large",
-    "is_lossless_cast",
-    "load_model",
-    "model_inputs",
-    "np_dtype",
-    "op_counts",
-    "parse_dtype",
-    "parse_shape_spec",
-    "read_model_file",
-    "same_graph",
-    "save_model",
-    "subgraphs",
-    "summarize",
-    "tensor_bytes",
-]
+# Each name imports its module when first used (see onnxsurgery/lazy.py).
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "onnxsurgery.model.dtypes": (
+            "dtype_name",
+            "elem_type_of",
+            "is_lossless_cast",
+            "np_dtype",
+            "parse_dtype",
+        ),
+        "onnxsurgery.model.equality": ("same_graph",),
+        "onnxsurgery.model.io": (
+            "ModelFile",
+            "as_model",
+            "check_model",
+            "infer_shapes",
+            "load_model",
+            "read_model_file",
+            "save_model",
+        ),
+        "onnxsurgery.model.signature": (
+            "CaseFailure",
+            "InputSpec",
+            "check_inputs",
+            "model_inputs",
+            "parse_shape_spec",
+        ),
+        "onnxsurgery.model.summary": ("ModelSummary", "summarize"),
+        "onnxsurgery.model.tensors": ("is_large", "tensor_bytes"),
+        "onnxsurgery.model.walk": (
+            "all_names",
+            "count_nodes",
+            "default_opset",
+            "graphs_by_path",
+            "op_counts",
+            "subgraphs",
+        ),
+    },
+    modules=("dtypes", "equality", "io", "signature", "summary", "tensors", "walk"),
+)

@@ -5,21 +5,25 @@ there, a directory, empty, not protobuf, truncated, failing the checker, externa
 pointing outside the model's folder) into one :class:`~onnxsurgery.errors.ModelLoadError` line.
 ``save_model`` writes to a temporary file beside the target and renames it into place, so a
 failed or interrupted run never leaves a file that ``make`` would take as up to date. The same
-model always serializes to the same bytes.
+model always serializes to the same bytes. A weightless copy (:func:`weightless`) is what the
+checker and shape inference see: the graph, with a placeholder for each weight.
+
+What tensors weigh and the placeholders live in ``model/tensors.py``; the names this module
+took from there before are still importable from here.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
+from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
 from onnx.external_data_helper import (
     load_external_data_for_model,
@@ -29,7 +33,18 @@ from onnx.external_data_helper import (
 
 from onnxsurgery.errors import ModelLoadError, ModelSaveError
 from onnxsurgery.files import shown, write_atomic
-from onnxsurgery.model.dtypes import np_dtype
+from onnxsurgery.model.tensors import (
+    EXTERNAL_THRESHOLD,
+    LARGE_MODEL_BYTES,
+    PLACEHOLDER,
+    PROTOBUF_LIMIT,
+    is_large,
+    is_placeholder,
+    iter_tensors,
+    tensor_bytes,
+    tensor_nbytes,
+    weight_stub,
+)
 from onnxsurgery.model.walk import graphs_by_path, subgraphs
 
 __all__ = [
@@ -58,12 +73,6 @@ __all__ = [
     "PLACEHOLDER",
 ]
 
-#: Protobuf cannot serialize a message of 2 GiB or more; such models keep weights outside.
-PROTOBUF_LIMIT = 2**31 - 1
-#: Tensors at least this large go to the external data file when a model is saved with one.
-EXTERNAL_THRESHOLD = 1024
-
-
 @dataclass
 class ModelFile:
     """A model read from disk, with what the pipeline needs to write it back alike."""
@@ -71,18 +80,6 @@ class ModelFile:
     model: onnx.ModelProto
     path: Path
     external_data: bool
-
-
-def iter_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    """Every tensor a graph holds: initializers, tensor attributes, subgraphs' tensors."""
-    yield from graph.initializer
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                yield attr.t
-            yield from attr.tensors
-        for sub in subgraphs(node):
-            yield from iter_tensors(sub)
 
 
 def _external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
@@ -184,16 +181,41 @@ def _check_graph(graph: onnx.GraphProto, where: str) -> None:
             _check_graph(sub, where)
 
 
+#: Per message type: its text and message fields, in field-number order (the order of
+#: ``ListFields``), as (name, is repeated, is text).
+_TEXT_FIELDS: dict[Descriptor, tuple[tuple[str, bool, bool], ...]] = {}
+
+
+def _text_fields(descriptor: Descriptor) -> tuple[tuple[str, bool, bool], ...]:
+    found = _TEXT_FIELDS.get(descriptor)
+    if found is None:
+        found = _TEXT_FIELDS[descriptor] = tuple(
+            (fd.name, fd.is_repeated, fd.type == fd.TYPE_STRING)
+            for fd in sorted(descriptor.fields, key=lambda fd: fd.number)
+            if fd.type in (fd.TYPE_STRING, fd.TYPE_MESSAGE)
+        )
+    return found
+
+
 def _bad_text(message: Message, path: str) -> str | None:
     """The first string field (by its path in the model) that is not valid UTF-8: protobuf
-    parses such bytes, but onnx, onnx-graphsurgeon and ORT fail on them later."""
-    for fd, value in message.ListFields():
-        if fd.type not in (fd.TYPE_STRING, fd.TYPE_MESSAGE):
+    parses such bytes, but onnx, onnx-graphsurgeon and ORT fail on them later.
+
+    Only text and message fields are read: ``ListFields`` would also hand over every bytes
+    field, and reading ``raw_data`` copies the weight (the whole model once more, 65 ms on
+    BERT-base)."""
+    for name, repeated, text in _text_fields(message.DESCRIPTOR):
+        if repeated:
+            items = getattr(message, name)
+            if not len(items):
+                continue
+        elif message.HasField(name):
+            items = (getattr(message, name),)
+        else:
             continue
-        items = value if fd.is_repeated else [value]
         for k, item in enumerate(items):
-            where = f"{path}.{fd.name}" + (f"[{k}]" if fd.is_repeated else "")
-            if fd.type == fd.TYPE_STRING:
+            where = f"{path}.{name}" + (f"[{k}]" if repeated else "")
+            if text:
                 try:
                     item.encode("utf-8")
                 except UnicodeError:
@@ -309,62 +331,6 @@ def as_model(model: onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:
     return load_model(model)
 
 
-_SUB_BYTE_BITS = {
-    getattr(onnx.TensorProto, name): bits
-    for name, bits in (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2))
-    if hasattr(onnx.TensorProto, name)
-}
-
-
-def tensor_nbytes(tensor: onnx.TensorProto) -> int:
-    """Bytes of a tensor's data, from its dims and type: reading ``raw_data`` would copy it."""
-    if tensor.data_location == onnx.TensorProto.EXTERNAL:
-        for entry in tensor.external_data:
-            if entry.key == "length":
-                return int(entry.value)
-        return 0
-    if tensor.data_type == onnx.TensorProto.STRING:
-        return sum(len(v) for v in tensor.string_data)
-    count = math.prod(tensor.dims)
-    if tensor.data_type in _SUB_BYTE_BITS:
-        return (count * _SUB_BYTE_BITS[tensor.data_type] + 7) // 8
-    try:
-        itemsize = np_dtype(tensor.data_type).itemsize
-    except (KeyError, TypeError, ValueError):
-        itemsize = 1
-    return count * itemsize
-
-
-def tensor_bytes(model: onnx.ModelProto) -> int:
-    """Bytes held by the model's tensors (initializers, Constant attributes, subgraphs), counted
-    from dims and types, so that no tensor's data is copied to count it."""
-    return sum(tensor_nbytes(t) for t in iter_tensors(model.graph))
-
-
-#: Models whose tensors reach this go by path with external data (protobuf stops at 2 GiB).
-LARGE_MODEL_BYTES = PROTOBUF_LIMIT - 64 * 2**20
-
-
-def is_large(
-    model: onnx.ModelProto, *, left_out: Callable[[onnx.TensorProto], bool] | None = None
-) -> bool:
-    """Too big to pass through protobuf in one message (goes by path with external data).
-
-    A weightless copy's placeholders (``weightless``) carry no data into the message, so they
-    do not count: such a copy of a model over 2 GB passes as one small message. ``left_out``:
-    the tensors a caller will not put into the message (default: the placeholders)."""
-    skip = left_out or is_placeholder
-    held = sum(tensor_nbytes(t) for t in iter_tensors(model.graph) if not skip(t))
-    return held >= LARGE_MODEL_BYTES
-
-
-def is_placeholder(tensor: onnx.TensorProto) -> bool:
-    """A weightless copy's stand-in for a weight (external data naming ``PLACEHOLDER``)."""
-    return tensor.data_location == onnx.TensorProto.EXTERNAL and any(
-        entry.key == "location" and entry.value == PLACEHOLDER for entry in tensor.external_data
-    )
-
-
 #: Below this IR version every initializer must also be listed as a graph input.
 IR_INITIALIZERS_AS_INPUTS = 4
 
@@ -389,51 +355,6 @@ def sync_initializer_inputs(model: onnx.ModelProto) -> list[str]:
                 listed.add(init.name)
                 added.append(init.name)
     return added
-
-
-#: Floating-point tensors the checker and shape inference see without their data (see ``weightless``).
-_FLOAT_TYPES = frozenset(
-    getattr(onnx.TensorProto, name)
-    for name in ("FLOAT", "DOUBLE", "FLOAT16", "BFLOAT16", "COMPLEX64", "COMPLEX128")
-)
-#: The file every placeholder tensor of a weightless copy names (an empty file beside it).
-PLACEHOLDER = "onnxsurgery-weights-placeholder"
-
-
-#: (name, is repeated) of every TensorProto field a placeholder does not carry over.
-_OTHER_TENSOR_FIELDS = tuple(
-    (f.name, f.is_repeated)
-    for f in onnx.TensorProto.DESCRIPTOR.fields
-    if f.name not in ("name", "data_type", "dims", "data_location", "raw_data")
-)
-
-
-def weight_stub(tensor: onnx.TensorProto) -> onnx.TensorProto | None:
-    """A data-less stand-in for a large floating-point tensor whose data is exactly its
-    ``raw_data`` of the size its dims and type say; None for any other tensor.
-
-    The check looks at which fields are set and at the data's length: a tensor with other
-    fields, or data of the wrong size, stays as it is and gets the checker's own verdict.
-    (``ByteSize()`` would serialize the tensor to measure it: a copy of every weight, on every
-    weightless copy.)
-    """
-    if tensor.data_type not in _FLOAT_TYPES or tensor.data_location == onnx.TensorProto.EXTERNAL:
-        return None
-    if not (tensor.HasField("raw_data") and tensor.HasField("name")):
-        return None
-    for name, repeated in _OTHER_TENSOR_FIELDS:  # float_data, doc_string, segment, ...
-        if len(getattr(tensor, name)) if repeated else tensor.HasField(name):
-            return None
-    nbytes = tensor_nbytes(tensor)
-    if nbytes < EXTERNAL_THRESHOLD or len(tensor.raw_data) != nbytes:
-        return None
-    stub = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
-    if tensor.HasField("data_location"):  # set to DEFAULT by onnx when it loads external data
-        stub.data_location = tensor.data_location
-    stub.data_location = onnx.TensorProto.EXTERNAL
-    for key, value in (("location", PLACEHOLDER), ("offset", "0"), ("length", str(nbytes))):
-        stub.external_data.add(key=key, value=value)
-    return stub
 
 
 def copy_fields(source: Message, target: Message, skip: str) -> None:

@@ -15,42 +15,42 @@
 
 from __future__ import annotations
 
-from onnxsurgery.validation.against_model import compare_models
-from onnxsurgery.validation.against_references import validate
-from onnxsurgery.validation.arrays import OutputComparison, compare_arrays
-from onnxsurgery.validation.feeds import random_array, random_inputs
-from onnxsurgery.validation.recording import load_module, record, record_model_cases
-from onnxsurgery.validation.references import Case, load_cases, save_case, save_npz
-from onnxsurgery.validation.report import CaseResult, ValidationReport
-from onnxsurgery.validation.runtime import (
-    PROVIDERS,
-    ProviderChoice,
-    create_session,
-    resolve_provider,
-)
-from onnxsurgery.validation.tolerances import DEFAULT_ATOL, DEFAULT_RTOL, parse_tolerance_spec
+from onnxsurgery.lazy import lazy_exports
 
-__all__ = [
-    "DEFAULT_ATOL",
-    "DEFAULT_RTOL",
-    "PROVIDERS",
-    "Case",
-    "CaseResult",
-    "OutputComparison",
-    "ProviderChoice",
-    "ValidationReport",
-    "compare_arrays",
-    "compare_models",
-    "create_session",
-    "load_cases",
-    "load_module",
-    "parse_tolerance_spec",
-    "random_array",
-    "random_inputs",
-    "record",
-    "record_model_cases",
-    "resolve_provider",
-    "save_case",
-    "save_npz",
-    "validate",
-]
+# Each name imports its module when first used (see onnxsurgery/lazy.py).
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "onnxsurgery.validation.against_model": ("compare_models",),
+        "onnxsurgery.validation.against_references": ("validate",),
+        "onnxsurgery.validation.arrays": ("OutputComparison", "compare_arrays"),
+        "onnxsurgery.validation.feeds": ("random_array", "random_inputs"),
+        "onnxsurgery.validation.recording": ("load_module", "record", "record_model_cases"),
+        "onnxsurgery.validation.references": ("Case", "load_cases", "save_case", "save_npz"),
+        "onnxsurgery.validation.report": ("CaseResult", "ValidationReport"),
+        "onnxsurgery.validation.runtime": (
+            "PROVIDERS",
+            "ProviderChoice",
+            "create_session",
+            "resolve_provider",
+        ),
+        "onnxsurgery.validation.tolerances": (
+            "DEFAULT_ATOL",
+            "DEFAULT_RTOL",
+            "parse_tolerance_spec",
+        ),
+    },
+    modules=(
+        "against_model",
+        "against_references",
+        "arrays",
+        "case_runner",
+        "feeds",
+        "recording",
+        "references",
+        "report",
+        "runtime",
+        "tolerances",
+        "watchdog",
+    ),
+)
