@@ -365,13 +365,13 @@ def test_a_model_over_the_limit_runs_on_weights_ort_maps_from_one_file(monkeypat
     # the session maps them from a data file instead, and a weightless copy's session (the
     # check's rewritten model) maps the same file, no second one written. The limit is lowered
     # here; oracle: sessions from the full model's bytes.
-    import onnxsurgery.model.io as io
+    import onnxsurgery.model.tensors as tensors
 
     model = mixed_weights_model()
     x = {"x": np.random.default_rng(6).standard_normal((2, 64)).astype(np.float32)}
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     want = want.run(None, x)[0]
-    monkeypatch.setattr(io, "LARGE_MODEL_BYTES", 1024)
+    monkeypatch.setattr(tensors, "LARGE_MODEL_BYTES", 1024)
     first = create_session(model, "cpu", prepack=False)
     shared = session_weights(first)
     folder = Path(shared["w32"].folder.name)
