@@ -80,3 +80,28 @@ def test_blocked_fixture_symbolizes_on_batch_alone(entry):
         for name, ref in case.outputs.items():
             np.testing.assert_allclose(got[name], ref, atol=ATOL, rtol=RTOL, err_msg=case.name)
     assert checked >= 2  # the traced size and at least one other batch
+
+
+@pytest.mark.parametrize("entry", EXPECTED, ids=str)
+def test_symbolize_on_an_input_it_owns_writes_the_same_bytes_without_copying_weights(
+    entry, monkeypatch
+):
+    """Where the caller drops the input (the pipeline) and the model reaches MAPPED_BYTES
+    (lowered here to every size), symbolize turns the input itself into its result, weights
+    left in place: byte for byte what the copying path makes."""
+    import onnxsurgery.passes.symbolize as symbolize_module
+
+    copied = Symbolize(dynamic_axes=entry.dynamic_axes)(
+        onnx.load(entry.model_path), onnxsurgery.PassContext(provider="cpu", owns_input=True)
+    ).model
+    monkeypatch.setattr(symbolize_module, "MAPPED_BYTES", 0)
+    model = onnx.load(entry.model_path)
+    weights = {t.name: t for t in model.graph.initializer if len(t.raw_data) >= 1024}
+    owned = Symbolize(dynamic_axes=entry.dynamic_axes)(
+        model, onnxsurgery.PassContext(provider="cpu", owns_input=True)
+    ).model
+    assert owned.SerializeToString() == copied.SerializeToString()
+    if weights:  # adopted: the input itself, its weight messages the ones it had
+        assert owned is model
+        kept = {t.name: t for t in owned.graph.initializer if t.name in weights}
+        assert kept and all(kept[n] is weights[n] for n in kept)

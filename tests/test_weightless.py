@@ -358,3 +358,86 @@ def test_a_weightless_copy_of_a_model_over_the_limit_is_one_small_message(monkey
     large = Symbolize(**{"x:0": "batch"})(model())
     assert "batch: rows" in str(large.diagnostics)
     assert large.model.SerializeToString() == small.model.SerializeToString()
+
+
+def test_a_model_over_the_limit_runs_on_weights_ort_maps_from_one_file(monkeypatch):
+    # Over 2 GB, weights handed as OrtValues cost numpy's copy and ORT's beside the model's own:
+    # the session maps them from a data file instead, and a weightless copy's session (the
+    # check's rewritten model) maps the same file, no second one written. The limit is lowered
+    # here; oracle: sessions from the full model's bytes.
+    import onnxsurgery.model.tensors as tensors
+
+    model = mixed_weights_model()
+    x = {"x": np.random.default_rng(6).standard_normal((2, 64)).astype(np.float32)}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = want.run(None, x)[0]
+    monkeypatch.setattr(tensors, "LARGE_MODEL_BYTES", 1024)
+    first = create_session(model, "cpu", prepack=False)
+    shared = session_weights(first)
+    folder = Path(shared["w32"].folder.name)
+    assert {w.location for w in shared.values()} == {"model0.data"}
+    np.testing.assert_array_equal(first.run(None, x)[0], want)
+    del first
+    second = create_session(weightless(model), "cpu", prepack=False, share_with=shared)
+    assert sorted(p.name for p in folder.iterdir()) == ["model0.data", "model0.onnx", "model1.onnx"]
+    np.testing.assert_array_equal(second.run(None, x)[0], want)
+    bad = weightless(model)
+    bad.graph.initializer[0].dims[:] = [32, 128]
+    with pytest.raises(ValueError, match="'w32' is a placeholder no shared weight fills"):
+        create_session(bad, "cpu", share_with=shared)
+    del second, shared
+    gc.collect()
+    assert not folder.exists()
+
+
+def test_a_session_built_from_a_weightless_copy_made_already_leaves_it_as_it_was():
+    # symbolize makes one weightless copy and hands it to the check's first session instead of
+    # a second one being made (oracle: a session from the full model's bytes).
+    model = mixed_weights_model()
+    bare = weightless(model)
+    before = bare.SerializeToString()
+    session = create_session(model, "cpu", bare=bare)
+    assert bare.SerializeToString() == before
+    x = {"x": np.random.default_rng(7).standard_normal((2, 64)).astype(np.float32)}
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(session.run(None, x)[0], ref.run(None, x)[0])
+
+
+def test_a_session_asked_for_mapped_weights_maps_them_from_the_size_on(monkeypatch):
+    # The check asks for mapped weights: from MAPPED_BYTES on (lowered here) its sessions map a
+    # file, below it they take OrtValues; outputs alike (oracle: a session from the bytes).
+    import onnxsurgery.validation.runtime as runtime
+
+    model = mixed_weights_model()
+    x = {"x": np.random.default_rng(8).standard_normal((2, 64)).astype(np.float32)}
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = ref.run(None, x)[0]
+    small = create_session(model, "cpu", mapped=True)
+    assert isinstance(session_weights(small)["w32"], tuple)
+    monkeypatch.setattr(runtime, "MAPPED_BYTES", 1024)
+    assert isinstance(session_weights(create_session(model, "cpu"))["w32"], tuple)
+    first = create_session(model, "cpu", mapped=True)
+    assert isinstance(session_weights(first)["w32"], runtime.FileWeight)
+    second = create_session(weightless(model), "cpu", share_with=first)
+    for session in (small, first, second):
+        np.testing.assert_array_equal(session.run(None, x)[0], want)
+
+
+def test_mapped_weights_go_to_the_system_temp_folder_where_the_memory_one_fails(monkeypatch, tmp_path):
+    # The data file goes to /dev/shm where it fits; where making it there fails, it goes to the
+    # system's temporary folder and the session runs the same (oracle: a session from the bytes).
+    import tempfile
+
+    import onnxsurgery.validation.mapped_weights as mapped
+    import onnxsurgery.validation.runtime as runtime
+
+    model = mixed_weights_model()
+    x = {"x": np.random.default_rng(9).standard_normal((2, 64)).astype(np.float32)}
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    monkeypatch.setattr(runtime, "MAPPED_BYTES", 1024)
+    monkeypatch.setattr(mapped, "_folder_for", lambda size: str(tmp_path / "missing"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    session = create_session(model, "cpu", mapped=True)
+    folder = Path(session_weights(session)["w32"].folder.name)
+    assert folder.parent == tmp_path
+    np.testing.assert_array_equal(session.run(None, x)[0], ref.run(None, x)[0])

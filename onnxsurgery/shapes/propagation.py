@@ -31,7 +31,6 @@ import onnx
 
 from onnxsurgery.errors import PassError
 from onnxsurgery.limits import current as current_limits
-from onnxsurgery.model.dtypes import elem_type_of
 from onnxsurgery.model.signature import fixed_size
 from onnxsurgery.model.walk import default_opset
 from onnxsurgery.shapes.analysis import (
@@ -39,7 +38,6 @@ from onnxsurgery.shapes.analysis import (
     Atom,
     ShapeAnalysis,
     TensorInfo,
-    constant_info,
     elem_type,
     read_constants,
     static_shapes,
@@ -50,8 +48,15 @@ from onnxsurgery.shapes.rules import run_node
 __all__ = ["propagate"]
 
 
-def propagate(model: onnx.ModelProto, axes: dict[str, dict[int, str]]) -> ShapeAnalysis:
+def propagate(
+    model: onnx.ModelProto,
+    axes: dict[str, dict[int, str]],
+    *,
+    bare: onnx.ModelProto | None = None,
+) -> ShapeAnalysis:
     """Propagate symbolic shapes through ``model`` with ``axes`` ({input: {axis: symbol}}).
+    ``bare``: ``weightless(model)`` where the caller has made it (ONNX shape inference reads
+    it; else it is made here).
 
     Raises ValueError for an input or axis that does not exist, or for one symbol given to axes
     of different traced sizes.
@@ -60,7 +65,7 @@ def propagate(model: onnx.ModelProto, axes: dict[str, dict[int, str]]) -> ShapeA
     inits = {i.name for i in graph.initializer}
     inputs = {i.name: i for i in graph.input if i.name not in inits}
     analysis = ShapeAnalysis(model=model, symbols={}, opset=default_opset(model, missing=17))
-    analysis.static = static_shapes(model)
+    analysis.static = static_shapes(model, bare)
     analysis.consts = read_constants(graph)
 
     sym_traced: dict[str, tuple[int, str]] = {}
@@ -108,8 +113,7 @@ def propagate(model: onnx.ModelProto, axes: dict[str, dict[int, str]]) -> ShapeA
             else:
                 shape.append(analysis.new_atom("opaque", 1, (name, k), "input dim without size"))
         analysis.tensors[name] = TensorInfo(shape if known else None, elem_type(vi))
-    for name, arr in analysis.consts.items():
-        analysis.tensors[name] = constant_info(arr, elem_type_of(arr))
+    analysis.tensors.update(analysis.consts.infos())
 
     for index, node in enumerate(graph.node):
         for out in node.output:

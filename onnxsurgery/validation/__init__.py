@@ -1,6 +1,7 @@
 """Checking a model on ONNX Runtime: against stored torch references, or against another model.
 
     runtime.py             providers (auto/cuda/cpu, probed with a real session), sessions, ORT errors
+    mapped_weights.py      weights ORT maps from one file, shared by the sessions over them
     watchdog.py            the run time limit: one watcher thread for every run's deadline
     references.py          reference cases: the ONNX test-data layout and .npz, read and written
     recording.py           recording cases from a torch module; importing the user's module
@@ -46,6 +47,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "arrays",
         "case_runner",
         "feeds",
+        "mapped_weights",
         "recording",
         "references",
         "report",

@@ -18,6 +18,7 @@ import re
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -41,6 +42,13 @@ from onnxsurgery.model.io import (
 )
 from onnxsurgery.model.walk import default_opset
 from onnxsurgery.validation import watchdog
+from onnxsurgery.validation.mapped_weights import (
+    MAPPED_BYTES,
+    FileWeight,
+    filled_from_file,
+    held_bytes,
+    write_mapped,
+)
 
 __all__ = [
     "PROVIDERS",
@@ -49,8 +57,10 @@ __all__ = [
     "create_session",
     "session_weights",
     "goes_by_path",
+    "MAPPED_BYTES",
     "run_session",
     "run_model",
+    "run_many",
     "describe_ort_error",
     "quiet_stderr",
     "OrtLimits",
@@ -292,6 +302,8 @@ def create_session(
     spin: bool = True,
     prepack: bool = True,
     share_with: ort.InferenceSession | Mapping[str, SharedWeight] | None = None,
+    bare: onnx.ModelProto | None = None,
+    mapped: bool = False,
 ) -> ort.InferenceSession:
     """An InferenceSession for ``model`` (a ModelProto or a path) on the chosen provider.
 
@@ -306,6 +318,13 @@ def create_session(
     its weights is handed to ORT as that same buffer, not a second copy (a rewritten model
     beside its original shares nearly all its weights). A placeholder weight of a weightless
     copy (``model.io.weightless``) takes the shared weight of its name, type and shape.
+
+    ``bare``: ``weightless(model)``, where the caller has made it already (it is left as it
+    is): making another reads every weight's bytes once more.
+
+    A model of 2 GB and more, or one of :data:`MAPPED_BYTES` and more with ``mapped=True`` (a
+    session that outlives none of the caller's copies of the weights, such as the check's), runs
+    on weights ORT maps from a data file written once, which a session sharing them maps too.
 
     Raises whatever ONNX Runtime raises when the model is invalid; callers translate it with
     :func:`describe_ort_error` into their own error.
@@ -325,7 +344,13 @@ def create_session(
     shared = share_with if isinstance(share_with, Mapping) else session_weights(share_with)
     with quiet_stderr():
         if isinstance(model, onnx.ModelProto):
-            bare, weights, arrays = _split_weights(model, shared)
+            if (
+                is_large(model)
+                or filled_from_file(model, shared)
+                or (mapped and held_bytes(model) >= MAPPED_BYTES)
+            ):
+                return _session_over_file(model, shared, options, choice.providers, bare)
+            bare, weights, arrays = _split_weights(model, shared, bare)
             if is_large(bare):
                 with tempfile.TemporaryDirectory(prefix="onnxsurgery-session-") as tmp:
                     path = save_model(model, Path(tmp) / "model.onnx", external_data=True)
@@ -342,9 +367,27 @@ def create_session(
 
 
 #: A weight handed to ORT: its array and the OrtValue over it (None: its bytes, for a type
-#: that goes to ORT inside the model). The OrtValue is named as text: reading ``ort.OrtValue``
-#: here would import onnxruntime with onnxsurgery (see ``ort`` above).
-SharedWeight = tuple[np.ndarray, "ort.OrtValue | None"]
+#: that goes to ORT inside the model), or where it lies in a file ORT maps. The OrtValue is
+#: named as text: reading ``ort.OrtValue`` here would import onnxruntime with onnxsurgery (see
+#: ``ort`` above).
+SharedWeight = tuple[np.ndarray, "ort.OrtValue | None"] | FileWeight
+
+
+def _session_over_file(
+    model: onnx.ModelProto,
+    shared: Mapping[str, SharedWeight],
+    options: ort.SessionOptions,
+    providers: list[str],
+    made: onnx.ModelProto | None = None,
+) -> ort.InferenceSession:
+    """A session over ``model`` with its weights in a data file ORT maps into memory instead of
+    copying (:func:`~onnxsurgery.validation.mapped_weights.write_mapped`)."""
+    path, folder, weights = write_mapped(model, shared, made)
+    session = ort.InferenceSession(str(path), options, providers=providers)
+    # The folder goes with the last session or mapping that holds it (ORT keeps its mapping).
+    session._onnxsurgery_arrays = weights
+    del folder
+    return session
 
 
 def session_weights(session: ort.InferenceSession | None) -> Mapping[str, SharedWeight]:
@@ -375,7 +418,9 @@ def _passed_as_ortvalue(tensor: onnx.TensorProto) -> bool:
 
 
 def _split_weights(
-    model: onnx.ModelProto, shared: Mapping[str, SharedWeight]
+    model: onnx.ModelProto,
+    shared: Mapping[str, SharedWeight],
+    made: onnx.ModelProto | None = None,
 ) -> tuple[onnx.ModelProto, dict[str, ort.OrtValue], dict[str, SharedWeight]]:
     """The model without its large weights' data, those weights as OrtValues by name, and
     (array, OrtValue) by name for a later session to share.
@@ -383,9 +428,14 @@ def _split_weights(
     ORT then parses a small model and takes each weight from a numpy view of the model's own
     bytes (``SessionOptions.add_external_initializers``), instead of a serialized copy of the
     whole model that it parses into another. A weight equal, byte for byte, to one in ``shared``
-    (same name, type and shape) is that entry's OrtValue.
+    (same name, type and shape) is that entry's OrtValue. ``made``: ``weightless(model)``
+    already made (copied here, since the copy is filled in).
     """
-    bare = weightless(model)
+    if made is None:
+        bare = weightless(model)
+    else:
+        bare = onnx.ModelProto()
+        bare.CopyFrom(made)
     originals = {t.name: t for t in model.graph.initializer}
     weights: dict[str, ort.OrtValue] = {}
     arrays: dict[str, SharedWeight] = {}
@@ -420,7 +470,7 @@ def _split_weights(
         array = np.frombuffer(original.raw_data, dtype=np_dtype(stub.data_type))
         array = array.reshape(tuple(stub.dims))
         known = shared.get(stub.name)
-        if known is not None and _same_bytes(known[0], array):
+        if isinstance(known, tuple) and _same_bytes(known[0], array):
             arrays[stub.name] = known
         else:
             arrays[stub.name] = (array, ort.OrtValue.ortvalue_from_numpy(array))
@@ -455,12 +505,49 @@ def run_session(
 ) -> list[np.ndarray]:
     """``session.run`` under the ``run_seconds`` limit: a timer sets ORT's terminate flag, and
     a run stopped that way raises LimitExceeded naming the limit."""
+    with quiet_stderr():
+        return _run_timed(session, names, feeds)
+
+
+def run_many(
+    session: ort.InferenceSession,
+    feeds: Sequence[Mapping[str, np.ndarray]],
+    workers: int | None = None,
+) -> list[dict[str, np.ndarray] | Exception]:
+    """Run ``session`` once on each of ``feeds``, up to ``workers`` runs at a time, and return
+    in order each run's outputs by name or the exception it raised (for the caller to judge in
+    its own order). Each run is the run :func:`run_model` makes, under the ``run_seconds`` limit:
+    ORT runs a session from several threads at once, each run computing what it computes alone,
+    so only the wall time changes (the check's runs at other sizes on 2 cores). ``workers``
+    defaults to the CPU count, at most 4."""
+    names = [o.name for o in session.get_outputs()]
+    workers = workers or min(4, os.cpu_count() or 1)
+
+    def one(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | Exception:
+        try:
+            return dict(zip(names, _run_timed(session, names, inputs), strict=True))
+        except Exception as exc:  # noqa: BLE001 - handed back, judged by the caller
+            return exc
+
+    # One redirection of fd 2 around every run: quiet_stderr swaps a process-wide descriptor,
+    # which threads entering and leaving it each on their own would restore out of order
+    # (fd 2 left on the sink, or one thread's lines cut by another's).
+    with quiet_stderr():
+        if workers <= 1 or len(feeds) <= 1:
+            return [one(f) for f in feeds]
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(one, feeds))
+
+
+def _run_timed(
+    session: ort.InferenceSession, names: Sequence[str], feeds: Mapping[str, np.ndarray]
+) -> list[np.ndarray]:
+    """``session.run`` under the ``run_seconds`` limit (see :func:`run_session`), fd 2 as it is."""
     budget = current_limits().run_seconds
     options = ort.RunOptions()
     deadline = watchdog.arm(budget, lambda: setattr(options, "terminate", True))
     try:
-        with quiet_stderr():
-            return session.run(list(names), dict(feeds), options)
+        return session.run(list(names), dict(feeds), options)
     except Exception:
         if options.terminate:
             raise LimitExceeded(

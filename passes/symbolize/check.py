@@ -34,6 +34,7 @@ from onnxsurgery.validation.references import Case
 from onnxsurgery.validation.runtime import (
     create_session,
     describe_ort_error,
+    run_many,
     run_model,
     session_weights,
 )
@@ -180,6 +181,7 @@ def check_dynamic(
     output_map: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None = None,
     atol: float = 1e-5,
     rtol: float = 1e-5,
+    bare: onnx.ModelProto | None = None,
 ) -> CheckResult:
     """Check ``model`` (symbolized ``original``) at the traced size and two others per symbol.
 
@@ -192,52 +194,44 @@ def check_dynamic(
     dims (None where unknown). ``references`` (stored torch cases; ``output_map`` maps their
     outputs onto the model's) are run too: any mismatch fails the check, and a symbol whose other
     sizes they cover is verified to ``references``. Cases that move a symbol in ``fixed`` are
-    outside what the model claims and are left out.
+    outside what the model claims and are left out. ``bare``: ``weightless(original)``, where
+    the caller has it (the original's session is built from it).
     """
     base = {s: (2 if s in dynamic else v) for s, v in traced.items()}
     result = CheckResult()
     where = ", ".join(f"{k}={v}" for k, v in base.items())
     feeds = check_feeds(model, axes, base, 0, batch_rows, references)
     names = {o.name for o in model.graph.output}
-    # Everything the original model is asked, it is asked first, with one session; then that
-    # session (ORT's own copy of every weight) is gone before the rewritten model's is built.
-    # What it says is judged below in the order the checks read (its errors raised there too).
+    # Everything the original model is asked, it is asked first, with one session, in one go
+    # (run_many); then that session (ORT's own copy of every weight) is gone before the
+    # rewritten model's is built. What it says is judged below in the order the checks read
+    # (its errors raised there too).
     try:
-        reference = create_session(original, provider, threads=1, prepack=False)
-        expected = run_model(reference, feeds)
+        reference = create_session(
+            original, provider, threads=1, prepack=False, bare=bare, mapped=True
+        )
     except Exception as exc:  # noqa: BLE001 - ORT raises several types
-        error = _fail(f"of the original model at the traced size {where}", exc)
-        unsized = unsized_axes(model, axes, base)
-        if unsized:
-            error = PassError(
-                f"{error.args[0]}; the model gives no size to {', '.join(unsized)} and the check tried 2 "
-                "there: give those axes a size, or run symbolize with check=false",
-                node=error.node,
-            )
-        elif "Could not find an implementation for" in str(exc):
-            error = PassError(
-                f"{error.args[0]}; ONNX Runtime has no kernel for this operator at the model's "
-                "opset: convert the model to a newer opset first (onnx.version_converter), or run "
-                "symbolize with check=false",
-                node=error.node,
-            )
-        raise error from None
-    not_batch: PassError | None = None
+        raise _original_failed(exc, model, axes, base, where) from None
+    said = {o.name for o in reference.get_outputs()}
+    jobs: list[Mapping[str, np.ndarray]] = [feeds]
+    new_row_at: dict[str, int] = {}
     for sym in batch_rows:
         if base[sym] >= 2:
-            try:
-                _original_rows_independent(
-                    reference, model, axes, output_dims, sym, base, feeds, expected,
-                    batch_rows, references, atol, rtol,
-                )  # fmt: skip
-            except PassError as exc:
-                not_batch = exc
-                break
-    steps_at = [
-        _SizeRun(size, ", ".join(f"{s}={v}" for s, v in size.items()),
-                 check_feeds(model, axes, size, k, batch_rows, references))
-        for k, size in enumerate(check_sizes(base, fixed, steps, relations)[1:], start=1)
-    ]  # fmt: skip
+            changed = _new_row_zero(model, axes, output_dims, sym, base, feeds, said, batch_rows, references)
+            if changed is not None:
+                new_row_at[sym] = len(jobs)
+                jobs.append(changed)
+    try:  # raised once the traced size is judged, as when these inputs were made after it
+        steps_at = [
+            _SizeRun(size, ", ".join(f"{s}={v}" for s, v in size.items()),
+                     check_feeds(model, axes, size, k, batch_rows, references))
+            for k, size in enumerate(check_sizes(base, fixed, steps, relations)[1:], start=1)
+        ]  # fmt: skip
+    except PassError as exc:
+        steps_at, no_inputs = [], exc
+    else:
+        no_inputs = None
+    heads_at: list[tuple[_SizeRun, str, int]] = []
     for run in steps_at:
         for sym in base:
             # Grown alone: the first traced-many rows (batches: rows are independent, so they
@@ -250,10 +244,28 @@ def check_dynamic(
             in_axis, out_axis = _axes_of(axes, output_dims, sym, names)
             if not grown or related or sym in fixed or not in_axis or not out_axis:
                 continue
+            heads_at.append((run, sym, len(jobs)))
+            jobs.append(_head(run.inputs, in_axis, base[sym]))
+    said_all = run_many(reference, jobs)
+    expected = said_all[0]
+    if isinstance(expected, Exception):
+        raise _original_failed(expected, model, axes, base, where) from None
+    not_batch: PassError | None = None
+    for sym in batch_rows:
+        if base[sym] >= 2:
             try:
-                run.heads[sym] = run_model(reference, _head(run.inputs, in_axis, base[sym]))
-            except Exception as exc:  # noqa: BLE001 - judged where the check reads it
-                run.heads[sym] = exc
+                _original_rows_independent(
+                    axes, output_dims, sym, base, expected,
+                    said_all[new_row_at[sym]] if sym in new_row_at else None, atol, rtol,
+                )  # fmt: skip
+            except PassError as exc:
+                not_batch = exc
+                break
+    if no_inputs is not None:
+        raise no_inputs
+    for run, sym, k in heads_at:  # an error is judged where the check reads it
+        run.heads[sym] = said_all[k]
+    del said_all
     try:
         claimed, floor = _claimed_cases(reference, axes, base, fixed, references, output_map)
     except PassError as exc:
@@ -267,10 +279,22 @@ def check_dynamic(
     except Exception as exc:  # noqa: BLE001
         raise _fail("loading the rewritten model", exc) from None
     del shared
-    try:
-        got = run_model(session, feeds)
-    except Exception as exc:  # noqa: BLE001
-        raise _fail(f"at the traced size {where}", exc, model) from None
+    # Every run of the rewritten model, made at once (two at a time), judged below in the order
+    # the checks read them: the traced size, then each other size with its rows run alone.
+    outputs = {o.name for o in session.get_outputs()}
+    jobs: list[Mapping[str, np.ndarray]] = [feeds]
+    for run in steps_at:
+        run.outs = len(jobs)
+        jobs.append(run.inputs)
+        for sym in batch_rows:
+            if run.size[sym] >= 2 and run.size[sym] != base[sym]:
+                alone = _rows_alone(axes, output_dims, sym, run.inputs, outputs)
+                run.alone[sym] = {row: len(jobs) + k for k, row in enumerate(alone)}
+                jobs += alone.values()
+    done = run_many(session, jobs)
+    got = done[0]
+    if isinstance(got, Exception):
+        raise _fail(f"at the traced size {where}", got, model) from None
     for name, ref in expected.items():
         out = got.get(name)
         if out is None or out.shape != ref.shape:
@@ -301,16 +325,14 @@ def check_dynamic(
     rows_original: set[str] = set()  # the first traced-many rows matched the original model
     prefix: set[str] = set()  # a larger run's first traced-many positions matched the original
     for run in steps_at:
-        size, text, inputs = run.size, run.text, run.inputs
-        try:
-            outs = run_model(session, inputs)
-        except Exception as exc:  # noqa: BLE001
-            raise _fail(f"at {text}", exc, model) from None
+        size, text = run.size, run.text
+        outs = done[run.outs]
+        if isinstance(outs, Exception):
+            raise _fail(f"at {text}", outs, model) from None
         for sym in batch_rows:
             if size[sym] >= 2 and size[sym] != base[sym]:
-                if _check_rows(
-                    model, session, axes, output_dims, sym, inputs, outs, text, atol, rtol
-                ):
+                singles = {row: done[k] for row, k in run.alone.get(sym, {}).items()}
+                if _check_rows(model, axes, output_dims, sym, outs, singles, text, atol, rtol):
                     result.rows_checked = True
                     rows_shown.add(sym)
         for sym, want in run.heads.items():
@@ -381,13 +403,18 @@ def check_dynamic(
 
 @dataclass
 class _SizeRun:
-    """One size the rewritten model runs at, its inputs, and the original model's outputs on
-    their first traced-many entries along each symbol grown alone (or the error it raised)."""
+    """One size the rewritten model runs at, its inputs, the original model's outputs on
+    their first traced-many entries along each symbol grown alone (or the error it raised),
+    and where its own runs are among the check's."""
 
     size: dict[str, int]
     text: str
     inputs: dict[str, np.ndarray]
     heads: dict[str, dict[str, np.ndarray] | Exception] = field(default_factory=dict)
+    #: where the rewritten model's run at this size, and each batch row run alone, are among
+    #: the check's runs (:func:`~onnxsurgery.validation.runtime.run_many`)
+    outs: int = -1
+    alone: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
 def reference_mismatch(
@@ -398,13 +425,17 @@ def reference_mismatch(
     references: Sequence[Case],
     provider: str = "auto",
     output_map: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None = None,
+    *,
+    bare: onnx.ModelProto | None = None,
 ) -> str | None:
     """Run ``model`` (``original`` rewritten; its weights may be placeholders of a weightless
     copy, shared from the original's session) on the reference cases alone, as
     :func:`check_dynamic` does: why the first one fails, or None. For telling apart rewrites the
-    graph alone cannot choose between."""
+    graph alone cannot choose between. ``bare``: ``weightless(original)``, if made already."""
     try:
-        reference = create_session(original, provider, threads=1, prepack=False)
+        reference = create_session(
+            original, provider, threads=1, prepack=False, bare=bare, mapped=True
+        )
         claimed, floor = _claimed_cases(reference, axes, traced, frozenset(), references, output_map)
         shared = session_weights(reference)
         del reference
@@ -528,25 +559,48 @@ def _axes_of(
     return in_axis, out_axis
 
 
-def _original_rows_independent(
-    original: ort.InferenceSession,
+def _original_failed(
+    exc: BaseException,
+    model: onnx.ModelProto,
+    axes: Mapping[str, Mapping[int, str]],
+    base: Mapping[str, int],
+    where: str,
+) -> PassError:
+    """The check's error when the original model fails to load or run at its traced size."""
+    error = _fail(f"of the original model at the traced size {where}", exc)
+    unsized = unsized_axes(model, axes, base)
+    if unsized:
+        return PassError(
+            f"{error.args[0]}; the model gives no size to {', '.join(unsized)} and the check tried 2 "
+            "there: give those axes a size, or run symbolize with check=false",
+            node=error.node,
+        )
+    if "Could not find an implementation for" in str(exc):
+        return PassError(
+            f"{error.args[0]}; ONNX Runtime has no kernel for this operator at the model's "
+            "opset: convert the model to a newer opset first (onnx.version_converter), or run "
+            "symbolize with check=false",
+            node=error.node,
+        )
+    return error
+
+
+def _new_row_zero(
     model: onnx.ModelProto,
     axes: Mapping[str, Mapping[int, str]],
     output_dims: Mapping[str, list[Dim | None] | None],
     sym: str,
     base: Mapping[str, int],
     feeds: Mapping[str, np.ndarray],
-    expected: Mapping[str, np.ndarray],
+    outputs: Container[str],
     rows: Set[str],
     references: Sequence[Case],
-    atol: float,
-    rtol: float,
-) -> None:
-    """What makes ``sym`` a batch, shown on the original model at its traced size: a new row 0
-    leaves every other row of every output that follows ``sym`` as it was."""
-    in_axis, out_axis = _axes_of(axes, output_dims, sym, expected)
+) -> dict[str, np.ndarray] | None:
+    """The traced-size inputs with a new ``sym`` row 0 (for :func:`_original_rows_independent`);
+    None when no input or output follows ``sym``."""
+    in_axis, out_axis = _axes_of(axes, output_dims, sym, outputs)
     if not in_axis or not out_axis:
-        return
+        return None
     other = check_feeds(model, axes, base, 1_000, rows, references)
     changed = {}
     for name, arr in feeds.items():
@@ -556,10 +610,26 @@ def _original_rows_independent(
             index[in_axis[name]] = 0
             arr[tuple(index)] = other[name][tuple(index)]
         changed[name] = arr
-    try:
-        got = run_model(original, changed)
-    except Exception:  # noqa: BLE001 - the original may reject the new row: no evidence
+    return changed
+
+
+def _original_rows_independent(
+    axes: Mapping[str, Mapping[int, str]],
+    output_dims: Mapping[str, list[Dim | None] | None],
+    sym: str,
+    base: Mapping[str, int],
+    expected: Mapping[str, np.ndarray],
+    got: Mapping[str, np.ndarray] | Exception | None,
+    atol: float,
+    rtol: float,
+) -> None:
+    """What makes ``sym`` a batch, shown on the original model at its traced size: a new row 0
+    (``got``: the original run on :func:`_new_row_zero`'s inputs, the error it raised, or None
+    when there were none) leaves every other row of every output that follows ``sym`` as it
+    was."""
+    if got is None or isinstance(got, Exception):  # the original may reject the new row
         return
+    _, out_axis = _axes_of(axes, output_dims, sym, expected)
     n = base[sym]
     for name, axis in out_axis.items():
         keep = np.take(expected[name], range(1, n), axis=axis)
@@ -608,33 +678,48 @@ def _agree(got: np.ndarray, ref: np.ndarray, atol: float, rtol: float) -> bool:
     return bool(np.array_equal(got, ref))
 
 
-def _check_rows(
-    model: onnx.ModelProto,
-    session,
+def _rows_alone(
     axes: Mapping[str, Mapping[int, str]],
     output_dims: Mapping[str, list[Dim | None] | None],
     sym: str,
     inputs: Mapping[str, np.ndarray],
+    outputs: Container[str],
+) -> dict[int, dict[str, np.ndarray]]:
+    """The inputs of a batch run with only its first row, and with only its last (along
+    ``sym``); none when no output follows ``sym`` (nothing to compare)."""
+    in_axis, out_axis = _axes_of(axes, output_dims, sym, outputs)
+    if not out_axis or not in_axis:
+        return {}
+    n = next(inputs[name].shape[a] for name, a in in_axis.items() if name in inputs)
+    return {
+        row: {
+            name: (np.take(arr, [row], axis=in_axis[name]) if name in in_axis else arr)
+            for name, arr in inputs.items()
+        }
+        for row in (0, n - 1)
+    }
+
+
+def _check_rows(
+    model: onnx.ModelProto,
+    axes: Mapping[str, Mapping[int, str]],
+    output_dims: Mapping[str, list[Dim | None] | None],
+    sym: str,
     outs: Mapping[str, np.ndarray],
+    singles: Mapping[int, Mapping[str, np.ndarray] | Exception],
     text: str,
     atol: float,
     rtol: float,
 ) -> bool:
-    """Each row of a batch run must equal running that row alone (rows are independent).
-    False when no output follows ``sym`` (nothing to compare)."""
+    """Each row of a batch run must equal running that row alone (rows are independent):
+    ``singles`` holds the runs of :func:`_rows_alone` (or the errors they raised). False when
+    no output follows ``sym`` (nothing to compare)."""
     in_axis, out_axis = _axes_of(axes, output_dims, sym, outs)
     if not out_axis or not in_axis:
         return False
-    n = next(inputs[name].shape[a] for name, a in in_axis.items() if name in inputs)
-    for row in (0, n - 1):
-        alone = {
-            name: (np.take(arr, [row], axis=in_axis[name]) if name in in_axis else arr)
-            for name, arr in inputs.items()
-        }
-        try:
-            single = run_model(session, alone)
-        except Exception as exc:  # noqa: BLE001
-            raise _fail(f"of {sym} row {row} alone ({text})", exc, model) from None
+    for row, single in singles.items():
+        if isinstance(single, Exception):
+            raise _fail(f"of {sym} row {row} alone ({text})", single, model) from None
         for name, axis in out_axis.items():
             want = np.take(outs[name], [row], axis=axis)
             got = single[name]

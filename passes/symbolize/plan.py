@@ -714,17 +714,20 @@ def plan_symbolize(
     model: onnx.ModelProto,
     dynamic_axes: dict[str, Any] | None = None,
     rows: set[str] | None = None,
+    *,
+    bare: onnx.ModelProto | None = None,
 ) -> SymbolizePlan:
     """Preview symbolize on ``model`` for ``dynamic_axes`` ({input: {axis: name}} or {input: [axes]};
     None: axis 0 of every input as ``batch``, like ``symbolize`` alone). ``rows``: the symbols
     whose rows are independent (batches); None finds them in the graph
-    (:func:`~.batch_indices.batch_like_symbols`).
+    (:func:`~.batch_indices.batch_like_symbols`). ``bare``: ``weightless(model)``, where the
+    caller has it (for shape inference; else made here).
 
     Nothing is edited. Raises ValueError for an input or axis the model does not have, or one
     name given to axes of different traced sizes.
     """
     axes = normalize_axes(default_axes(model) if dynamic_axes is None else dynamic_axes)
-    analysis = propagate(model, axes)
+    analysis = propagate(model, axes, bare=bare)
     sol = solve(analysis)
     row_syms = batch_like_symbols(analysis, rows)
     batch_indices = find_batch_indices(analysis, sol, row_syms)

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import onnx
 
-from onnxsurgery.model.dtypes import elem_type_of
 from onnxsurgery.model.walk import graph_path, subgraph_attrs
-from onnxsurgery.shapes.analysis import TensorInfo, constant_info, read_constants
+from onnxsurgery.shapes.analysis import TensorInfo, read_constants
 from onnxsurgery.shapes.rules.core import NodeCtx, fallback, rule, run_node
 
 __all__: list[str] = []
@@ -22,9 +21,9 @@ def _run_subgraph(
     ctx: NodeCtx, g: onnx.GraphProto, path: str, inputs: list[TensorInfo | None]
 ) -> list[TensorInfo | None]:
     consts = read_constants(g)
-    for name, arr in consts.items():
-        ctx.a.consts[name] = arr
-        ctx.a.tensors[name] = constant_info(arr, elem_type_of(arr))
+    for name, info in consts.infos():
+        ctx.a.consts[name] = consts[name]
+        ctx.a.tensors[name] = info
     for vi, info in zip(g.input, inputs, strict=False):
         if info is not None:
             ctx.a.tensors[vi.name] = info

@@ -23,7 +23,7 @@ def _matmul(ctx: NodeCtx):
     if ctx.node.op_type == "QLinearMatMul":
         a, b = ctx.shape(0, data=True), ctx.shape(3)
     else:
-        a, b = ctx.shape(0, data=True), ctx.shape(1, data=ctx.a.const(ctx.node.input[1]) is None)
+        a, b = ctx.shape(0, data=True), ctx.shape(1, data=ctx.node.input[1] not in ctx.a.consts)
     if a is None or b is None:
         return fallback(ctx)
     drop_a, drop_b = len(a) == 1, len(b) == 1
