@@ -6,12 +6,16 @@ The pass reads as stages, each a module that only reads what the one before it p
     generators.py       how a constant was generated along its traced axes (Range grids, tables)
     batch_indices.py    constant indices that enumerate the batch
     plan.py             the plan: every change (constant -> shape computation) and every blocker
+    graph_blockers.py   blockers of the graph as a whole (traced-size-only constraints, unrolled loops)
+    cache_offsets.py    counts and band bounds that move with a KV cache's length, or cannot be told
     blockers.py         a blocker (what holds only at the traced size), grouped and summarized
     baked.py            what an export baked at the traced size ('same' pads, grid tables)
     wording.py          how blockers spell dims, axes and fixes in the input symbols
     readings.py         the rewrites reference cases choose between where the graph cannot tell
     rewrite.py          apply the plan to a copy of the graph
     check.py            run the result on ONNX Runtime at the traced size and at other sizes
+    row_checks.py       the check's evidence that a batch's rows are independent
+    ort_failure.py      an ONNX Runtime failure in the check, naming the model's node
     feeds.py            the check's inputs, shaped by the graph (ids, sizes, masks), never by names
 
 :class:`Symbolize` below ties them together: options -> plan -> rewrite -> check.

@@ -18,8 +18,7 @@ node that broke (:func:`~onnxsurgery.validation.runtime.describe_ort_error`).
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Container, Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,12 +27,21 @@ import onnxruntime as ort
 
 from onnxsurgery.errors import OnnxSurgeryError, PassError
 from onnxsurgery.passes.symbolize.feeds import case_sizes, check_feeds, unsized_axes
+from onnxsurgery.passes.symbolize.ort_failure import ort_failure
+from onnxsurgery.passes.symbolize.row_checks import (
+    axes_of,
+    check_rows,
+    first_differs,
+    head_rows,
+    new_row_zero,
+    original_rows_independent,
+    rows_alone,
+)
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.validation.arrays import compare_arrays
 from onnxsurgery.validation.references import Case
 from onnxsurgery.validation.runtime import (
     create_session,
-    describe_ort_error,
     run_many,
     run_model,
     session_weights,
@@ -45,11 +53,9 @@ __all__ = [
     "CheckResult",
     "check_dynamic",
     "check_sizes",
-    "model_node",
     "reference_mismatch",
     "traced_only",
 ]
-
 
 
 #: How far a symbol was verified, best first (see :class:`CheckResult`).
@@ -131,39 +137,6 @@ def check_sizes(
     return sizes
 
 
-def model_node(
-    model: onnx.ModelProto | None, name: str | None, op: str | None = None
-) -> str | None:
-    """The model's node behind a name ONNX Runtime reports: itself, or, for a node its graph
-    optimizer made (``<tensor>_nchwc``), the node of type ``op`` next to that tensor."""
-    if model is None or not name:
-        return name
-    if name in {n.name for n in model.graph.node}:
-        return name
-    tensors = {o for n in model.graph.node for o in n.output if o}
-    tensor = max((t for t in tensors if name.startswith(t)), key=len, default=None)
-    if tensor is None:
-        return name
-    near = [n for n in model.graph.node if tensor in n.output or tensor in n.input]
-    # A fused node (Conv + its activation) is named after the activation's output: look one step
-    # further upstream too.
-    upstream = {i for n in near if tensor in n.output for i in n.input}
-    near += [n for n in model.graph.node if upstream & set(n.output)]
-    for n in near:
-        if op is None or n.op_type == op:
-            return n.name or n.output[0]
-    return near[0].name or near[0].output[0] if near else name
-
-
-def _fail(what: str, exc: BaseException, model: onnx.ModelProto | None = None) -> PassError:
-    message, node = describe_ort_error(exc)
-    m = re.search(r"running (\w+) node", str(exc))
-    real = model_node(model, node, m.group(1) if m else None)
-    if real and node and real != node:
-        message = f"{message} (ONNX Runtime's node {node!r} is the model's {real!r})"
-    return PassError(f"check {what}: ONNX Runtime failed: {message}", node=real)
-
-
 def check_dynamic(
     original: onnx.ModelProto,
     model: onnx.ModelProto,
@@ -217,7 +190,7 @@ def check_dynamic(
     new_row_at: dict[str, int] = {}
     for sym in batch_rows:
         if base[sym] >= 2:
-            changed = _new_row_zero(model, axes, output_dims, sym, base, feeds, said, batch_rows, references)
+            changed = new_row_zero(model, axes, output_dims, sym, base, feeds, said, batch_rows, references)
             if changed is not None:
                 new_row_at[sym] = len(jobs)
                 jobs.append(changed)
@@ -241,11 +214,11 @@ def check_dynamic(
                 run.size[o] == base[o] for o in base if o != sym
             )
             related = any(sym in v.atoms() for v in (relations or {}).values())
-            in_axis, out_axis = _axes_of(axes, output_dims, sym, names)
+            in_axis, out_axis = axes_of(axes, output_dims, sym, names)
             if not grown or related or sym in fixed or not in_axis or not out_axis:
                 continue
             heads_at.append((run, sym, len(jobs)))
-            jobs.append(_head(run.inputs, in_axis, base[sym]))
+            jobs.append(head_rows(run.inputs, in_axis, base[sym]))
     said_all = run_many(reference, jobs)
     expected = said_all[0]
     if isinstance(expected, Exception):
@@ -254,7 +227,7 @@ def check_dynamic(
     for sym in batch_rows:
         if base[sym] >= 2:
             try:
-                _original_rows_independent(
+                original_rows_independent(
                     axes, output_dims, sym, base, expected,
                     said_all[new_row_at[sym]] if sym in new_row_at else None, atol, rtol,
                 )  # fmt: skip
@@ -277,7 +250,7 @@ def check_dynamic(
     try:
         session = create_session(model, provider, threads=1, prepack=False, share_with=shared)
     except Exception as exc:  # noqa: BLE001
-        raise _fail("loading the rewritten model", exc) from None
+        raise ort_failure("loading the rewritten model", exc) from None
     del shared
     # Every run of the rewritten model, made at once (two at a time), judged below in the order
     # the checks read them: the traced size, then each other size with its rows run alone.
@@ -288,13 +261,13 @@ def check_dynamic(
         jobs.append(run.inputs)
         for sym in batch_rows:
             if run.size[sym] >= 2 and run.size[sym] != base[sym]:
-                alone = _rows_alone(axes, output_dims, sym, run.inputs, outputs)
+                alone = rows_alone(axes, output_dims, sym, run.inputs, outputs)
                 run.alone[sym] = {row: len(jobs) + k for k, row in enumerate(alone)}
                 jobs += alone.values()
     done = run_many(session, jobs)
     got = done[0]
     if isinstance(got, Exception):
-        raise _fail(f"at the traced size {where}", got, model) from None
+        raise ort_failure(f"at the traced size {where}", got, model) from None
     for name, ref in expected.items():
         out = got.get(name)
         if out is None or out.shape != ref.shape:
@@ -328,20 +301,20 @@ def check_dynamic(
         size, text = run.size, run.text
         outs = done[run.outs]
         if isinstance(outs, Exception):
-            raise _fail(f"at {text}", outs, model) from None
+            raise ort_failure(f"at {text}", outs, model) from None
         for sym in batch_rows:
             if size[sym] >= 2 and size[sym] != base[sym]:
                 singles = {row: done[k] for row, k in run.alone.get(sym, {}).items()}
-                if _check_rows(model, axes, output_dims, sym, outs, singles, text, atol, rtol):
+                if check_rows(model, axes, output_dims, sym, outs, singles, text, atol, rtol):
                     result.rows_checked = True
                     rows_shown.add(sym)
         for sym, want in run.heads.items():
             n = base[sym]
-            _, out_axis = _axes_of(axes, output_dims, sym, outs)
+            _, out_axis = axes_of(axes, output_dims, sym, outs)
             if sym in batch_rows:
                 if isinstance(want, Exception):
-                    raise _fail(f"of the original model on the first {n} rows ({text})", want) from None
-                bad = _first_differs(want, out_axis, n, outs, atol, rtol)
+                    raise ort_failure(f"of the original model on the first {n} rows ({text})", want) from None
+                bad = first_differs(want, out_axis, n, outs, atol, rtol)
                 if bad is not None:
                     raise PassError(
                         f"check at {text}: the first {n} {sym} rows of output {bad!r} differ from "
@@ -350,7 +323,7 @@ def check_dynamic(
                     )
                 rows_original.add(sym)
             elif not isinstance(want, Exception):  # the original may not run on a prefix
-                if _first_differs(want, out_axis, n, outs, atol, rtol) is None:
+                if first_differs(want, out_axis, n, outs, atol, rtol) is None:
                     prefix.add(sym)
         for name, dims in output_dims.items():
             if dims is None or name not in outs:
@@ -445,7 +418,7 @@ def reference_mismatch(
     except OnnxSurgeryError as exc:
         return str(exc)
     except Exception as exc:  # noqa: BLE001 - ORT raises several types
-        return str(_fail("building a session", exc, model))
+        return str(ort_failure("building a session", exc, model))
     return None
 
 
@@ -523,7 +496,7 @@ def _check_references(
         try:
             got = run_model(session, case.inputs)
         except Exception as exc:  # noqa: BLE001
-            raise _fail(f"at {where}", exc, model) from None
+            raise ort_failure(f"at {where}", exc, model) from None
         for name, ref in want.items():
             if name not in got:
                 continue
@@ -541,24 +514,6 @@ def _check_references(
     return covered
 
 
-def _axes_of(
-    axes: Mapping[str, Mapping[int, str]],
-    output_dims: Mapping[str, list[Dim | None] | None],
-    sym: str,
-    outs: Container[str],
-) -> tuple[dict[str, int], dict[str, int]]:
-    """The input axes ``sym`` names, and the one output axis per output (of those in ``outs``)
-    that follows it."""
-    in_axis = {name: a for name, spec in axes.items() for a, s in spec.items() if s == sym}
-    out_axis = {}
-    for name, dims in output_dims.items():
-        if dims is not None and name in outs:
-            hits = [i for i, d in enumerate(dims) if d is not None and d == Dim.sym(sym)]
-            if len(hits) == 1:
-                out_axis[name] = hits[0]
-    return in_axis, out_axis
-
-
 def _original_failed(
     exc: BaseException,
     model: onnx.ModelProto,
@@ -567,7 +522,7 @@ def _original_failed(
     where: str,
 ) -> PassError:
     """The check's error when the original model fails to load or run at its traced size."""
-    error = _fail(f"of the original model at the traced size {where}", exc)
+    error = ort_failure(f"of the original model at the traced size {where}", exc)
     unsized = unsized_axes(model, axes, base)
     if unsized:
         return PassError(
@@ -585,150 +540,3 @@ def _original_failed(
     return error
 
 
-def _new_row_zero(
-    model: onnx.ModelProto,
-    axes: Mapping[str, Mapping[int, str]],
-    output_dims: Mapping[str, list[Dim | None] | None],
-    sym: str,
-    base: Mapping[str, int],
-    feeds: Mapping[str, np.ndarray],
-    outputs: Container[str],
-    rows: Set[str],
-    references: Sequence[Case],
-) -> dict[str, np.ndarray] | None:
-    """The traced-size inputs with a new ``sym`` row 0 (for :func:`_original_rows_independent`);
-    None when no input or output follows ``sym``."""
-    in_axis, out_axis = _axes_of(axes, output_dims, sym, outputs)
-    if not in_axis or not out_axis:
-        return None
-    other = check_feeds(model, axes, base, 1_000, rows, references)
-    changed = {}
-    for name, arr in feeds.items():
-        if name in in_axis and name in other:
-            arr = np.array(arr, copy=True)
-            index = [slice(None)] * arr.ndim
-            index[in_axis[name]] = 0
-            arr[tuple(index)] = other[name][tuple(index)]
-        changed[name] = arr
-    return changed
-
-
-def _original_rows_independent(
-    axes: Mapping[str, Mapping[int, str]],
-    output_dims: Mapping[str, list[Dim | None] | None],
-    sym: str,
-    base: Mapping[str, int],
-    expected: Mapping[str, np.ndarray],
-    got: Mapping[str, np.ndarray] | Exception | None,
-    atol: float,
-    rtol: float,
-) -> None:
-    """What makes ``sym`` a batch, shown on the original model at its traced size: a new row 0
-    (``got``: the original run on :func:`_new_row_zero`'s inputs, the error it raised, or None
-    when there were none) leaves every other row of every output that follows ``sym`` as it
-    was."""
-    if got is None or isinstance(got, Exception):  # the original may reject the new row
-        return
-    _, out_axis = _axes_of(axes, output_dims, sym, expected)
-    n = base[sym]
-    for name, axis in out_axis.items():
-        keep = np.take(expected[name], range(1, n), axis=axis)
-        if not _agree(np.take(got[name], range(1, n), axis=axis), keep, atol, rtol):
-            raise PassError(
-                f"check at the traced size: in the original model, a new {sym} row 0 changes the "
-                f"other rows of output {name!r}: {sym}'s rows are not independent, so it is no "
-                f"batch; name the batches with rows=... (rows= for none)"
-            )
-
-
-def _first_differs(
-    want: Mapping[str, np.ndarray],
-    out_axis: Mapping[str, int],
-    n: int,
-    outs: Mapping[str, np.ndarray],
-    atol: float,
-    rtol: float,
-) -> str | None:
-    """The first output whose first ``n`` entries (along ``out_axis``) differ from ``want``, the
-    original model run on the first ``n`` entries of the inputs; None when all agree."""
-    for name, axis in out_axis.items():
-        ref = want.get(name)
-        if ref is None or not _agree(np.take(outs[name], range(n), axis=axis), ref, atol, rtol):
-            return name
-    return None
-
-
-def _head(
-    inputs: Mapping[str, np.ndarray], in_axis: Mapping[str, int], n: int
-) -> dict[str, np.ndarray]:
-    """The first ``n`` entries of each input along its axis in ``in_axis`` (others whole)."""
-    return {
-        name: (np.take(arr, range(n), axis=in_axis[name]) if name in in_axis else arr)
-        for name, arr in inputs.items()
-    }
-
-
-def _agree(got: np.ndarray, ref: np.ndarray, atol: float, rtol: float) -> bool:
-    """Same shape and values, floats within 10x the check's tolerance (ORT's kernels differ
-    a little between batch sizes)."""
-    if got.shape != ref.shape:
-        return False
-    if ref.dtype.kind in "fc":
-        return bool(np.allclose(got, ref, atol=atol * 10, rtol=rtol * 10, equal_nan=True))
-    return bool(np.array_equal(got, ref))
-
-
-def _rows_alone(
-    axes: Mapping[str, Mapping[int, str]],
-    output_dims: Mapping[str, list[Dim | None] | None],
-    sym: str,
-    inputs: Mapping[str, np.ndarray],
-    outputs: Container[str],
-) -> dict[int, dict[str, np.ndarray]]:
-    """The inputs of a batch run with only its first row, and with only its last (along
-    ``sym``); none when no output follows ``sym`` (nothing to compare)."""
-    in_axis, out_axis = _axes_of(axes, output_dims, sym, outputs)
-    if not out_axis or not in_axis:
-        return {}
-    n = next(inputs[name].shape[a] for name, a in in_axis.items() if name in inputs)
-    return {
-        row: {
-            name: (np.take(arr, [row], axis=in_axis[name]) if name in in_axis else arr)
-            for name, arr in inputs.items()
-        }
-        for row in (0, n - 1)
-    }
-
-
-def _check_rows(
-    model: onnx.ModelProto,
-    axes: Mapping[str, Mapping[int, str]],
-    output_dims: Mapping[str, list[Dim | None] | None],
-    sym: str,
-    outs: Mapping[str, np.ndarray],
-    singles: Mapping[int, Mapping[str, np.ndarray] | Exception],
-    text: str,
-    atol: float,
-    rtol: float,
-) -> bool:
-    """Each row of a batch run must equal running that row alone (rows are independent):
-    ``singles`` holds the runs of :func:`_rows_alone` (or the errors they raised). False when
-    no output follows ``sym`` (nothing to compare)."""
-    in_axis, out_axis = _axes_of(axes, output_dims, sym, outs)
-    if not out_axis or not in_axis:
-        return False
-    for row, single in singles.items():
-        if isinstance(single, Exception):
-            raise _fail(f"of {sym} row {row} alone ({text})", single, model) from None
-        for name, axis in out_axis.items():
-            want = np.take(outs[name], [row], axis=axis)
-            got = single[name]
-            if got.shape != want.shape:
-                continue
-            if not _agree(got, want, atol, rtol):
-                raise PassError(
-                    f"check at {text}: {sym} rows are not independent: row {row} of output "
-                    f"{name!r} differs from running that row alone; a constant still carries the "
-                    f"traced {sym} (a mask or an index that reads one row)"
-                )
-    return True

@@ -16,12 +16,9 @@ The plan has ``to_dict()`` for JSON reports and ``__rich__()`` for the terminal.
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import onnx
 
 from onnxsurgery.model.dtypes import dtype_name, elem_type_of
@@ -32,7 +29,9 @@ from onnxsurgery.passes.symbolize.batch_indices import (
     find_batch_indices,
 )
 from onnxsurgery.passes.symbolize.blockers import Blocker, group_blockers
+from onnxsurgery.passes.symbolize.cache_offsets import band_bound_gap, cache_symbols, offset_gap
 from onnxsurgery.passes.symbolize.generators import Generator, evidence_gap, match_generator
+from onnxsurgery.passes.symbolize.graph_blockers import conflict_blockers, unrolled_loops
 from onnxsurgery.passes.symbolize.wording import (
     dim_text,
     fix_text,
@@ -224,194 +223,6 @@ class SymbolizePlan:
 # ------------------------------------------------------------------------------------------------
 
 
-def _conflict_blockers(plan_a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
-    blockers = []
-    traced = plan_a.traced_values()
-    for conflict in sol.conflicts:
-        c = conflict.constraint
-        lhs = sol.resolve(c.lhs) if c.lhs is not None else conflict.residual
-        rhs = sol.resolve(c.rhs) if c.rhs is not None else Dim.const(0)
-        lhs, rhs = _cancel(lhs, rhs)
-        atoms = lhs.atoms() | rhs.atoms()
-        syms = symbol_hint(plan_a.symbols, atoms)
-        try:
-            tv = f"{lhs} = {lhs.evaluate(traced)}, {rhs} = {rhs.evaluate(traced)}"
-        except KeyError:
-            tv = f"{lhs}, {rhs}"
-        pair = {str(lhs), str(rhs)}
-        twins = pair <= set(plan_a.symbols) and len(pair) == 2
-        if twins:  # one order, so "seq == tgt" and "tgt == seq" are one kind of blocker
-            lhs, rhs = sorted((lhs, rhs), key=str)
-        why = (
-            f"{c.why}: needs {_pretty(lhs)} == {_pretty(rhs)}, which holds only at the traced size"
-        )
-        if twins:
-            x, y = sorted(pair)
-            if plan_a.atoms[x].traced == plan_a.atoms[y].traced:
-                why += (
-                    f" (both {plan_a.atoms[x].traced} when traced: the exporter may have shared "
-                    "one tensor between them, as dynamo does with T5's encoder mask in its "
-                    "cross-attention)"
-                )
-        blockers.append(
-            Blocker(c.node, c.op, None, tv, why, fix_text(plan_a, syms), sym_tuple(syms))
-        )
-    return blockers
-
-
-def _cancel(lhs: Dim, rhs: Dim) -> tuple[Dim, Dim]:
-    """Divide both sides by their common monomial factor: ``batch*12 == batch*seq*3`` is
-    ``4 == seq``, which names the symbol that cannot vary."""
-    if not (lhs.is_monomial() and rhs.is_monomial()) or lhs.value == 0 or rhs.value == 0:
-        return lhs, rhs
-    ((lm, lc),) = lhs.terms.items()
-    ((rm, rc),) = rhs.terms.items()
-    common = list(lm)
-    shared = []
-    for atom in rm:
-        if atom in common:
-            common.remove(atom)
-            shared.append(atom)
-    g = math.gcd(lc, rc)
-    factor = Dim({tuple(shared): g})
-    a, b = lhs.exact_div(factor), rhs.exact_div(factor)
-    return (a, b) if a is not None and b is not None else (lhs, rhs)
-
-
-def _pretty(d: Dim) -> str:
-    text = str(d)
-    return text.replace("$", "?")
-
-
-def _unrolled_loops(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
-    """Loops Python ran at trace time: one slice per index of a symbolic axis, or a chain of
-    identical appends along a symbolic axis."""
-    graph = a.model.graph
-    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
-    for node in graph.node:
-        for name in node.input:
-            if name:
-                consumers[name].append(node)
-    blockers: list[Blocker] = []
-    for tensor, nodes in consumers.items():
-        info = a.tensors.get(tensor)
-        if info is None or info.shape is None:
-            continue
-        shape = [sol.resolve(d) for d in info.shape]
-        picks: dict[int, set[int]] = defaultdict(set)
-        first: dict[int, onnx.NodeProto] = {}
-        for node in nodes:
-            hit = _single_index(a, node, tensor, len(shape))
-            if hit is not None:
-                picks[hit[0]].add(hit[1])
-                first.setdefault(hit[0], node)
-        for axis, idx in picks.items():
-            d = shape[axis]
-            syms = {x for x in d.atoms() if x in a.symbols}
-            n = a.traced(d)
-            if syms and n >= 2 and set(range(n)) <= {i % n for i in idx}:
-                node = first[axis]
-                blockers.append(
-                    Blocker(
-                        node.name,
-                        node.op_type,
-                        tensor,
-                        f"{d} = {n}",
-                        f"a loop unrolled at trace time: {n} nodes take one index each along "
-                        f"axis {axis} ({d}) of {tensor!r}; at another size torch runs a different "
-                        "number of iterations",
-                        fix_text(a, ", ".join(sorted(syms))),
-                        tuple(sorted(syms)),
-                    )
-                )
-    blockers.extend(_append_chains(a, sol))
-    return blockers
-
-
-def _single_index(
-    a: ShapeAnalysis, node: onnx.NodeProto, tensor: str, rank: int
-) -> tuple[int, int] | None:
-    if not node.input or node.input[0] != tensor:
-        return None
-    attrs = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
-    if node.op_type == "Gather" and len(node.input) > 1:
-        idx = a.consts.get(node.input[1])
-        if idx is None or idx.size != 1:
-            return None
-        axis = attrs.get("axis", 0)
-        return (axis + rank if axis < 0 else axis, int(idx.reshape(-1)[0]))
-    if node.op_type == "Slice" and len(node.input) >= 3:
-        st, en = a.consts.get(node.input[1]), a.consts.get(node.input[2])
-        axes = a.consts.get(node.input[3]) if len(node.input) > 3 and node.input[3] else None
-        if st is None or en is None or st.size != 1 or en.size != 1:
-            return None
-        s, e = int(st.reshape(-1)[0]), int(en.reshape(-1)[0])
-        if e - s != 1 or s < 0:
-            return None
-        axis = int(axes.reshape(-1)[0]) if axes is not None and axes.size == 1 else 0
-        return (axis + rank if axis < 0 else axis, s)
-    return None
-
-
-def _append_chains(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
-    graph = a.model.graph
-    produced: dict[str, onnx.NodeProto] = {o: n for n in graph.node for o in n.output}
-    blockers = []
-    seen: set[str] = set()
-    for node in reversed(graph.node):
-        if node.op_type != "Concat" or len(node.input) != 2 or node.output[0] in seen:
-            continue
-        chain = [node]
-        cur = node
-        while True:
-            prev = produced.get(cur.input[0])
-            if prev is None or not _same_append(a, prev, cur):
-                break
-            chain.append(prev)
-            cur = prev
-        for n in chain:
-            seen.add(n.output[0])
-        if len(chain) < 2:
-            continue
-        info = a.tensors.get(node.output[0])
-        if info is None or info.shape is None:
-            continue
-        axis = onnx.helper.get_attribute_value(next(x for x in node.attribute if x.name == "axis"))
-        axis = axis + len(info.shape) if axis < 0 else axis
-        d = sol.resolve(info.shape[axis])
-        syms = {x for x in d.atoms() if x in a.symbols}
-        if not syms:
-            continue
-        first = chain[-1]
-        blockers.append(
-            Blocker(
-                first.name,
-                "Concat",
-                first.input[1],
-                f"{len(chain)} copies",
-                f"a loop unrolled at trace time: {len(chain)} identical Concat nodes append the same "
-                f"piece along axis {axis}, giving {d}; at another size torch runs a different number "
-                "of iterations",
-                fix_text(a, ", ".join(sorted(syms))),
-                symbols=sym_tuple(", ".join(sorted(syms))),
-            )
-        )
-    return blockers
-
-
-def _same_append(a: ShapeAnalysis, prev: onnx.NodeProto, cur: onnx.NodeProto) -> bool:
-    if prev.op_type != "Concat" or len(prev.input) != 2:
-        return False
-    if [x.SerializeToString() for x in prev.attribute] != [
-        x.SerializeToString() for x in cur.attribute
-    ]:
-        return False
-    if prev.input[1] == cur.input[1]:
-        return True
-    x, y = a.consts.get(prev.input[1]), a.consts.get(cur.input[1])
-    return x is not None and y is not None and x.shape == y.shape and np.array_equal(x, y)
-
-
 def _one_point(a: ShapeAnalysis, use: ConstUse, rows: set[str]) -> Blocker | None:
     """A data constant of size 1 on an axis that met a non-batch symbol traced at 1: kept as a
     broadcast, though one point cannot tell that from a table of the symbol's length."""
@@ -434,113 +245,6 @@ def _one_point(a: ShapeAnalysis, use: ConstUse, rows: set[str]) -> Blocker | Non
             f"export at a size of {syms} of 3 or more so the values show their pattern; "
             + fix_text(a, syms),
             sym_tuple(syms),
-        )
-    return None
-
-
-def cache_symbols(a: ShapeAnalysis) -> set[str]:
-    """Symbols that are the length of a cache axis: a graph input axis along which a Concat joins
-    that input with values the graph computes (``present = Concat(past, new)``). Only these may
-    be read as the offset of a count or a band bound, since the graph shows they are one."""
-    inputs = {i.name for i in a.model.graph.input}
-    ranks = {i.name: len(i.type.tensor_type.shape.dim) for i in a.model.graph.input}
-    axis_sym = {(t, ax): sym for sym, places in a.symbols.items() for t, ax in places}
-    found: set[str] = set()
-    for node in a.model.graph.node:
-        if node.op_type != "Concat" or not any(x not in inputs for x in node.input if x):
-            continue
-        axis = next((int(at.i) for at in node.attribute if at.name == "axis"), 0)
-        for x in node.input:
-            if x in inputs and ranks.get(x):
-                sym = axis_sym.get((x, axis % ranks[x]))
-                if sym is not None:
-                    found.add(sym)
-    return found
-
-
-def _band_bound_gap(
-    a: ShapeAnalysis, gen: Generator, dims: list[Dim], cache: set[str]
-) -> tuple[str, set[str]] | None:
-    """A band bound inside the traced range that equals a size the symbols give at the traced
-    size (``j - i <= 5`` with ``past`` traced at 5, the offset of a causal mask over a cache):
-    one trace cannot tell a fixed window from a bound that moves with that size. Where the only
-    size it equals is made of cache lengths (:func:`cache_symbols`), the bound is taken to move
-    with it (``gen.offset``) and the check against references decides. The other bound then
-    keeps its distance to the moving one (a sliding window's width stays, only its offset moves:
-    :meth:`Generator.band_bounds`), so it is not read as a size of its own. The upper bound is
-    tried first: a causal mask's offset over a cache is its upper bound.
-
-    Where the key axis is the query axis plus cache lengths (``[seq, past + seq]``), query ``i``
-    sits at position ``past + i`` among the keys: a mask over relative positions (causal, a
-    sliding window) has every bound counted from ``past``, whatever value it has (a window's
-    lower bound ``past - w + 1`` equals no size), so both bounds move with it (``shift``)."""
-    if gen.kind != "band" or gen.band is None:
-        return None
-    i_ax, j_ax, lo, hi, _, _ = gen.band
-    excess = dims[j_ax] - dims[i_ax]
-    if not excess.is_const() and excess.atoms() <= cache and gen.offset is None:
-        gen.offset = ("shift", excess, a.traced(excess))
-        return None
-    sizes = [dims[j_ax] - dims[i_ax], dims[i_ax] - dims[j_ax]]
-    sizes += [Dim.sym(x) for x in sorted(dims[i_ax].atoms() | dims[j_ax].atoms())]
-    for where, bound in (("hi", hi), ("lo", lo)):
-        if bound is None or bound == 0 or gen.offset is not None:
-            continue
-        hits = [d for d in sizes if not d.is_const() and abs(bound) == abs(a.traced(d))]
-        hits = [d for k, d in enumerate(hits) if not any(d in (e, -e) for e in hits[:k])]
-        cached = [d for d in hits if d.atoms() <= cache]
-        if hits and len(cached) == len(hits) == 1 and gen.offset is None:
-            d = cached[0]
-            gen.offset = (where, d if a.traced(d) == bound else -d, int(bound))
-            continue
-        if hits:
-            d = hits[0]
-            return (
-                f"the band's bound j - i {'>=' if where == 'lo' else '<='} {bound} equals {d} "
-                "at the traced size: one trace cannot tell a fixed window from a bound that "
-                f"moves with {d}",
-                d.atoms(),
-            )
-    return None
-
-
-def _offset_gap(
-    a: ShapeAnalysis, gen: Generator, rows: set[str], cache: set[str]
-) -> tuple[str, set[str]] | None:
-    """A count (``arange(seq) + 5``) whose start equals the traced size of a symbol that is not
-    a batch (``past`` traced at 5, a position offset over a cache): one trace cannot tell a
-    fixed start from one that moves with that symbol. Where that symbol is the only one of that
-    size and is a cache length (:func:`cache_symbols`), the start is taken to move with it."""
-    if gen.kind != "affine" or gen.base is None or gen.base.size == 0:
-        return None
-    if not any(np.any(st != 0) for st in gen.steps.values()):
-        return None
-    where, start = "base", gen.base.reshape(-1)[0]
-    moving = [k for k, st in gen.steps.items() if np.any(st != 0)]
-    if len(moving) == 1:  # positions o .. o+n-1 times a per-column step (rotary angles 5 * f)
-        step = np.broadcast_to(gen.steps[moving[0]], gen.base.shape).astype(np.float64)
-        base = gen.base.astype(np.float64)
-        on = step != 0
-        ratio = base[on] / step[on]
-        if ratio.size and np.all(base[~on] == 0) and np.allclose(ratio, ratio[0], rtol=1e-5):
-            r = float(np.round(ratio[0]))
-            if abs(r - ratio[0]) < 1e-4 and not np.all(step[on] == 1):
-                where, start = "scaled", r
-    if where == "base" and not np.all(gen.base == start):
-        return None
-    if abs(float(start)) < 2 or float(start) != int(start):
-        return None
-    hits = [s for s in sorted(a.symbols) if s not in rows and a.atoms[s].traced == abs(int(start))]
-    if len(hits) == 1 and hits[0] in cache:
-        d = Dim.sym(hits[0])
-        gen.offset = (where, d if int(start) > 0 else -d, int(start))
-        return None
-    if hits:
-        sym = hits[0]
-        return (
-            f"it counts from {int(start)}{' steps' if where == 'scaled' else ''}, the traced size "
-            f"of {sym}: one trace cannot tell a fixed start from an offset that moves with {sym}",
-            {sym},
         )
     return None
 
@@ -644,7 +348,7 @@ def _changes(
             found = (
                 (gap, set())
                 if gap
-                else _band_bound_gap(a, gen, dims, cache) or _offset_gap(a, gen, rows, cache)
+                else band_bound_gap(a, gen, dims, cache) or offset_gap(a, gen, rows, cache)
             )
             if found:
                 atoms |= found[1]
@@ -750,7 +454,7 @@ def plan_symbolize(
     structural = {id(bi.use) for bi in batch_indices}
     changes, blockers = _changes(analysis, sol, forced, row_syms, structural)
     padding, same_padding = same_pads(analysis, sol)
-    blockers = _conflict_blockers(analysis, sol) + blockers + _unrolled_loops(analysis, sol) + padding
+    blockers = conflict_blockers(analysis, sol) + blockers + unrolled_loops(analysis, sol) + padding
     notes = []
     seen: set[tuple[str, str]] = set()
     for node, op, text in analysis.notes:

@@ -1,0 +1,126 @@
+"""Sizes a trace cannot tell from fixed values, and the one case the graph settles: an offset
+over a KV cache.
+
+A count that starts at the traced size of a symbol (``arange(seq) + past``) or a band bound
+that equals one (``j - i <= past``, a causal mask over a cache) looks the same as a fixed start
+or a fixed window in one trace. Where the symbol is the length of a cache axis
+(:func:`cache_symbols`: the graph concatenates that input with computed values), the value is
+read as moving with it (``Generator.offset``) and the check against references decides; where
+it is not, :func:`band_bound_gap` and :func:`offset_gap` say why the plan cannot choose."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxsurgery.passes.symbolize.generators import Generator
+from onnxsurgery.shapes.analysis import ShapeAnalysis
+from onnxsurgery.shapes.dims import Dim
+
+__all__ = ["band_bound_gap", "cache_symbols", "offset_gap"]
+
+
+def cache_symbols(a: ShapeAnalysis) -> set[str]:
+    """Symbols that are the length of a cache axis: a graph input axis along which a Concat joins
+    that input with values the graph computes (``present = Concat(past, new)``). Only these may
+    be read as the offset of a count or a band bound, since the graph shows they are one."""
+    inputs = {i.name for i in a.model.graph.input}
+    ranks = {i.name: len(i.type.tensor_type.shape.dim) for i in a.model.graph.input}
+    axis_sym = {(t, ax): sym for sym, places in a.symbols.items() for t, ax in places}
+    found: set[str] = set()
+    for node in a.model.graph.node:
+        if node.op_type != "Concat" or not any(x not in inputs for x in node.input if x):
+            continue
+        axis = next((int(at.i) for at in node.attribute if at.name == "axis"), 0)
+        for x in node.input:
+            if x in inputs and ranks.get(x):
+                sym = axis_sym.get((x, axis % ranks[x]))
+                if sym is not None:
+                    found.add(sym)
+    return found
+
+
+def band_bound_gap(
+    a: ShapeAnalysis, gen: Generator, dims: list[Dim], cache: set[str]
+) -> tuple[str, set[str]] | None:
+    """A band bound inside the traced range that equals a size the symbols give at the traced
+    size (``j - i <= 5`` with ``past`` traced at 5, the offset of a causal mask over a cache):
+    one trace cannot tell a fixed window from a bound that moves with that size. Where the only
+    size it equals is made of cache lengths (:func:`cache_symbols`), the bound is taken to move
+    with it (``gen.offset``) and the check against references decides. The other bound then
+    keeps its distance to the moving one (a sliding window's width stays, only its offset moves:
+    :meth:`Generator.band_bounds`), so it is not read as a size of its own. The upper bound is
+    tried first: a causal mask's offset over a cache is its upper bound.
+
+    Where the key axis is the query axis plus cache lengths (``[seq, past + seq]``), query ``i``
+    sits at position ``past + i`` among the keys: a mask over relative positions (causal, a
+    sliding window) has every bound counted from ``past``, whatever value it has (a window's
+    lower bound ``past - w + 1`` equals no size), so both bounds move with it (``shift``)."""
+    if gen.kind != "band" or gen.band is None:
+        return None
+    i_ax, j_ax, lo, hi, _, _ = gen.band
+    excess = dims[j_ax] - dims[i_ax]
+    if not excess.is_const() and excess.atoms() <= cache and gen.offset is None:
+        gen.offset = ("shift", excess, a.traced(excess))
+        return None
+    sizes = [dims[j_ax] - dims[i_ax], dims[i_ax] - dims[j_ax]]
+    sizes += [Dim.sym(x) for x in sorted(dims[i_ax].atoms() | dims[j_ax].atoms())]
+    for where, bound in (("hi", hi), ("lo", lo)):
+        if bound is None or bound == 0 or gen.offset is not None:
+            continue
+        hits = [d for d in sizes if not d.is_const() and abs(bound) == abs(a.traced(d))]
+        hits = [d for k, d in enumerate(hits) if not any(d in (e, -e) for e in hits[:k])]
+        cached = [d for d in hits if d.atoms() <= cache]
+        if hits and len(cached) == len(hits) == 1 and gen.offset is None:
+            d = cached[0]
+            gen.offset = (where, d if a.traced(d) == bound else -d, int(bound))
+            continue
+        if hits:
+            d = hits[0]
+            return (
+                f"the band's bound j - i {'>=' if where == 'lo' else '<='} {bound} equals {d} "
+                "at the traced size: one trace cannot tell a fixed window from a bound that "
+                f"moves with {d}",
+                d.atoms(),
+            )
+    return None
+
+
+def offset_gap(
+    a: ShapeAnalysis, gen: Generator, rows: set[str], cache: set[str]
+) -> tuple[str, set[str]] | None:
+    """A count (``arange(seq) + 5``) whose start equals the traced size of a symbol that is not
+    a batch (``past`` traced at 5, a position offset over a cache): one trace cannot tell a
+    fixed start from one that moves with that symbol. Where that symbol is the only one of that
+    size and is a cache length (:func:`cache_symbols`), the start is taken to move with it."""
+    if gen.kind != "affine" or gen.base is None or gen.base.size == 0:
+        return None
+    if not any(np.any(st != 0) for st in gen.steps.values()):
+        return None
+    where, start = "base", gen.base.reshape(-1)[0]
+    moving = [k for k, st in gen.steps.items() if np.any(st != 0)]
+    if len(moving) == 1:  # positions o .. o+n-1 times a per-column step (rotary angles 5 * f)
+        step = np.broadcast_to(gen.steps[moving[0]], gen.base.shape).astype(np.float64)
+        base = gen.base.astype(np.float64)
+        on = step != 0
+        ratio = base[on] / step[on]
+        if ratio.size and np.all(base[~on] == 0) and np.allclose(ratio, ratio[0], rtol=1e-5):
+            r = float(np.round(ratio[0]))
+            if abs(r - ratio[0]) < 1e-4 and not np.all(step[on] == 1):
+                where, start = "scaled", r
+    if where == "base" and not np.all(gen.base == start):
+        return None
+    if abs(float(start)) < 2 or float(start) != int(start):
+        return None
+    hits = [s for s in sorted(a.symbols) if s not in rows and a.atoms[s].traced == abs(int(start))]
+    if len(hits) == 1 and hits[0] in cache:
+        d = Dim.sym(hits[0])
+        gen.offset = (where, d if int(start) > 0 else -d, int(start))
+        return None
+    if hits:
+        sym = hits[0]
+        return (
+            f"it counts from {int(start)}{' steps' if where == 'scaled' else ''}, the traced size "
+            f"of {sym}: one trace cannot tell a fixed start from an offset that moves with {sym}",
+            {sym},
+        )
+    return None

@@ -1,0 +1,199 @@
+"""The check's evidence that a symbol is a batch: rows that do not see each other.
+
+For a symbol whose rows are independent (:func:`~onnxsurgery.passes.symbolize.check.check_dynamic`,
+step 3): a new row 0 leaves the original model's other rows as they were at the traced size
+(:func:`new_row_zero`, :func:`original_rows_independent`); each row of a larger batch equals
+that row run alone (:func:`rows_alone`, :func:`check_rows`); and the first traced-many rows
+equal the original model on those rows (:func:`head_rows`, :func:`first_differs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Mapping, Sequence, Set
+
+import numpy as np
+import onnx
+
+from onnxsurgery.errors import PassError
+from onnxsurgery.passes.symbolize.feeds import check_feeds
+from onnxsurgery.passes.symbolize.ort_failure import ort_failure
+from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.validation.references import Case
+
+__all__ = [
+    "agree",
+    "axes_of",
+    "check_rows",
+    "first_differs",
+    "head_rows",
+    "new_row_zero",
+    "original_rows_independent",
+    "rows_alone",
+]
+
+
+def axes_of(
+    axes: Mapping[str, Mapping[int, str]],
+    output_dims: Mapping[str, list[Dim | None] | None],
+    sym: str,
+    outs: Container[str],
+) -> tuple[dict[str, int], dict[str, int]]:
+    """The input axes ``sym`` names, and the one output axis per output (of those in ``outs``)
+    that follows it."""
+    in_axis = {name: a for name, spec in axes.items() for a, s in spec.items() if s == sym}
+    out_axis = {}
+    for name, dims in output_dims.items():
+        if dims is not None and name in outs:
+            hits = [i for i, d in enumerate(dims) if d is not None and d == Dim.sym(sym)]
+            if len(hits) == 1:
+                out_axis[name] = hits[0]
+    return in_axis, out_axis
+
+
+def new_row_zero(
+    model: onnx.ModelProto,
+    axes: Mapping[str, Mapping[int, str]],
+    output_dims: Mapping[str, list[Dim | None] | None],
+    sym: str,
+    base: Mapping[str, int],
+    feeds: Mapping[str, np.ndarray],
+    outputs: Container[str],
+    rows: Set[str],
+    references: Sequence[Case],
+) -> dict[str, np.ndarray] | None:
+    """The traced-size inputs with a new ``sym`` row 0 (for :func:`original_rows_independent`);
+    None when no input or output follows ``sym``."""
+    in_axis, out_axis = axes_of(axes, output_dims, sym, outputs)
+    if not in_axis or not out_axis:
+        return None
+    other = check_feeds(model, axes, base, 1_000, rows, references)
+    changed = {}
+    for name, arr in feeds.items():
+        if name in in_axis and name in other:
+            arr = np.array(arr, copy=True)
+            index = [slice(None)] * arr.ndim
+            index[in_axis[name]] = 0
+            arr[tuple(index)] = other[name][tuple(index)]
+        changed[name] = arr
+    return changed
+
+
+def original_rows_independent(
+    axes: Mapping[str, Mapping[int, str]],
+    output_dims: Mapping[str, list[Dim | None] | None],
+    sym: str,
+    base: Mapping[str, int],
+    expected: Mapping[str, np.ndarray],
+    got: Mapping[str, np.ndarray] | Exception | None,
+    atol: float,
+    rtol: float,
+) -> None:
+    """What makes ``sym`` a batch, shown on the original model at its traced size: a new row 0
+    (``got``: the original run on :func:`new_row_zero`'s inputs, the error it raised, or None
+    when there were none) leaves every other row of every output that follows ``sym`` as it
+    was."""
+    if got is None or isinstance(got, Exception):  # the original may reject the new row
+        return
+    _, out_axis = axes_of(axes, output_dims, sym, expected)
+    n = base[sym]
+    for name, axis in out_axis.items():
+        keep = np.take(expected[name], range(1, n), axis=axis)
+        if not agree(np.take(got[name], range(1, n), axis=axis), keep, atol, rtol):
+            raise PassError(
+                f"check at the traced size: in the original model, a new {sym} row 0 changes the "
+                f"other rows of output {name!r}: {sym}'s rows are not independent, so it is no "
+                f"batch; name the batches with rows=... (rows= for none)"
+            )
+
+
+def first_differs(
+    want: Mapping[str, np.ndarray],
+    out_axis: Mapping[str, int],
+    n: int,
+    outs: Mapping[str, np.ndarray],
+    atol: float,
+    rtol: float,
+) -> str | None:
+    """The first output whose first ``n`` entries (along ``out_axis``) differ from ``want``, the
+    original model run on the first ``n`` entries of the inputs; None when all agree."""
+    for name, axis in out_axis.items():
+        ref = want.get(name)
+        if ref is None or not agree(np.take(outs[name], range(n), axis=axis), ref, atol, rtol):
+            return name
+    return None
+
+
+def head_rows(
+    inputs: Mapping[str, np.ndarray], in_axis: Mapping[str, int], n: int
+) -> dict[str, np.ndarray]:
+    """The first ``n`` entries of each input along its axis in ``in_axis`` (others whole)."""
+    return {
+        name: (np.take(arr, range(n), axis=in_axis[name]) if name in in_axis else arr)
+        for name, arr in inputs.items()
+    }
+
+
+def agree(got: np.ndarray, ref: np.ndarray, atol: float, rtol: float) -> bool:
+    """Same shape and values, floats within 10x the check's tolerance (ORT's kernels differ
+    a little between batch sizes)."""
+    if got.shape != ref.shape:
+        return False
+    if ref.dtype.kind in "fc":
+        return bool(np.allclose(got, ref, atol=atol * 10, rtol=rtol * 10, equal_nan=True))
+    return bool(np.array_equal(got, ref))
+
+
+def rows_alone(
+    axes: Mapping[str, Mapping[int, str]],
+    output_dims: Mapping[str, list[Dim | None] | None],
+    sym: str,
+    inputs: Mapping[str, np.ndarray],
+    outputs: Container[str],
+) -> dict[int, dict[str, np.ndarray]]:
+    """The inputs of a batch run with only its first row, and with only its last (along
+    ``sym``); none when no output follows ``sym`` (nothing to compare)."""
+    in_axis, out_axis = axes_of(axes, output_dims, sym, outputs)
+    if not out_axis or not in_axis:
+        return {}
+    n = next(inputs[name].shape[a] for name, a in in_axis.items() if name in inputs)
+    return {
+        row: {
+            name: (np.take(arr, [row], axis=in_axis[name]) if name in in_axis else arr)
+            for name, arr in inputs.items()
+        }
+        for row in (0, n - 1)
+    }
+
+
+def check_rows(
+    model: onnx.ModelProto,
+    axes: Mapping[str, Mapping[int, str]],
+    output_dims: Mapping[str, list[Dim | None] | None],
+    sym: str,
+    outs: Mapping[str, np.ndarray],
+    singles: Mapping[int, Mapping[str, np.ndarray] | Exception],
+    text: str,
+    atol: float,
+    rtol: float,
+) -> bool:
+    """Each row of a batch run must equal running that row alone (rows are independent):
+    ``singles`` holds the runs of :func:`rows_alone` (or the errors they raised). False when
+    no output follows ``sym`` (nothing to compare)."""
+    in_axis, out_axis = axes_of(axes, output_dims, sym, outs)
+    if not out_axis or not in_axis:
+        return False
+    for row, single in singles.items():
+        if isinstance(single, Exception):
+            raise ort_failure(f"of {sym} row {row} alone ({text})", single, model) from None
+        for name, axis in out_axis.items():
+            want = np.take(outs[name], [row], axis=axis)
+            got = single[name]
+            if got.shape != want.shape:
+                continue
+            if not agree(got, want, atol, rtol):
+                raise PassError(
+                    f"check at {text}: {sym} rows are not independent: row {row} of output "
+                    f"{name!r} differs from running that row alone; a constant still carries the "
+                    f"traced {sym} (a mask or an index that reads one row)"
+                )
+    return True
