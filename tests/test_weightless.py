@@ -64,6 +64,22 @@ def mixed_weights_model() -> onnx.ModelProto:
     return model
 
 
+def one_matmul(
+    inputs: list[str], weight: TensorProto, x_shape: list[int], y_shape: list[int]
+) -> onnx.ModelProto:
+    """``y = MatMul(*inputs)`` over input ``x`` and the initializer ``weight`` (opset 17, IR 8)."""
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", inputs, ["y"])],
+        "one_matmul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
 def test_only_large_float_weights_lose_their_data():
     model = mixed_weights_model()
     bare = weightless(model)
@@ -117,15 +133,7 @@ def test_a_weight_held_in_float_data_keeps_it_and_runs():
     w = np.arange(64 * 147, dtype=np.float32).reshape(64, 147) / 1000  # 37 KB: over the threshold
     init = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=w.shape)
     init.float_data.extend(w.ravel().tolist())
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["w", "x"], ["y"])],
-        "float_data",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [147, 2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 2])],
-        [init],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = one_matmul(["w", "x"], init, [147, 2], [64, 2])
     assert list(weightless(model).graph.initializer[0].float_data) == list(init.float_data)
     x = np.ones((147, 2), np.float32)
     (y,) = create_session(model, "cpu").run(None, {"x": x})
@@ -339,16 +347,7 @@ def test_a_weightless_copy_of_a_model_over_the_limit_is_one_small_message(monkey
     def model():
         rng = np.random.default_rng(1)
         w = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "w")
-        graph = helper.make_graph(
-            [helper.make_node("MatMul", ["x", "w"], ["y"])],
-            "floats",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])],
-            [w],
-        )
-        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        m.ir_version = 8
-        return m
+        return one_matmul(["x", "w"], w, [2, 64], [2, 64])
 
     small = Symbolize(**{"x:0": "batch"})(model())
     monkeypatch.setattr(tensors, "LARGE_MODEL_BYTES", 1024)

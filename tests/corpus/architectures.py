@@ -764,19 +764,24 @@ def _gpt2_kv() -> Any:
     return _cached_wrapper(GPT2LMHeadModel(cfg))
 
 
+#: Llama, Mistral and Qwen2 alike: 4 query heads over 2 KV heads (grouped-query attention),
+#: eager attention so the export sees the mask arithmetic.
+_GQA_DECODER: dict[str, Any] = {
+    "vocab_size": VOCAB,
+    "hidden_size": HIDDEN,
+    "intermediate_size": 64,
+    "num_hidden_layers": KV_LAYERS,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+    "attn_implementation": "eager",
+}
+
+
 def _llama_kv() -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        intermediate_size=64,
-        num_hidden_layers=KV_LAYERS,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        attn_implementation="eager",
-    )
+    cfg = LlamaConfig(**_GQA_DECODER)
     return _cached_wrapper(LlamaForCausalLM(cfg))
 
 
@@ -784,15 +789,8 @@ def _mistral_kv() -> Any:
     from transformers import MistralConfig, MistralForCausalLM
 
     cfg = MistralConfig(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        intermediate_size=64,
-        num_hidden_layers=KV_LAYERS,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
+        **_GQA_DECODER,
         sliding_window=4,  # < past + seq at the traced size (8) and most checks: the window cuts
-        attn_implementation="eager",
     )
     return _cached_wrapper(MistralForCausalLM(cfg))
 
@@ -801,17 +799,10 @@ def _qwen2_kv() -> Any:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     cfg = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        intermediate_size=64,
-        num_hidden_layers=KV_LAYERS,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
+        **_GQA_DECODER,
         use_sliding_window=True,
         sliding_window=4,
         max_window_layers=1,  # layer 0 full attention, layer 1 a window of 4: two masks
-        attn_implementation="eager",
     )
     return _cached_wrapper(Qwen2ForCausalLM(cfg))
 
