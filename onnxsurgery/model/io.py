@@ -402,7 +402,7 @@ def _load_tensor(tensor: onnx.TensorProto) -> None:
     data = tensor_data(tensor)
     del tensor.external_data[:]
     tensor.data_location = onnx.TensorProto.DEFAULT
-    tensor.raw_data = bytes(data)
+    tensor.raw_data = data
 
 
 def load_weights(model: onnx.ModelProto) -> onnx.ModelProto:

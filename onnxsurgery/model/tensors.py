@@ -202,8 +202,8 @@ def on_disk(tensor: onnx.TensorProto) -> bool:
     return disk_location(tensor) is not None
 
 
-def tensor_data(tensor: onnx.TensorProto) -> bytearray:
-    """The bytes of a weight left on disk, read from its file (a fresh, writable buffer).
+def tensor_data(tensor: onnx.TensorProto) -> bytes:
+    """The bytes of a weight left on disk, read from its file.
 
     Raises ModelLoadError naming the weight and the file when the file can no longer give
     them (removed, truncated or replaced since the model was loaded)."""
@@ -211,25 +211,19 @@ def tensor_data(tensor: onnx.TensorProto) -> bytearray:
     if where is None:
         raise ValueError(f"tensor {tensor.name!r} is not a weight left on disk")
     path, offset, length = where
-    data = bytearray(length)
     try:
-        with open(path, "rb", buffering=0) as fh:
+        with open(path, "rb") as fh:
             fh.seek(offset)
-            view, done = memoryview(data), 0
-            while done < length:
-                n = fh.readinto(view[done:])
-                if not n:
-                    break
-                done += n
+            data = fh.read(length)  # one buffer, handed on as it is
     except OSError as exc:
         raise ModelLoadError(
             f"weight {tensor.name!r}: cannot read its data from {path}: {exc.strerror or exc}"
         ) from None
-    if done != length:
+    if len(data) != length:
         raise ModelLoadError(
-            f"weight {tensor.name!r}: its data file {path} ends at byte {offset + done}, before "
-            f"the {length} bytes at offset {offset} the model was loaded with; the file changed "
-            "since the model was loaded"
+            f"weight {tensor.name!r}: its data file {path} ends at byte {offset + len(data)}, "
+            f"before the {length} bytes at offset {offset} the model was loaded with; the file "
+            "changed since the model was loaded"
         )
     return data
 
@@ -238,9 +232,9 @@ def tensor_array(tensor: onnx.TensorProto) -> np.ndarray:
     """``numpy_helper.to_array(tensor)``, for a weight left on disk too (read from its file)."""
     if not on_disk(tensor):
         return numpy_helper.to_array(tensor)
-    if tensor.data_type in _NUMPY_NATIVE:  # a view of the one buffer read
+    if tensor.data_type in _NUMPY_NATIVE:  # a view of the one buffer read, read-only as onnx's
         dtype = np_dtype(tensor.data_type)
         return np.frombuffer(tensor_data(tensor), dtype=dtype).reshape(tuple(tensor.dims))
     loaded = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
-    loaded.raw_data = bytes(tensor_data(tensor))
+    loaded.raw_data = tensor_data(tensor)
     return numpy_helper.to_array(loaded)
