@@ -29,7 +29,7 @@ test: install
 # All 29 real architectures, 5 of them decoders with a KV cache (make test runs 4 of them); ~18 min
 # of exports on a cold cache.
 test-corpus: install
-	$(BIN)/python -m pytest -m corpus tests/test_corpus.py tests/test_corpus_references.py
+	$(BIN)/python -m pytest -m corpus tests/test_corpus.py tests/test_corpus_references.py tests/test_corpus_weights_on_disk.py
 
 # Every ONNX backend model shipped in the onnx wheel through validate, run and compat (~2 min);
 # make test runs a subset. Counts: python bench/backend_models.py.

@@ -110,6 +110,11 @@ def write_atomic(
         write(staged)
         # On disk before anything moves: the renames come last, one right after the other (a
         # companion no longer waits in place, beside the old file, for the main file's flush).
+        for suffix in companions:  # the data a model names reaches the disk before the model
+            extra = tmp_dir / (path.name + suffix)
+            if extra.exists():
+                with open(extra, "rb") as fh:
+                    os.fsync(fh.fileno())
         with open(staged, "rb") as fh:
             os.fsync(fh.fileno())
         for suffix in companions:

@@ -26,6 +26,7 @@ class Cleanup(Pass):
     """
 
     name = "cleanup"
+    weights_on_disk = True
 
     def __init__(self, *, inputs: bool = True) -> None:
         super().__init__(inputs=inputs)

@@ -32,6 +32,7 @@ class InferShapes(Pass):
     """
 
     name = "infer-shapes"
+    weights_on_disk = True
 
     def __init__(self, *, data_prop: bool = True) -> None:
         super().__init__(data_prop=data_prop)

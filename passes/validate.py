@@ -45,6 +45,7 @@ class Validate(Pass):
     """
 
     name = "validate"
+    weights_on_disk = True
     #: the pipeline skips its own validation after a chain holding this pass
     validates: ClassVar[bool] = True
 

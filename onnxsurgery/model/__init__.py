@@ -1,7 +1,8 @@
 """Models as files and graphs: what every pass and the CLI need to read, walk and write a model.
 
     io.py          load/save with external data (atomic, byte-identical), checker, shape inference
-    tensors.py     what tensors weigh (from dims, never data), is_large, the weight placeholders
+    tensors.py     what tensors weigh (from dims, never data), is_large, the weight placeholders,
+                   weights left on disk (on_disk, tensor_array)
     walk.py        the one subgraph walk, graph paths, every name a graph uses, node/op counts
     dtypes.py      the one dtype table: parse, name, numpy <-> ONNX, lossless casts
     signature.py   declared inputs, whether feeds fit them, the NAME:DIMS parser
@@ -31,6 +32,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "check_model",
             "infer_shapes",
             "load_model",
+            "load_weights",
             "read_model_file",
             "save_model",
         ),
@@ -42,7 +44,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "parse_shape_spec",
         ),
         "onnxsurgery.model.summary": ("ModelSummary", "summarize"),
-        "onnxsurgery.model.tensors": ("is_large", "tensor_bytes"),
+        "onnxsurgery.model.tensors": ("is_large", "on_disk", "tensor_array", "tensor_bytes"),
         "onnxsurgery.model.walk": (
             "all_names",
             "count_nodes",

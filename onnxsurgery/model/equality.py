@@ -13,6 +13,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from onnxsurgery.model.tensors import on_disk, tensor_data
+
 __all__ = ["same_graph", "constant_node_tensor"]
 
 
@@ -26,6 +28,8 @@ def _tensor_key(tensor: onnx.TensorProto, content: bool) -> str:
             h.update(len(s).to_bytes(8, "little") + s)
     elif tensor.HasField("raw_data"):
         h.update(tensor.raw_data)
+    elif on_disk(tensor):  # the same bytes as once loaded
+        h.update(tensor_data(tensor))
     elif tensor.data_location == onnx.TensorProto.EXTERNAL:
         # Data not loaded (a weightless placeholder): where it lives is what identifies it.
         for entry in tensor.external_data:

@@ -21,6 +21,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import onnx
 from google.protobuf.descriptor import Descriptor
@@ -34,18 +35,22 @@ from onnx.external_data_helper import (
 from onnxsurgery.errors import ModelLoadError, ModelSaveError
 from onnxsurgery.files import shown, write_atomic
 from onnxsurgery.model.tensors import (
+    DISK_TYPES,
     EXTERNAL_THRESHOLD,
     LARGE_MODEL_BYTES,
     PLACEHOLDER,
     PROTOBUF_LIMIT,
+    disk_location,
     is_large,
     is_placeholder,
     iter_tensors,
+    on_disk,
     tensor_bytes,
+    tensor_data,
     tensor_nbytes,
     weight_stub,
 )
-from onnxsurgery.model.walk import graphs_by_path, subgraphs
+from onnxsurgery.model.walk import all_names, graphs_by_path, subgraphs
 
 __all__ = [
     "IR_INITIALIZERS_AS_INPUTS",
@@ -70,6 +75,8 @@ __all__ = [
     "copy_fields",
     "adopt_graph",
     "restore_weights",
+    "load_weights",
+    "has_weights_on_disk",
     "PLACEHOLDER",
 ]
 
@@ -251,16 +258,56 @@ def _read_bytes(p: Path) -> bytes:
         raise ModelLoadError(f"{p}: cannot read: {exc.strerror or exc}") from None
 
 
+def _may_stay_on_disk(model: onnx.ModelProto) -> set[str]:
+    """Names of the main-graph weights a loader may leave in their data file: large
+    floating-point initializers with plain external data (location, offset and a length that
+    fits their dims and type) that no subgraph reads (a tool may move such a weight into the
+    subgraph, where a weightless copy would not stand in for it)."""
+    in_subgraphs: set[str] = set()
+    for node in model.graph.node:
+        for sub in subgraphs(node):
+            in_subgraphs |= all_names(sub)
+    names = set()
+    for tensor in model.graph.initializer:
+        if (
+            tensor.data_location != onnx.TensorProto.EXTERNAL
+            or tensor.data_type not in DISK_TYPES
+            or tensor.name in in_subgraphs
+            or not tensor.name
+            or {e.key for e in tensor.external_data} - {"location", "offset", "length"}
+            or tensor.HasField("segment")
+        ):
+            continue
+        lengths = [e.value for e in tensor.external_data if e.key == "length"]
+        nbytes = tensor_nbytes(onnx.TensorProto(data_type=tensor.data_type, dims=tensor.dims))
+        if nbytes >= EXTERNAL_THRESHOLD and lengths and int(lengths[0]) == nbytes:
+            names.add(tensor.name)
+    return names
+
+
+def _leave_on_disk(tensor: onnx.TensorProto, base: Path) -> None:
+    """Record, in place, where ``tensor``'s data lies: its file's absolute (resolved) path."""
+    for entry in tensor.external_data:
+        if entry.key == "location":
+            entry.value = str((base / entry.value).resolve())
+    if not any(e.key == "offset" for e in tensor.external_data):
+        tensor.external_data.add(key="offset", value="0")
+
+
 def prepare_model(
     model: onnx.ModelProto,
     *,
     where: str,
     base_dir: str | os.PathLike | None,
     check: bool = True,
+    weights_on_disk: bool = False,
 ) -> bool:
     """The loader's checks on a parsed model (in place): structure, element types, dims,
     external data resolved against ``base_dir`` and loaded, the ONNX checker. Returns whether
-    the model kept data externally. Every failure is one ModelLoadError line."""
+    the model kept data externally. Every failure is one ModelLoadError line.
+
+    ``weights_on_disk``: leave the large floating-point weights in their data file instead of
+    loading them (``model.tensors.on_disk``); everything else is loaded."""
     try:
         if not model.HasField("graph") or not model.opset_import or model.ir_version <= 0:
             missing = [
@@ -285,7 +332,14 @@ def prepare_model(
                     "(base_dir=...), or load the model with onnxsurgery.load_model(path)"
                 )
             _check_external_data(model, Path(base_dir), where)
+            stay = _may_stay_on_disk(model) if weights_on_disk else set()
+            stays = [t for t in model.graph.initializer if t.name in stay]
+            for tensor in stays:  # out of onnx's sight while it loads every other tensor
+                tensor.data_location = onnx.TensorProto.DEFAULT
             load_external_data_for_model(model, str(base_dir))
+            for tensor in stays:
+                tensor.data_location = onnx.TensorProto.EXTERNAL
+                _leave_on_disk(tensor, Path(base_dir))
         if check:
             check_model(model, where=where, error=ModelLoadError)
         return external
@@ -300,8 +354,13 @@ def _first_line(exc: BaseException) -> str:
     return (text[:300] + " ...") if len(text) > 300 else text
 
 
-def read_model_file(path: str | os.PathLike, *, check: bool = True) -> ModelFile:
-    """Read ``path`` with its external data; every way it can be wrong is a ModelLoadError."""
+def read_model_file(
+    path: str | os.PathLike, *, check: bool = True, weights_on_disk: bool = False
+) -> ModelFile:
+    """Read ``path`` with its external data; every way it can be wrong is a ModelLoadError.
+
+    ``weights_on_disk``: leave the large floating-point weights in the data file (see
+    :func:`prepare_model`); :func:`load_weights` reads them in later."""
     p = Path(path)
     data = _read_bytes(p)
     if not data:
@@ -315,7 +374,9 @@ def read_model_file(path: str | os.PathLike, *, check: bool = True) -> ModelFile
             "truncated, corrupted or of another format"
         ) from None
     del data  # the parsed model holds its own copy
-    external = prepare_model(model, where=f"{p}:", base_dir=p.parent, check=check)
+    external = prepare_model(
+        model, where=f"{p}:", base_dir=p.parent, check=check, weights_on_disk=weights_on_disk
+    )
     return ModelFile(model=model, path=p, external_data=external)
 
 
@@ -329,6 +390,28 @@ def as_model(model: onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
         return model
     return load_model(model)
+
+
+def has_weights_on_disk(model: onnx.ModelProto) -> bool:
+    """Whether any weight of ``model`` was left in its data file (``model.tensors.on_disk``)."""
+    return any(on_disk(t) for t in iter_tensors(model.graph))
+
+
+def _load_tensor(tensor: onnx.TensorProto) -> None:
+    """Read a weight left on disk into ``tensor``, the fields set as onnx's loader sets them."""
+    data = tensor_data(tensor)
+    del tensor.external_data[:]
+    tensor.data_location = onnx.TensorProto.DEFAULT
+    tensor.raw_data = data
+
+
+def load_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Read, in place, every weight left on disk into ``model``; returns ``model``. A model
+    with none is returned as it is. Raises ModelLoadError when a data file cannot give them."""
+    for tensor in iter_tensors(model.graph):
+        if on_disk(tensor):
+            _load_tensor(tensor)
+    return model
 
 
 #: Below this IR version every initializer must also be listed as a graph input.
@@ -503,7 +586,55 @@ def _externalise(tensor: onnx.TensorProto, location: str, folder: Path) -> None:
         tensor.ClearField("raw_data")
 
 
-def _write(model: onnx.ModelProto, path: Path, *, external_data: bool) -> None:
+#: Bytes copied per read and write where the system cannot copy file to file itself.
+_COPY_CHUNK = 1 << 24
+
+
+def _copy_from_disk(tensor: onnx.TensorProto, data: BinaryIO) -> tuple[int, int]:
+    """Append a weight left on disk to the open data file ``data``, file to file (the kernel's
+    ``copy_file_range`` where it can; never through the heap in one piece). Returns (offset,
+    length) in ``data``."""
+    source, offset, length = disk_location(tensor)  # type: ignore[misc]
+    data.flush()
+    start = data.tell()
+    done = 0
+    with open(source, "rb") as src:
+        if os.fstat(src.fileno()).st_size < offset + length:
+            raise ModelSaveError(
+                f"weight {tensor.name!r}: its data file {source} no longer holds bytes "
+                f"{offset}..{offset + length}; the file changed since the model was loaded"
+            )
+        try:
+            while done < length:
+                n = os.copy_file_range(
+                    src.fileno(), data.fileno(), length - done, offset + done, start + done
+                )
+                if not n:
+                    break
+                done += n
+        except (AttributeError, OSError):  # no copy_file_range here, or not between these files
+            src.seek(offset + done)
+            data.seek(start + done)
+            while done < length:
+                chunk = src.read(min(_COPY_CHUNK, length - done))
+                if not chunk:
+                    break
+                data.write(chunk)
+                done += len(chunk)
+            data.flush()
+    if done != length:
+        raise ModelSaveError(f"weight {tensor.name!r}: its data file {source} ended early")
+    data.seek(start + length)
+    return start, length
+
+
+def _write(
+    model: onnx.ModelProto,
+    path: Path,
+    *,
+    external_data: bool,
+    moved: list[tuple[int, int, int]] | None = None,
+) -> None:
     """Write model (and its data file) at ``path`` directly; callers make it atomic.
 
     With external data, the main graph's weights go to the data file straight from ``model``,
@@ -512,9 +643,16 @@ def _write(model: onnx.ModelProto, path: Path, *, external_data: bool) -> None:
     into that copy and cleared there would stay in memory (with protobuf's upb backend a
     cleared field keeps its memory until the whole message goes): +1x the model's size at every
     save. The files are those ``onnx``'s own two steps (``convert_model_to_external_data`` +
-    ``write_external_data_tensors``) write.
+    ``write_external_data_tensors``) write. A weight left on disk (``model.tensors.on_disk``)
+    is copied from its file into the data file; ``moved`` gets (index among the main graph's
+    initializers, offset, length) of each. Without external data, such weights are read into
+    the one copy that is serialized.
     """
     if not external_data:
+        if has_weights_on_disk(model):
+            loaded = onnx.ModelProto()
+            loaded.CopyFrom(model)
+            model = load_weights(loaded)
         path.write_bytes(_serialize(model))
         return
     location = path.name + ".data"
@@ -527,20 +665,27 @@ def _write(model: onnx.ModelProto, path: Path, *, external_data: bool) -> None:
     # Externalised tensors are written in graph order to one file named after the model.
     data = None
     try:
-        for tensor in model.graph.initializer:
-            raw = tensor.raw_data if tensor.HasField("raw_data") else None
-            if raw is None or sys.getsizeof(raw) < EXTERNAL_THRESHOLD:
+        for index, tensor in enumerate(model.graph.initializer):
+            disk = on_disk(tensor)
+            raw = tensor.raw_data if not disk and tensor.HasField("raw_data") else None
+            if not disk and (raw is None or sys.getsizeof(raw) < EXTERNAL_THRESHOLD):
                 copy.graph.initializer.append(tensor)
                 continue
             if data is None:
                 data = open(data_path, "wb")  # noqa: SIM115 (closed below)
-            offset = data.tell()
-            data.write(raw)
+            if disk:
+                offset, length = _copy_from_disk(tensor, data)
+                if moved is not None:
+                    moved.append((index, offset, length))
+            else:
+                offset = data.tell()
+                data.write(raw)
+                length = data.tell() - offset
             del raw
             described = _description(tensor)
             del described.external_data[:]
             described.data_location = onnx.TensorProto.EXTERNAL
-            for key, value in (("location", location), ("offset", offset), ("length", data.tell() - offset)):
+            for key, value in (("location", location), ("offset", offset), ("length", length)):
                 described.external_data.add(key=key, value=str(value))
             copy.graph.initializer.append(described)
     finally:
@@ -549,6 +694,8 @@ def _write(model: onnx.ModelProto, path: Path, *, external_data: bool) -> None:
     for node in copy.graph.node:
         for sub in subgraphs(node):
             for tensor in _initializers(sub):
+                if on_disk(tensor):  # a weight a tool moved into the subgraph reading it
+                    _load_tensor(tensor)
                 _externalise(tensor, location, path.parent)
     path.write_bytes(_serialize(copy))
 
@@ -570,7 +717,23 @@ def save_model(
     if is_large(model) and not use_external:
         raise ModelSaveError(f"{target}: model is over 2 GB and must be saved with external data")
 
-    def write(staged: Path) -> None:
-        _write(model, staged, external_data=use_external)
+    moved: list[tuple[int, int, int]] = []
 
-    return write_atomic(target, write, what="model", companions=(".data",) if use_external else ())
+    def write(staged: Path) -> None:
+        moved.clear()
+        _write(model, staged, external_data=use_external, moved=moved)
+
+    written = write_atomic(
+        target, write, what="model", companions=(".data",) if use_external else ()
+    )
+    # A weight still on disk whose file this save replaced (the same data file name) now reads
+    # from the new file, where the save copied it.
+    data_file = str((target.parent / (target.name + ".data")).resolve())
+    for index, offset, length in moved:
+        tensor = model.graph.initializer[index]
+        where = disk_location(tensor)
+        if where is not None and where[0] == data_file:
+            del tensor.external_data[:]
+            for key, value in (("location", data_file), ("offset", offset), ("length", length)):
+                tensor.external_data.add(key=key, value=str(value))
+    return written

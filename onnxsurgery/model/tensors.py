@@ -5,15 +5,26 @@ copies it): :func:`tensor_nbytes`, :func:`tensor_bytes`, and :func:`is_large`, w
 is too big for one protobuf message and goes by path with external data. A weightless copy
 (``model/io.py``) swaps each large floating-point weight for :func:`weight_stub`: a tensor of
 the same name, type and dims whose external data names :data:`PLACEHOLDER`.
+
+A weight can also stay *on disk*: the pipeline's loader (``read_model_file(...,
+weights_on_disk=True)``) leaves a large floating-point weight of a model with external data in
+its data file and records where it lies, by absolute path (:func:`on_disk`), instead of reading
+it into the model. :func:`tensor_data` and :func:`tensor_array` read such a weight's bytes when
+something needs them; the save copies them file to file; ONNX Runtime maps them from that file.
+A model over 2 GB then costs the memory of its graph, not of its weights, until a session runs.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
+from onnxsurgery.errors import ModelLoadError
 from onnxsurgery.model.dtypes import np_dtype
 from onnxsurgery.model.walk import subgraphs
 
@@ -28,6 +39,11 @@ __all__ = [
     "is_large",
     "is_placeholder",
     "weight_stub",
+    "on_disk",
+    "disk_location",
+    "tensor_data",
+    "tensor_array",
+    "DISK_TYPES",
 ]
 
 #: Protobuf cannot serialize a message of 2 GiB or more; such models keep weights outside.
@@ -123,14 +139,19 @@ _OTHER_TENSOR_FIELDS = tuple(
 
 def weight_stub(tensor: onnx.TensorProto) -> onnx.TensorProto | None:
     """A data-less stand-in for a large floating-point tensor whose data is exactly its
-    ``raw_data`` of the size its dims and type say; None for any other tensor.
+    ``raw_data`` of the size its dims and type say, or that stays on disk (:func:`on_disk`);
+    None for any other tensor.
 
     The check looks at which fields are set and at the data's length: a tensor with other
     fields, or data of the wrong size, stays as it is and gets the checker's own verdict.
     (``ByteSize()`` would serialize the tensor to measure it: a copy of every weight, on every
     weightless copy.)
     """
-    if tensor.data_type not in _FLOAT_TYPES or tensor.data_location == onnx.TensorProto.EXTERNAL:
+    if tensor.data_type not in _FLOAT_TYPES:
+        return None
+    if on_disk(tensor):
+        return _stub(tensor, tensor_nbytes(tensor))
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
         return None
     if not (tensor.HasField("raw_data") and tensor.HasField("name")):
         return None
@@ -140,6 +161,10 @@ def weight_stub(tensor: onnx.TensorProto) -> onnx.TensorProto | None:
     nbytes = tensor_nbytes(tensor)
     if nbytes < EXTERNAL_THRESHOLD or len(tensor.raw_data) != nbytes:
         return None
+    return _stub(tensor, nbytes)
+
+
+def _stub(tensor: onnx.TensorProto, nbytes: int) -> onnx.TensorProto:
     stub = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
     if tensor.HasField("data_location"):  # set to DEFAULT by onnx when it loads external data
         stub.data_location = tensor.data_location
@@ -147,3 +172,69 @@ def weight_stub(tensor: onnx.TensorProto) -> onnx.TensorProto | None:
     for key, value in (("location", PLACEHOLDER), ("offset", "0"), ("length", str(nbytes))):
         stub.external_data.add(key=key, value=value)
     return stub
+
+
+#: Types whose raw bytes numpy reads as they are (little-endian, as ONNX stores them).
+_NUMPY_NATIVE = frozenset((onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16))
+
+#: Types whose weights the loader may leave on disk (see :func:`on_disk`): those a weightless
+#: copy stands in for.
+DISK_TYPES = _FLOAT_TYPES
+
+
+def disk_location(tensor: onnx.TensorProto) -> tuple[str, int, int] | None:
+    """(absolute path of the data file, offset, length) of a weight left on disk; else None."""
+    if tensor.data_location != onnx.TensorProto.EXTERNAL:
+        return None
+    fields = {entry.key: entry.value for entry in tensor.external_data}
+    location = fields.get("location", "")
+    if not os.path.isabs(location):
+        return None
+    return location, int(fields.get("offset") or 0), int(fields.get("length") or 0)
+
+
+def on_disk(tensor: onnx.TensorProto) -> bool:
+    """A weight the loader left in its data file: external data named by an absolute path.
+
+    A model file can only name its data relative to its own folder (the loader refuses an
+    absolute location), so an absolute one is always the loader's record of where the weight
+    lies (``read_model_file(..., weights_on_disk=True)``)."""
+    return disk_location(tensor) is not None
+
+
+def tensor_data(tensor: onnx.TensorProto) -> bytes:
+    """The bytes of a weight left on disk, read from its file.
+
+    Raises ModelLoadError naming the weight and the file when the file can no longer give
+    them (removed, truncated or replaced since the model was loaded)."""
+    where = disk_location(tensor)
+    if where is None:
+        raise ValueError(f"tensor {tensor.name!r} is not a weight left on disk")
+    path, offset, length = where
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read(length)  # one buffer, handed on as it is
+    except OSError as exc:
+        raise ModelLoadError(
+            f"weight {tensor.name!r}: cannot read its data from {path}: {exc.strerror or exc}"
+        ) from None
+    if len(data) != length:
+        raise ModelLoadError(
+            f"weight {tensor.name!r}: its data file {path} ends at byte {offset + len(data)}, "
+            f"before the {length} bytes at offset {offset} the model was loaded with; the file "
+            "changed since the model was loaded"
+        )
+    return data
+
+
+def tensor_array(tensor: onnx.TensorProto) -> np.ndarray:
+    """``numpy_helper.to_array(tensor)``, for a weight left on disk too (read from its file)."""
+    if not on_disk(tensor):
+        return numpy_helper.to_array(tensor)
+    if tensor.data_type in _NUMPY_NATIVE:  # a view of the one buffer read, read-only as onnx's
+        dtype = np_dtype(tensor.data_type)
+        return np.frombuffer(tensor_data(tensor), dtype=dtype).reshape(tuple(tensor.dims))
+    loaded = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+    loaded.raw_data = tensor_data(tensor)
+    return numpy_helper.to_array(loaded)

@@ -187,6 +187,12 @@ class Pass:
     #: :class:`~onnxsurgery.validation.report.ValidationReport`); the pipeline then skips its own
     #: validation after the last pass.
     validates: ClassVar[bool] = False
+    #: True for a pass that takes a model whose large weights may still lie in the data file it
+    #: was loaded from (``model.tensors.on_disk``): it reads a weight's values only through
+    #: ``model.tensors.tensor_array``, runs the model only through
+    #: ``validation.runtime.create_session``, and sees the graph through weightless copies. The
+    #: pipeline reads every weight into the model before a pass that leaves this False.
+    weights_on_disk: ClassVar[bool] = False
 
     def __init__(self, **options: Any) -> None:
         self.options: dict[str, Any] = dict(options)

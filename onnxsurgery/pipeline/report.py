@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from onnxsurgery.files import write_atomic
+from onnxsurgery.model.io import load_weights
 from onnxsurgery.pipeline.contract import Diagnostic
 
 __all__ = ["PassRecord", "PipelineReport", "write_json"]
@@ -78,7 +79,21 @@ class PipelineReport:
     provider: str | None = None
     error: str | None = None
     seconds: float = 0.0
-    model: onnx.ModelProto | None = field(default=None, repr=False)
+    #: The final model as the run holds it: large weights may still lie in the data file they
+    #: were loaded from (see :attr:`model`).
+    held_model: onnx.ModelProto | None = field(default=None, repr=False)
+
+    @property
+    def model(self) -> onnx.ModelProto | None:
+        """The final model (or, after a failure, the last one a pass produced), every weight in
+        it: weights the run left in their data file are read in on first access."""
+        if self.held_model is not None:
+            load_weights(self.held_model)
+        return self.held_model
+
+    @model.setter
+    def model(self, value: onnx.ModelProto | None) -> None:
+        self.held_model = value
 
     @property
     def ok(self) -> bool:

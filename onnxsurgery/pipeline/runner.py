@@ -35,7 +35,9 @@ from onnxsurgery.limits import LimitExceeded, Limits, check_sizes, use_limits
 from onnxsurgery.limits import current as current_limits
 from onnxsurgery.model.io import (
     check_model,
+    has_weights_on_disk,
     infer_shapes,
+    load_weights,
     prepare_model,
     read_model_file,
     save_model,
@@ -215,12 +217,16 @@ class Pipeline:
         if isinstance(model, onnx.ModelProto):
             current = onnx.ModelProto()
             current.CopyFrom(model)
-            source_external = prepare_model(current, where="model:", base_dir=base_dir)
+            source_external = prepare_model(
+                current, where="model:", base_dir=base_dir, weights_on_disk=True
+            )
         else:
             source_path = Path(model)
             check_targets({"input model": source_path}, {"output": out_path})
             stage(f"reading {source_path.name}")
-            loaded = read_model_file(source_path)
+            # Large weights in external data stay in their file until a pass needs their bytes
+            # (passes that declare `weights_on_disk` do not; ORT maps them) or the save copies them.
+            loaded = read_model_file(source_path, weights_on_disk=True)
             current, source_external = loaded.model, loaded.external_data
             # `current` is the one reference the run keeps: a pass's input is freed once the
             # pass returns (a model and its successor never both stay, nor the file's).
@@ -274,6 +280,9 @@ class Pipeline:
         record = PassRecord(p.name, dict(p.options), 0.0, before, before, False)
         report.passes.append(record)
         try:
+            if not p.weights_on_disk and has_weights_on_disk(model):
+                ctx.stage("reading the weights it needs from the data file")
+                load_weights(model)
             ctx.stage("running")
             # Passes get the model itself: the pipeline keeps no other reference to it, and a
             # failed pass ends the run, so a copy per pass would only cost time and memory.

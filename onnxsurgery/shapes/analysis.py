@@ -19,6 +19,7 @@ from onnx import numpy_helper
 from onnxsurgery.model.dtypes import elem_type_of
 from onnxsurgery.model.io import weightless
 from onnxsurgery.model.signature import fixed_size
+from onnxsurgery.model.tensors import on_disk, tensor_array
 from onnxsurgery.model.walk import subgraphs
 from onnxsurgery.shapes.dims import Dim, as_dim
 
@@ -324,13 +325,13 @@ class Constants(MutableMapping[str, np.ndarray]):
 
     def add_tensor(self, tensor: onnx.TensorProto) -> None:
         """Hold ``tensor`` (an initializer): an array now, or, for a weight, when first read."""
-        lazy = tensor.data_type in _LAZY_TYPES and not tensor.external_data
+        lazy = on_disk(tensor) or (tensor.data_type in _LAZY_TYPES and not tensor.external_data)
         self._entries[tensor.name] = tensor if lazy else numpy_helper.to_array(tensor)
 
     def __getitem__(self, name: str) -> np.ndarray:
         value = self._entries[name]
-        if isinstance(value, onnx.TensorProto):
-            value = self._entries[name] = numpy_helper.to_array(value)
+        if isinstance(value, onnx.TensorProto):  # a weight's array, read from its file if on disk
+            value = self._entries[name] = tensor_array(value)
         return value
 
     def __setitem__(self, name: str, value: np.ndarray) -> None:

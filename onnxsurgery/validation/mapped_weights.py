@@ -7,6 +7,10 @@ file beside a weightless copy of the model; ORT maps that file, so the weights s
 twice, and a second session over another weightless copy (symbolize's rewritten model) maps the
 same file. ``create_session`` (:mod:`onnxsurgery.validation.runtime`) takes this route for a
 model of 2 GB and more, or of :data:`MAPPED_BYTES` and more when asked (``mapped=True``).
+
+A weight the loader left on disk (``model.tensors.on_disk``) needs no file written: ORT maps it
+from the data file the model was loaded from (:class:`DiskWeight`, :func:`point_at_disk`), and
+the weights sit in memory once, in ORT's mapping.
 """
 
 from __future__ import annotations
@@ -29,8 +33,19 @@ from onnxsurgery.model.io import (
     tensor_nbytes,
     weightless,
 )
+from onnxsurgery.model.tensors import disk_location, on_disk
 
-__all__ = ["MAPPED_BYTES", "FileWeight", "filled_from_file", "held_bytes", "write_mapped"]
+__all__ = [
+    "MAPPED_BYTES",
+    "DiskWeight",
+    "FileWeight",
+    "disk_weight",
+    "filled_from_disk",
+    "filled_from_file",
+    "held_bytes",
+    "point_at_disk",
+    "write_mapped",
+]
 
 #: From this many bytes of tensors a session asked for with ``mapped=True`` maps its weights
 #: from a file: BERT-base's check, peak RSS 1359 -> 944 MiB. Below, the file's fixed costs (a
@@ -50,6 +65,47 @@ class FileWeight:
     length: int
     data_type: int
     dims: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DiskWeight:
+    """A weight ORT maps from the data file its model was loaded from (a weight the loader left
+    on disk): the file's absolute path, the weight's offset and length there, its type and dims."""
+
+    path: str
+    offset: int
+    length: int
+    data_type: int
+    dims: tuple[int, ...]
+
+
+def disk_weight(tensor: onnx.TensorProto) -> DiskWeight:
+    """Where a weight left on disk (``model.tensors.on_disk``) lies, for a session to map it."""
+    path, offset, length = disk_location(tensor)  # type: ignore[misc]
+    return DiskWeight(path, offset, length, tensor.data_type, tuple(tensor.dims))
+
+
+def filled_from_disk(model: onnx.ModelProto, shared: Mapping[str, object]) -> bool:
+    """Whether a session over ``model`` maps weights from a loaded model's data file: a weight
+    of ``model`` left on disk, or a placeholder ``shared`` fills with a :class:`DiskWeight`."""
+    return any(
+        on_disk(t) or (is_placeholder(t) and isinstance(shared.get(t.name), DiskWeight))
+        for t in model.graph.initializer
+    )
+
+
+def point_at_disk(tensors: list[tuple[onnx.TensorProto, DiskWeight]]) -> str:
+    """Make each tensor (of a weightless copy ORT parses from bytes) name where its weight lies,
+    relative to one folder holding every such file; returns that folder, for ORT's
+    ``session.model_external_initializers_file_folder_path``."""
+    folder = os.path.commonpath([os.path.dirname(w.path) for _, w in tensors])
+    for tensor, weight in tensors:
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        at = (os.path.relpath(weight.path, folder), weight.offset, weight.length)
+        for key, value in zip(("location", "offset", "length"), at, strict=True):
+            tensor.external_data.add(key=key, value=str(value))
+    return folder
 
 
 #: Memory-backed temporary files where the system has them: the weights' file there is written

@@ -40,13 +40,18 @@ from onnxsurgery.model.io import (
     weight_stub,
     weightless,
 )
+from onnxsurgery.model.tensors import on_disk
 from onnxsurgery.model.walk import default_opset
 from onnxsurgery.validation import watchdog
 from onnxsurgery.validation.mapped_weights import (
     MAPPED_BYTES,
+    DiskWeight,
     FileWeight,
+    disk_weight,
+    filled_from_disk,
     filled_from_file,
     held_bytes,
+    point_at_disk,
     write_mapped,
 )
 
@@ -344,14 +349,18 @@ def create_session(
     shared = share_with if isinstance(share_with, Mapping) else session_weights(share_with)
     with quiet_stderr():
         if isinstance(model, onnx.ModelProto):
-            if (
+            if not filled_from_disk(model, shared) and (
                 is_large(model)
                 or filled_from_file(model, shared)
                 or (mapped and held_bytes(model) >= MAPPED_BYTES)
             ):
                 return _session_over_file(model, shared, options, choice.providers, bare)
-            bare, weights, arrays = _split_weights(model, shared, bare)
-            if is_large(bare):
+            bare, weights, arrays, folder = _split_weights(model, shared, bare)
+            if folder is not None:  # weights ORT maps from the file the model was loaded from
+                options.add_session_config_entry(
+                    "session.model_external_initializers_file_folder_path", folder
+                )
+            if is_large(bare, left_out=_external):
                 with tempfile.TemporaryDirectory(prefix="onnxsurgery-session-") as tmp:
                     path = save_model(model, Path(tmp) / "model.onnx", external_data=True)
                     return ort.InferenceSession(str(path), options, providers=choice.providers)
@@ -370,7 +379,7 @@ def create_session(
 #: that goes to ORT inside the model), or where it lies in a file ORT maps. The OrtValue is
 #: named as text: reading ``ort.OrtValue`` here would import onnxruntime with onnxsurgery (see
 #: ``ort`` above).
-SharedWeight = tuple[np.ndarray, "ort.OrtValue | None"] | FileWeight
+SharedWeight = tuple[np.ndarray, "ort.OrtValue | None"] | FileWeight | DiskWeight
 
 
 def _session_over_file(
@@ -412,18 +421,29 @@ def goes_by_path(model: onnx.ModelProto) -> bool:
 
 
 def _passed_as_ortvalue(tensor: onnx.TensorProto) -> bool:
-    return tensor.data_type in _NUMPY_WEIGHTS and (
-        is_placeholder(tensor) or weight_stub(tensor) is not None
+    """Handed to ORT as an OrtValue, or mapped from the file the model was loaded from."""
+    return on_disk(tensor) or (
+        tensor.data_type in _NUMPY_WEIGHTS
+        and (is_placeholder(tensor) or weight_stub(tensor) is not None)
     )
+
+
+def _external(tensor: onnx.TensorProto) -> bool:
+    return tensor.data_location == onnx.TensorProto.EXTERNAL
 
 
 def _split_weights(
     model: onnx.ModelProto,
     shared: Mapping[str, SharedWeight],
     made: onnx.ModelProto | None = None,
-) -> tuple[onnx.ModelProto, dict[str, ort.OrtValue], dict[str, SharedWeight]]:
-    """The model without its large weights' data, those weights as OrtValues by name, and
-    (array, OrtValue) by name for a later session to share.
+) -> tuple[onnx.ModelProto, dict[str, ort.OrtValue], dict[str, SharedWeight], str | None]:
+    """The model without its large weights' data, those weights as OrtValues by name,
+    (array, OrtValue) by name for a later session to share, and the folder ORT maps weights
+    from (None when none of the weights lies on disk).
+
+    A weight the loader left on disk (or a placeholder ``shared`` fills with a
+    :class:`DiskWeight`) is named, in the copy ORT parses, where it lies in its data file:
+    ORT maps it from there (:func:`point_at_disk`).
 
     ORT then parses a small model and takes each weight from a numpy view of the model's own
     bytes (``SessionOptions.add_external_initializers``), instead of a serialized copy of the
@@ -439,13 +459,31 @@ def _split_weights(
     originals = {t.name: t for t in model.graph.initializer}
     weights: dict[str, ort.OrtValue] = {}
     arrays: dict[str, SharedWeight] = {}
+    from_disk: list[tuple[onnx.TensorProto, DiskWeight]] = []
     for k, stub in enumerate(bare.graph.initializer):
         original = originals[stub.name]
         if stub.data_location != onnx.TensorProto.EXTERNAL:
             continue
+        if on_disk(original):
+            arrays[stub.name] = disk_weight(original)
+            from_disk.append((bare.graph.initializer[k], arrays[stub.name]))
+            continue
         if original.data_location == onnx.TensorProto.EXTERNAL:
             if original.external_data and original.external_data[0].value == PLACEHOLDER:
                 known = shared.get(stub.name)
+                if isinstance(known, DiskWeight):
+                    if (known.data_type, known.dims) != (stub.data_type, tuple(stub.dims)):
+                        raise ValueError(
+                            f"weight {stub.name!r} is a placeholder no shared weight fills"
+                        )
+                    arrays[stub.name] = known
+                    from_disk.append((bare.graph.initializer[k], known))
+                    continue
+                if isinstance(known, FileWeight):
+                    raise ValueError(
+                        f"weight {stub.name!r} lies in a mapped file, others in the model's own "
+                        "data file: a session maps one folder"
+                    )
                 if known is None or (
                     (known[0].nbytes, known[0].ndim) != (tensor_nbytes(stub), 1)
                     if known[1] is None
@@ -475,7 +513,7 @@ def _split_weights(
         else:
             arrays[stub.name] = (array, ort.OrtValue.ortvalue_from_numpy(array))
         weights[stub.name] = arrays[stub.name][1]
-    return bare, weights, arrays
+    return bare, weights, arrays, point_at_disk(from_disk) if from_disk else None
 
 
 def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:

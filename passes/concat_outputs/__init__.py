@@ -54,6 +54,7 @@ class ConcatOutputs(Pass):
     """
 
     name = "concat-outputs"
+    weights_on_disk = True
 
     def __init__(
         self,

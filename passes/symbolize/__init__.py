@@ -110,6 +110,7 @@ class Symbolize(Pass):
     """
 
     name = "symbolize"
+    weights_on_disk = True
 
     def __init__(
         self,

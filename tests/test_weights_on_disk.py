@@ -1,0 +1,232 @@
+"""Weights left on disk: the pipeline reads a model with external data without its large weights.
+
+The oracle throughout is the path every release so far has taken: the same chain on the same
+model with every weight in memory (``onnx.load``), saved with external data. A run that leaves
+the weights in their file must write the very same bytes, fail with the very same message, and
+give ONNX Runtime the very same weights.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from fixture_manifest import load_manifest
+from onnx import numpy_helper
+
+from onnxsurgery.errors import ModelLoadError, ModelSaveError, OnnxSurgeryError
+from onnxsurgery.model.io import load_weights, read_model_file, save_model
+from onnxsurgery.model.tensors import on_disk, tensor_array
+from onnxsurgery.pipeline import Pass, PassContext, PassResult, Pipeline, run
+from onnxsurgery.validation.runtime import create_session, run_session
+
+FIXTURES = [e for e in load_manifest() if e.exported]
+
+
+def _external_copy(model_path: Path, folder: Path, *, location: str | None = None) -> Path:
+    """``model_path`` saved by onnx with every tensor of 1 KiB and more in one data file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / "model.onnx"
+    onnx.save(
+        onnx.load(str(model_path)),
+        str(target),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=location or "model.onnx.data",
+        size_threshold=1024,
+    )
+    return target
+
+
+def _on_disk_names(model: onnx.ModelProto) -> list[str]:
+    return [t.name for t in model.graph.initializer if on_disk(t)]
+
+
+def _with_weights(fixture) -> bool:
+    model = onnx.load(str(fixture.model_path))
+    return any(
+        t.data_type == onnx.TensorProto.FLOAT and t.HasField("raw_data") and len(t.raw_data) >= 1024
+        for t in model.graph.initializer
+    )
+
+
+WEIGHTED = [f for f in FIXTURES if _with_weights(f)]
+
+
+def test_fixtures_with_weights_are_many():
+    assert len(WEIGHTED) >= 20, [str(f) for f in WEIGHTED]
+
+
+@pytest.mark.parametrize("fixture", WEIGHTED, ids=str)
+def test_weights_left_on_disk_read_back_as_onnx_loads_them(fixture, tmp_path):
+    path = _external_copy(fixture.model_path, tmp_path)
+    eager = {t.name: t for t in onnx.load(str(path)).graph.initializer}
+    lazy = read_model_file(path, weights_on_disk=True).model
+    names = _on_disk_names(lazy)
+    assert names, "no weight was left on disk"
+    for tensor in lazy.graph.initializer:
+        want = numpy_helper.to_array(eager[tensor.name])
+        got = tensor_array(tensor)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.tobytes() == want.tobytes(), tensor.name
+        if not on_disk(tensor):  # everything not left on disk is loaded as onnx loads it
+            assert tensor.SerializeToString() == eager[tensor.name].SerializeToString()
+    # read in, the model is the one onnx loads (data_location aside: onnx sets it to DEFAULT)
+    load_weights(lazy)
+    assert not _on_disk_names(lazy)
+    for tensor in lazy.graph.initializer:
+        assert tensor.raw_data == eager[tensor.name].raw_data or not eager[tensor.name].raw_data
+
+
+CHAINS = [
+    "cleanup, infer-shapes",
+    "symbolize(*:0=batch)",
+    "fold-constants",
+    "compat, concat-outputs",
+]
+
+
+def _outcome(model, chain, **kwargs) -> tuple[str, onnx.ModelProto | None]:
+    try:
+        report = run(model, chain, **kwargs)
+    except OnnxSurgeryError as exc:
+        return f"{type(exc).__name__}: {exc}", None
+    return "ok", report.model
+
+
+@pytest.mark.parametrize("chain", CHAINS)
+@pytest.mark.parametrize("fixture", WEIGHTED, ids=str)
+def test_a_chain_on_weights_left_on_disk_writes_what_it_writes_with_them_in_memory(
+    fixture, chain, tmp_path
+):
+    path = _external_copy(fixture.model_path, tmp_path / "in")
+    out_memory, out_disk = tmp_path / "memory" / "m.onnx", tmp_path / "disk" / "m.onnx"
+    out_memory.parent.mkdir()
+    out_disk.parent.mkdir()
+    said_memory, model = _outcome(onnx.load(str(path)), chain)
+    if model is not None:
+        save_model(model, out_memory, external_data=True)
+    said_disk, _ = _outcome(path, chain, output=out_disk)
+    assert said_disk == said_memory.replace("model:", f"{path}:")
+    if model is None:
+        assert not out_disk.exists()
+        return
+    assert out_disk.read_bytes() == out_memory.read_bytes()
+    data = Path(str(out_disk) + ".data")
+    assert data.read_bytes() == Path(str(out_memory) + ".data").read_bytes()
+
+
+@pytest.mark.parametrize("fixture", WEIGHTED[:8], ids=str)
+def test_validation_on_weights_left_on_disk_says_what_it_says_with_them_in_memory(
+    fixture, tmp_path
+):
+    """Against the fixture's torch references, at the traced size and others."""
+    path = _external_copy(fixture.model_path, tmp_path)
+    chain = "symbolize(*:0=batch), validate"
+    said_memory, _ = _outcome(onnx.load(str(path)), chain, references=fixture.references_dir)
+    said_disk, model = _outcome(path, chain, references=fixture.references_dir)
+    assert said_disk == said_memory.replace("model:", f"{path}:")
+
+
+def test_a_session_takes_the_weights_from_the_file_the_model_was_loaded_from(tmp_path):
+    fixture = next(f for f in WEIGHTED if f.name == "attention_block")
+    path = _external_copy(fixture.model_path, tmp_path)
+    lazy = read_model_file(path, weights_on_disk=True).model
+    eager = onnx.load(str(path))
+    feeds = {
+        i.name: np.random.default_rng(0).standard_normal(
+            [d.dim_value for d in i.type.tensor_type.shape.dim]
+        ).astype(np.float32)
+        for i in eager.graph.input
+    }
+    names = [o.name for o in eager.graph.output]
+    assert _on_disk_names(lazy)
+    got = run_session(create_session(lazy, "cpu"), names, feeds)
+    assert _on_disk_names(lazy)  # the session read them; the model still does not hold them
+    want = run_session(create_session(eager, "cpu"), names, feeds)
+    for a, b in zip(got, want, strict=True):
+        assert a.tobytes() == b.tobytes()
+
+
+class _Weights(Pass):
+    """Read every weight's values (a pass that does not declare weights_on_disk)."""
+
+    name = "read-weights"
+
+    def run(self, model: onnx.ModelProto, ctx: PassContext) -> PassResult:
+        assert not _on_disk_names(model)
+        total = sum(float(numpy_helper.to_array(t).sum()) for t in model.graph.initializer
+                    if t.data_type == onnx.TensorProto.FLOAT)
+        return PassResult(model, modified=False, report={"total": total})
+
+
+def test_a_pass_that_does_not_say_it_takes_weights_on_disk_gets_them_all_in_memory(tmp_path):
+    fixture = WEIGHTED[0]
+    path = _external_copy(fixture.model_path, tmp_path)
+    report = Pipeline([_Weights()]).run(path)
+    want = sum(
+        float(numpy_helper.to_array(t).sum())
+        for t in onnx.load(str(path)).graph.initializer
+        if t.data_type == onnx.TensorProto.FLOAT
+    )
+    assert report.passes[0].report == {"total": want}
+
+
+def test_the_report_hands_over_a_model_with_every_weight_in_it(tmp_path):
+    fixture = next(f for f in WEIGHTED if f.name == "attention_block")
+    path = _external_copy(fixture.model_path, tmp_path / "in")
+    report = run(path, "cleanup")
+    assert _on_disk_names(report.held_model)  # the run itself never read them in
+    model = report.model
+    assert not _on_disk_names(model)
+    onnx.save(model, str(tmp_path / "plain.onnx"))  # a model any tool can save and load
+    reloaded = onnx.load(str(tmp_path / "plain.onnx"))
+    eager = {t.name: t.raw_data for t in onnx.load(str(path)).graph.initializer}
+    for tensor in reloaded.graph.initializer:
+        if tensor.name in eager and eager[tensor.name]:
+            assert tensor.raw_data == eager[tensor.name]
+
+
+def test_an_output_that_replaces_the_data_file_weights_are_read_from(tmp_path):
+    """The model names its data ``out.onnx.data``; writing ``out.onnx`` replaces that file."""
+    fixture = next(f for f in WEIGHTED if f.name == "attention_block")
+    path = _external_copy(fixture.model_path, tmp_path, location="out.onnx.data")
+    eager = onnx.load(str(path))
+    report = run(path, "cleanup", output=tmp_path / "out.onnx")
+    written = onnx.load(str(tmp_path / "out.onnx"))
+    for got, model in ((written, "written"), (report.model, "report")):
+        values = {t.name: numpy_helper.to_array(t).tobytes() for t in got.graph.initializer}
+        for tensor in eager.graph.initializer:
+            if tensor.name in values:
+                assert values[tensor.name] == numpy_helper.to_array(tensor).tobytes(), model
+
+
+def test_a_data_file_cut_short_after_loading_is_an_error_and_nothing_is_written(tmp_path):
+    fixture = next(f for f in WEIGHTED if f.name == "attention_block")
+    path = _external_copy(fixture.model_path, tmp_path / "in")
+    model = read_model_file(path, weights_on_disk=True).model
+    data = tmp_path / "in" / "model.onnx.data"
+    with open(data, "r+b") as fh:
+        fh.truncate(os.path.getsize(data) // 2)
+    out = tmp_path / "out.onnx"
+    with pytest.raises(ModelSaveError, match="no longer holds bytes") as caught:
+        save_model(model, out, external_data=True)
+    assert str(data.resolve()) in str(caught.value)
+    assert not out.exists() and not Path(str(out) + ".data").exists()
+    assert os.listdir(tmp_path) == ["in"]
+    with pytest.raises(ModelLoadError, match="changed since the model was loaded"):
+        load_weights(model)
+
+
+def test_weights_on_disk_saved_inline_are_the_bytes_of_the_model_loaded_whole(tmp_path):
+    fixture = next(f for f in WEIGHTED if f.name == "attention_block")
+    path = _external_copy(fixture.model_path, tmp_path / "in")
+    lazy = read_model_file(path, weights_on_disk=True).model
+    eager = read_model_file(path).model
+    save_model(lazy, tmp_path / "lazy.onnx", external_data=False)
+    save_model(eager, tmp_path / "eager.onnx", external_data=False)
+    assert (tmp_path / "lazy.onnx").read_bytes() == (tmp_path / "eager.onnx").read_bytes()
+    assert _on_disk_names(lazy)  # saving inline read them into a copy, not into the model
