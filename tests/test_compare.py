@@ -394,3 +394,98 @@ def test_non_contiguous_outputs_compare_like_their_copies(monkeypatch) -> None:
     a = e + np.float32(3e-3)
     r = compare_arrays(a.T, e.T)  # transposed views: reshape(-1) copies, results the same
     assert r.to_dict() == compare_arrays(a.T.copy(), e.T.copy()).to_dict()
+
+
+# -- the near-zero walk: after the first chunk, only elements with a small reference are measured --
+
+
+def _whole_array(a: np.ndarray, e: np.ndarray, atol: float, rtol: float) -> dict:
+    """Worst element, max_rel and mismatch count over the whole array at once, in the work
+    dtype's own arithmetic (float32 for float16/float32, float64 otherwise), as numpy does it."""
+    work = np.float64 if a.dtype == np.float64 or a.dtype.kind in "iu" else np.float32
+    d = np.abs(np.subtract(a.reshape(-1), e.reshape(-1), dtype=work))
+    m = np.abs(e.reshape(-1).astype(work))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(m > 0, d / m, 0)
+    excess = d - (m * rtol + atol)
+    return {
+        "worst": int(np.argmax(excess)),
+        "max_rel": float(rel.max()),
+        "mismatches": int(np.count_nonzero(~np.isclose(a, e, rtol=rtol, atol=atol))),
+    }
+
+
+def _patterns(dtype, rng: np.random.Generator):
+    """(name, actual, expected, atol, rtol, whether the near-zero walk can be taken): references
+    with small and zero elements, errors from rounding-sized to past the tolerance, ties between
+    chunks."""
+    n = 4000
+    if np.dtype(dtype).kind in "iu":
+        e = rng.integers(-1000, 1000, n).astype(dtype)
+        a = e.copy()
+        a[[100, 2500, 3999]] += 1
+        # an error of 1 could beat the worst at any reference under 500: no bound worth using
+        yield "ints off by 1", a, e, 2.0, 1e-3, False
+        a[3000] += 5
+        yield "ints off by 1, one by 6", a, e, 2.0, 1e-3, False
+        return
+    e = rng.standard_normal(n).astype(dtype)
+
+    def offset(ref: np.ndarray, by: float) -> np.ndarray:
+        return (ref.astype(np.float64) + by).astype(dtype)
+
+    yield "constant offset", offset(e, 1e-6), e, 1e-4, 1e-3, True
+    late = offset(e, 1e-6)
+    late[3700] += 1  # a large error at a large reference, in a late chunk: a mismatch
+    late[2900] = e[2900] + dtype(0.5)
+    yield "late mismatches", late, e, 1e-4, 1e-3, True
+    # the worst element early at a small reference, the largest error at a large one; later,
+    # smaller mismatches (at references past where the worst could be beaten) all count
+    big = rng.uniform(6, 10, n).astype(dtype)
+    big[[300, 301]] = [1e-3, 10]
+    early = offset(big, 1e-6)
+    early[[300, 301]] = offset(big[[300, 301]], 0.05)
+    early[[2100, 3300]] = offset(big[[2100, 3300]], 0.02)
+    yield "early worst, later mismatches", early, big, 1e-4, 1e-3, False
+    small = e.copy()
+    small[[1000, 3000]] = 1e-3  # references that small decide max_rel late in the walk
+    yield "small references late", offset(small, 3e-6), small, 1e-4, 1e-3, True
+    tie, tie_e = offset(e, 1e-6), e.copy()
+    tie_e[[700, 2000, 3500]] = 1e-3  # three equal worst elements, none out of tolerance
+    tie[[700, 2000, 3500]] = offset(tie_e[[700]], 5e-5)[0]
+    yield "ties", tie, tie_e, 1e-4, 1e-3, True
+    yield "rtol 0", offset(e, 1e-6), e, 1e-4, 0.0, True
+    noisy = (e.astype(np.float64) * (1 + rng.standard_normal(n) * 1e-4)).astype(dtype)
+    yield "relative noise", noisy, e, 1e-5, 1e-5, False  # max_rel anywhere: no bound
+    yield "atol 0", noisy, e, 0.0, 1e-3, False
+    relu = np.maximum(e, 0)
+    yield "mostly zeros", offset(relu, 1e-6), relu, 1e-4, 1e-3, False
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32])
+def test_near_zero_walk_gives_the_whole_chunk_figures(monkeypatch, dtype) -> None:
+    """The walk that measures only small-reference elements after the first chunk gives the
+    figures, bit for bit, of measuring every element (the fast path switched off), and the worst
+    element, max_rel and count of numpy's arithmetic over the whole array at once."""
+    monkeypatch.setattr(compare_mod, "CHUNK", 256)
+    taken = []
+    near_zero_only = compare_mod._Stats._near_zero_only
+
+    def counting(self, *args):  # type: ignore[no-untyped-def]
+        taken.append(near_zero_only(self, *args))
+        return taken[-1]
+
+    for name, a, e, atol, rtol, walks in _patterns(dtype, np.random.default_rng(11)):
+        taken.clear()
+        monkeypatch.setattr(compare_mod._Stats, "_near_zero_only", counting)
+        fast = compare_arrays(a, e, atol=atol, rtol=rtol)
+        monkeypatch.setattr(compare_mod._Stats, "_near_zero_only", lambda *args: False)
+        every = compare_arrays(a, e, atol=atol, rtol=rtol)
+        assert fast.to_dict() == every.to_dict(), name
+        if walks:  # the first chunk sets what later ones must beat
+            assert taken.count(True) >= len(taken) // 2, f"{name}: near-zero walk taken {taken}"
+        want = _whole_array(a, e, atol, rtol)
+        assert fast.mismatches == want["mismatches"], name
+        assert fast.max_rel == want["max_rel"], name
+        if fast.max_abs:
+            assert fast.worst_index == (want["worst"],), name

@@ -11,12 +11,14 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+import onnxsurgery
 from onnxsurgery.errors import ReferenceDataError
 from onnxsurgery.validation.against_references import validate
 from onnxsurgery.validation.recording import record
 from onnxsurgery.validation.references import (
     ALIGNMENT,
     Case,
+    CaseStream,
     bind_cases,
     load_cases,
     save_case,
@@ -456,3 +458,74 @@ def test_ort_sees_the_same_inputs_as_from_onnx_decoding(tmp_path: Path) -> None:
     in_memory = validate(model, [Case("test_data_set_0", {x_name: x}, {y_name: y})], provider="cpu")
     assert on_disk.cases[0].outputs[0].max_abs is not None
     assert on_disk.cases[0].outputs[0].to_dict() == in_memory.cases[0].outputs[0].to_dict()
+
+
+# --------------------------------------------------------------------------------------------
+# a stream of cases: each read (and bound) when asked for
+
+
+def test_case_stream_reads_and_binds_each_case_when_asked(tmp_path: Path) -> None:
+    for k in range(3):
+        case_dir = tmp_path / f"test_data_set_{k}"
+        case_dir.mkdir()
+        _write(case_dir / "input_0.pb", np.full(2, k, np.float32))  # unnamed: bound by position
+        _write(case_dir / "output_0.pb", np.full(2, 10 * k, np.float32), name="y")
+    stream = CaseStream(tmp_path, ["x"], ["out"])
+    assert len(stream) == 3
+    cases = list(stream)
+    assert [c.name for c in cases] == ["test_data_set_0", "test_data_set_1", "test_data_set_2"]
+    assert all(list(c.inputs) == ["x"] and list(c.outputs) == ["y"] for c in cases)
+    np.testing.assert_array_equal(stream[2].inputs["x"], np.full(2, 2, np.float32))
+    assert [c.name for c in stream[1:]] == ["test_data_set_1", "test_data_set_2"]
+    assert stream[1] is not stream[1]  # nothing is kept: read again
+    (tmp_path / "test_data_set_1" / "output_0.pb").write_bytes(b"\x0a\xff")  # broken after
+    assert stream[0].name == "test_data_set_0"  # the others still read
+    with pytest.raises(ReferenceDataError, match="test_data_set_1"):
+        stream[1]
+    with pytest.raises(ReferenceDataError, match="does not exist"):  # the layout: at once
+        CaseStream(tmp_path / "nowhere", ["x"], None)
+
+
+def test_case_stream_binding_errors_name_the_case(tmp_path: Path) -> None:
+    case_dir = tmp_path / "test_data_set_0"
+    case_dir.mkdir()
+    _write(case_dir / "input_0.pb", np.zeros(2, np.float32))
+    _write(case_dir / "output_0.pb", np.zeros(2, np.float32))
+    stream = CaseStream(tmp_path, ["x", "mask"], None)
+    with pytest.raises(ReferenceDataError, match="input_0.pb has no tensor name") as info:
+        stream[0]
+    assert str(case_dir) in str(info.value)
+
+
+def _big_cases(tmp_path: Path, count: int, size: int) -> tuple[onnx.ModelProto, Path]:
+    """A one-Neg model and ``count`` cases of ``size`` float32 elements in and out."""
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Neg", ["x"], ["y"])],
+        "neg",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [size])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [size])],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    rng = np.random.default_rng(0)
+    for k in range(count):
+        x = rng.standard_normal(size, dtype=np.float32)
+        save_case(Case(f"c{k}", {"x": x}, {"y": -x}), tmp_path / "ref", index=k)
+    return model, tmp_path / "ref"
+
+
+@pytest.mark.parametrize("chain", ["validate(provider=cpu)", "cleanup"])
+def test_pipeline_validation_holds_one_case_at_a_time(tmp_path: Path, chain: str) -> None:
+    """`run --passes validate` and a run's final validation read each case as it runs: the
+    peak of what numpy allocates stays near one case, not the 8 cases' 64 MiB."""
+    size = 1 << 20  # 4 MiB per array, 8 MiB per case
+    model, ref = _big_cases(tmp_path, 8, size)
+    tracemalloc.start()
+    try:
+        report = onnxsurgery.run(model, chain, references=ref, provider="cpu")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert report.validation and len(report.validation.cases) == 8
+    case_bytes = 2 * size * 4
+    assert peak < 2.5 * case_bytes, f"peak {peak / 2**20:.1f} MiB, one case {case_bytes / 2**20:.0f} MiB"

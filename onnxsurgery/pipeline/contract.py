@@ -33,7 +33,7 @@ returns a half-edited graph as success: when it cannot do its job it raises
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -102,14 +102,16 @@ class PassContext:
     the output maps of the passes that already ran, in order; ``provider`` is the ONNX Runtime
     provider choice (``auto``, ``cuda``, ``cpu``); ``source`` is the input model's path, when the
     model came from a file; passes report their stages through :meth:`stage`. ``cases`` are the
-    cases read from ``references`` once, before the first pass, their unnamed ``input_K`` /
-    ``output_K`` bound to the input model's inputs and outputs (later passes may change the
-    outputs; ``map_outputs`` follows them from there).
+    cases under ``references``, their unnamed ``input_K`` / ``output_K`` bound to the input
+    model's inputs and outputs (later passes may change the outputs; ``map_outputs`` follows them
+    from there): a sequence that reads each case from disk when it is asked for
+    (:class:`~onnxsurgery.validation.references.CaseStream`), so a pass that goes through them in
+    turn holds one at a time.
     """
 
     provider: str = "auto"
     references: Path | None = None
-    cases: list[Case] | None = None
+    cases: Sequence[Case] | None = None
     output_maps: list[OutputMap] = field(default_factory=list)
     source: Path | None = None
     #: ``(stage, done, total)``: where a long pass is, for a progress line (the CLI's, on a terminal).

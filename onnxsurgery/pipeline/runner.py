@@ -49,7 +49,7 @@ from onnxsurgery.pipeline.chain import PassSpec, build_passes, format_value, par
 from onnxsurgery.pipeline.contract import Pass, PassContext
 from onnxsurgery.pipeline.report import PassRecord, PipelineReport
 from onnxsurgery.validation.against_references import validate
-from onnxsurgery.validation.references import Case, bind_cases, load_cases
+from onnxsurgery.validation.references import CaseStream
 from onnxsurgery.validation.runtime import PROVIDERS
 
 __all__ = ["Pipeline", "run", "default_output_path", "pass_failure", "PIPELINE_METADATA_KEY"]
@@ -360,11 +360,12 @@ class Pipeline:
             )
 
 
-def _bound_cases(references: Path, model: onnx.ModelProto) -> list[Case]:
-    """The reference cases, unnamed tensors bound to ``model``'s inputs and outputs by position."""
+def _bound_cases(references: Path, model: onnx.ModelProto) -> CaseStream:
+    """The reference cases, unnamed tensors bound to ``model``'s inputs and outputs by position,
+    each read from disk when a pass asks for it (validation holds one case at a time)."""
     inits = {t.name for t in model.graph.initializer}
     inputs = [i.name for i in model.graph.input if i.name not in inits]
-    return bind_cases(load_cases(references), inputs, [o.name for o in model.graph.output])
+    return CaseStream(references, inputs, [o.name for o in model.graph.output])
 
 
 def run(

@@ -27,7 +27,13 @@ import onnx
 from onnxsurgery.errors import ReferenceDataError, UsageError
 from onnxsurgery.model.signature import CaseFailure
 from onnxsurgery.validation.case_runner import Expected, ModelRunner, run_cases
-from onnxsurgery.validation.references import Case, bind_cases, case_loaders, load_cases
+from onnxsurgery.validation.references import (
+    Case,
+    CaseStream,
+    bind_cases,
+    case_loaders,
+    load_cases,
+)
 from onnxsurgery.validation.report import ValidationReport
 from onnxsurgery.validation.runtime import ProviderChoice, resolve_provider
 from onnxsurgery.validation.tolerances import (
@@ -77,7 +83,8 @@ def validate(
     """Run ``model`` on every reference case and compare each output with torch's.
 
     ``references`` is a path :func:`onnxsurgery.validation.references.load_cases` reads (one
-    case at a time, as each runs) or a list of
+    case at a time, as each runs), a :class:`~onnxsurgery.validation.references.CaseStream`
+    (read the same way: the pipeline's cases) or a list of
     :class:`~onnxsurgery.validation.references.Case`. ``atol``/``rtol`` apply to floating outputs;
     ``tolerances`` maps an output name to ``(atol, rtol)`` (``None`` keeps the default) and is
     the only way to loosen bool/int outputs, which are otherwise compared exactly.
@@ -95,6 +102,8 @@ def validate(
     loaders = None
     if isinstance(references, (str, os.PathLike)):
         loaders, reference = case_loaders(references), os.fspath(references)
+    elif isinstance(references, CaseStream):  # read from disk as each case runs, like a path
+        loaders, reference = references.loaders(), None
     else:
         cases, reference = _as_cases(references)
     choice = provider if isinstance(provider, ProviderChoice) else resolve_provider(provider)

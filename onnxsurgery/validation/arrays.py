@@ -343,6 +343,13 @@ class _Stats:
         )
         n = min(CHUNK, e_flat.size)
         real = np.dtype(np.float64) if work.kind == "c" else work
+        # the tolerances as the chunk's arithmetic sees them (numpy rounds a Python float to the
+        # array's float32); the near-zero walk may skip elements only for real, inexact work
+        self._near_zero = work.kind == "f" and not compare_native
+        self._atol_w, self._rtol_w = work.type(atol), work.type(rtol)
+        self._bound_key: tuple[float, float, float] | None = None
+        self._bound: Any = None
+        self._near_misses = 0
         self._diff = np.empty(n, real)
         self._mag = np.empty(n, real)
         self._tmp = np.empty(n, real)
@@ -422,6 +429,12 @@ class _Stats:
         self.max_abs = max(self.max_abs, chunk_max)
         # float32 pairwise sum per chunk (relative error ~1e-7), chunks accumulated in float64
         self._sum_abs += float(np.add.reduce(diff))
+        if (
+            skip is None
+            and self._near_zero
+            and self._near_zero_only(diff, mag, chunk_max, start, atol, rtol)
+        ):
+            return
         if chunk_max > 0:  # max |a - e| / |e| over nonzero references
             np.divide(diff, mag, out=tmp)
             rel = float(np.fmax.reduce(tmp))  # 0/0 (exact match on a zero) is NaN: ignored
@@ -451,6 +464,87 @@ class _Stats:
         if worst + atol > self._excess:
             self._excess = worst + atol
             self._worst = start + i
+
+    def _near_zero_only(
+        self, diff: np.ndarray, mag: np.ndarray, chunk_max: float, start: int, atol: float, rtol: float
+    ) -> bool:
+        """The rest of a chunk's statistics from the few elements that can change them.
+
+        Once a worst element and a ``max_rel`` are at hand, an element can raise ``max_rel``,
+        become the worst element or fail the tolerance test only where its reference is small:
+        ``|a - e| / |e|`` and ``|a - e| - rtol * |e|`` both fall as ``|e|`` grows, and
+        ``|a - e|`` is at most ``max_abs``. :meth:`_near_bound` works out an ``|e|`` past which
+        no element can; the elements under it are measured exactly as the whole chunk would be,
+        in index order, so every figure comes out the same bit for bit. False when there is no
+        bound, or too many elements lie under it: the whole chunk is measured then.
+        """
+        key = (self.max_abs, self._excess, self.max_rel)
+        if key != self._bound_key:
+            self._bound_key, self._bound = key, self._near_bound(atol, rtol)
+        bound = self._bound
+        if bound is None:
+            return False
+        mask = self._mask[: diff.size]
+        np.less(mag, bound, out=mask)
+        near = mask.nonzero()[0]
+        if near.size > diff.size >> 4:
+            # gathering that many costs more than measuring the whole chunk (a reference that is
+            # mostly zeros, a loose bound): after a second such chunk, stop looking
+            self._near_misses += 1
+            self._near_zero = self._near_misses < 2
+            return False
+        if not near.size:
+            return True
+        d, m = diff[near], mag[near]
+        if chunk_max > 0:  # as the whole chunk: 0/0 is NaN, ignored; x/0 is left out
+            q = np.divide(d, m)
+            rel = float(np.fmax.reduce(q))
+            if not math.isfinite(rel):
+                positive = m > 0
+                rel = float(q[positive].max()) if positive.any() else 0.0
+            self.max_rel = max(self.max_rel, rel)
+        np.multiply(m, rtol, out=m)  # the whole chunk's arithmetic, element by element
+        m += atol
+        excess = np.subtract(d, m, out=d)
+        i = int(excess.argmax())
+        worst = float(excess[i])
+        if worst > 0:
+            self.mismatches += int(np.count_nonzero(excess > 0))
+        if worst + atol > self._excess:
+            self._excess = worst + atol
+            self._worst = start + int(near[i])
+        return True
+
+    def _near_bound(self, atol: float, rtol: float) -> Any:
+        """An ``|e|`` (a work-dtype scalar) at and past which no element whose ``|a - e|`` is
+        at most ``max_abs`` fails the tolerance test, beats the worst element so far, or raises
+        ``max_rel``; None when there is none to be had (no worst element or ``max_rel`` yet,
+        ``rtol`` 0 with an error past ``atol``, ...).
+
+        Each bound is guessed in float64 with a margin, then checked in the work dtype's own
+        arithmetic, the one the chunk uses: rounding is monotonic, so what holds at the bound
+        holds for every element past it.
+        """
+        d_max, best = self.max_abs, self._excess
+        if best == -math.inf or not math.isfinite(d_max):
+            return None
+        w = self._work.type
+        # the excess d - (|e| * rtol + atol) must stay <= 0 and not beat the worst so far
+        bound = w(0.0)
+        if rtol > 0:
+            need = max(0.0, (d_max - min(0.0, best - atol) - atol) / rtol)
+            bound = w(need + (need + atol / rtol) * 2.0**-12)
+        beyond = w(d_max) - (bound * self._rtol_w + self._atol_w)
+        if not (beyond <= 0 and float(beyond) + atol <= best):
+            return None
+        if d_max > 0:  # d / |e| <= max_abs / |e|, which past max_abs / max_rel is <= max_rel
+            if not self.max_rel > 0:
+                return None
+            rel_bound = w(d_max / self.max_rel * (1 + 2.0**-12))
+            if not float(w(d_max) / rel_bound) <= self.max_rel:
+                return None
+            bound = max(bound, rel_bound)
+        return bound
 
     def _settle_min_atol(
         self, a_flat: np.ndarray, e_flat: np.ndarray, atol: float, rtol: float

@@ -36,10 +36,10 @@ import shutil
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import onnx
@@ -50,6 +50,7 @@ from onnxsurgery.model.dtypes import np_dtype
 
 __all__ = [
     "Case",
+    "CaseStream",
     "case_loaders",
     "load_cases",
     "bind_cases",
@@ -387,6 +388,63 @@ def bind_cases(
             Case(name=case.name, inputs=inputs, outputs=outputs, source=case.source)
         )
     return bound
+
+
+class CaseStream(Sequence[Case]):
+    """The cases under a reference path, each read from disk when it is asked for and bound to
+    a model's inputs and outputs (:func:`bind_cases`) as it is read; nothing is kept, so a run
+    over them holds one case at a time (the pipeline's ``PassContext.cases``).
+
+    The layout is checked when the stream is made (:func:`case_loaders`: a missing path, no
+    cases); a case's own files, and its binding, when the case is read, with the same
+    ReferenceDataError :func:`load_cases` and :func:`bind_cases` raise. Reading a case twice
+    reads its files twice. :meth:`loaders` gives the readers themselves, one per case, for a
+    run that takes each case in turn
+    (:func:`~onnxsurgery.validation.against_references.validate` does).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        input_names: Sequence[str],
+        output_names: Sequence[str] | None,
+    ) -> None:
+        self.path = Path(path)
+        self.input_names = list(input_names)
+        self.output_names = list(output_names) if output_names is not None else None
+        self._loaders = case_loaders(path)
+
+    def __len__(self) -> int:
+        return len(self._loaders)
+
+    @overload
+    def __getitem__(self, index: int) -> Case: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Case]: ...
+    def __getitem__(self, index: int | slice) -> Case | list[Case]:
+        if isinstance(index, slice):
+            return [load() for load in self.loaders()[index]]
+        return self.loaders()[index]()
+
+    def __iter__(self) -> Iterator[Case]:
+        for load in self.loaders():
+            yield load()
+
+    def loaders(self) -> list[Callable[[], Case]]:
+        """One callable per case, in order, each reading its case and binding it when called."""
+        return [
+            functools.partial(_load_bound, load, self.input_names, self.output_names)
+            for load in self._loaders
+        ]
+
+    def __repr__(self) -> str:
+        return f"CaseStream({str(self.path)!r}, {len(self)} cases)"
+
+
+def _load_bound(
+    load: Callable[[], Case], input_names: Sequence[str], output_names: Sequence[str] | None
+) -> Case:
+    return bind_cases([load()], input_names, output_names)[0]
 
 
 def _bind(
