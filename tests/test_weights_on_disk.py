@@ -16,7 +16,9 @@ import onnx
 import pytest
 from fixture_manifest import load_manifest
 from onnx import numpy_helper
+from typer.testing import CliRunner
 
+from onnxsurgery.cli import app
 from onnxsurgery.errors import ModelLoadError, ModelSaveError, OnnxSurgeryError
 from onnxsurgery.model.io import load_weights, read_model_file, save_model
 from onnxsurgery.model.tensors import on_disk, tensor_array
@@ -86,6 +88,7 @@ CHAINS = [
     "symbolize(*:0=batch)",
     "fold-constants",
     "compat, concat-outputs",
+    "symbolize(*:0=batch), fold-constants, cleanup",  # weights read in midway, then saved
 ]
 
 
@@ -230,3 +233,28 @@ def test_weights_on_disk_saved_inline_are_the_bytes_of_the_model_loaded_whole(tm
     save_model(eager, tmp_path / "eager.onnx", external_data=False)
     assert (tmp_path / "lazy.onnx").read_bytes() == (tmp_path / "eager.onnx").read_bytes()
     assert _on_disk_names(lazy)  # saving inline read them into a copy, not into the model
+
+
+def test_keep_failed_from_the_cli_writes_the_failing_model_with_its_weights(tmp_path):
+    """``--keep-failed`` on a model whose weights the run left on disk: the kept model has them."""
+    fixture = next(f for f in WEIGHTED if f.name == "attention_block")
+    m = onnx.load(str(fixture.model_path))
+    for t in m.graph.initializer:  # changed weights: validation against torch must fail
+        if t.data_type == onnx.TensorProto.FLOAT and len(t.raw_data) >= 1024:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) + 1.0, t.name))
+    changed = tmp_path / "changed.onnx"
+    onnx.save(m, str(changed))
+    path = _external_copy(changed, tmp_path / "in")
+    kept, out = tmp_path / "kept.onnx", tmp_path / "out.onnx"
+    result = CliRunner().invoke(
+        app,
+        ["run", str(path), "--passes", "cleanup", "--ref", str(fixture.references_dir),
+         "--keep-failed", str(kept), "-o", str(out), "-q"],
+    )
+    assert result.exit_code == 1, result.output
+    assert not out.exists()
+    want = {t.name: numpy_helper.to_array(t).tobytes() for t in m.graph.initializer}
+    got = onnx.load(str(kept))
+    assert got.graph.initializer
+    for tensor in got.graph.initializer:
+        assert numpy_helper.to_array(tensor).tobytes() == want[tensor.name]
