@@ -15,11 +15,13 @@ themselves import what they need at their top, as everywhere in the project.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from collections.abc import Callable, Iterable, Mapping
+from types import ModuleType
 from typing import Any
 
-__all__ = ["lazy_exports"]
+__all__ = ["lazy_exports", "lazy_module"]
 
 
 def lazy_exports(
@@ -48,3 +50,19 @@ def lazy_exports(
         return sorted(set(namespace) | set(where) | set(submodules))
 
     return __getattr__, __dir__, list(where)
+
+
+def lazy_module(name: str) -> ModuleType:
+    """``name`` as a module that runs its import on first attribute access (the importlib docs'
+    ``LazyLoader`` recipe), registered in ``sys.modules`` so every ``import name`` shares it."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"No module named {name!r}")
+    loader = importlib.util.LazyLoader(spec.loader)
+    spec.loader = loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module

@@ -29,6 +29,7 @@ from onnxsurgery.model.io import (
 )
 from onnxsurgery.passes.cleanup import Cleanup
 from onnxsurgery.passes.symbolize import Symbolize
+from onnxsurgery.validation.mapped_weights import FileWeight
 from onnxsurgery.validation.runtime import create_session, goes_by_path, session_weights
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -416,7 +417,7 @@ def test_a_session_asked_for_mapped_weights_maps_them_from_the_size_on(monkeypat
     monkeypatch.setattr(runtime, "MAPPED_BYTES", 1024)
     assert isinstance(session_weights(create_session(model, "cpu"))["w32"], tuple)
     first = create_session(model, "cpu", mapped=True)
-    assert isinstance(session_weights(first)["w32"], runtime.FileWeight)
+    assert isinstance(session_weights(first)["w32"], FileWeight)
     second = create_session(weightless(model), "cpu", share_with=first)
     for session in (small, first, second):
         np.testing.assert_array_equal(session.run(None, x)[0], want)

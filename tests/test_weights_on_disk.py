@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 from onnxsurgery.cli import app
 from onnxsurgery.errors import ModelLoadError, ModelSaveError, OnnxSurgeryError
 from onnxsurgery.model.io import load_weights, read_model_file, save_model
-from onnxsurgery.model.tensors import on_disk, tensor_array
+from onnxsurgery.model.tensors import on_disk
+from onnxsurgery.model.weights_on_disk import tensor_array
 from onnxsurgery.pipeline import Pass, PassContext, PassResult, Pipeline, run
 from onnxsurgery.validation.runtime import create_session, run_session
 

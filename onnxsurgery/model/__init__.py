@@ -1,8 +1,10 @@
 """Models as files and graphs: what every pass and the CLI need to read, walk and write a model.
 
     io.py          load/save with external data (atomic, byte-identical), checker, shape inference
+    file_checks.py every way a model file can be wrong that onnx's checker lets through
     tensors.py     what tensors weigh (from dims, never data), is_large, the weight placeholders,
-                   weights left on disk (on_disk, tensor_array)
+                   which weights are left on disk (on_disk)
+    weights_on_disk.py  weights left in their data file: read, load, copy into a save
     walk.py        the one subgraph walk, graph paths, every name a graph uses, node/op counts
     dtypes.py      the one dtype table: parse, name, numpy <-> ONNX, lossless casts
     signature.py   declared inputs, whether feeds fit them, the NAME:DIMS parser
@@ -44,7 +46,8 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "parse_shape_spec",
         ),
         "onnxsurgery.model.summary": ("ModelSummary", "summarize"),
-        "onnxsurgery.model.tensors": ("is_large", "on_disk", "tensor_array", "tensor_bytes"),
+        "onnxsurgery.model.tensors": ("is_large", "on_disk", "tensor_bytes"),
+        "onnxsurgery.model.weights_on_disk": ("tensor_array",),
         "onnxsurgery.model.walk": (
             "all_names",
             "count_nodes",
@@ -54,5 +57,15 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "subgraphs",
         ),
     },
-    modules=("dtypes", "equality", "io", "signature", "summary", "tensors", "walk"),
+    modules=(
+        "dtypes",
+        "equality",
+        "file_checks",
+        "io",
+        "signature",
+        "summary",
+        "tensors",
+        "walk",
+        "weights_on_disk",
+    ),
 )

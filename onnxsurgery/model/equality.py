@@ -13,7 +13,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from onnxsurgery.model.tensors import on_disk, tensor_data
+from onnxsurgery.model.tensors import on_disk
+from onnxsurgery.model.weights_on_disk import tensor_data
 
 __all__ = ["same_graph", "constant_node_tensor"]
 

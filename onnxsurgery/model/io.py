@@ -8,23 +8,21 @@ failed or interrupted run never leaves a file that ``make`` would take as up to 
 model always serializes to the same bytes. A weightless copy (:func:`weightless`) is what the
 checker and shape inference see: the graph, with a placeholder for each weight.
 
-What tensors weigh and the placeholders live in ``model/tensors.py``; the names this module
-took from there before are still importable from here.
+What tensors weigh and the placeholders live in ``model/tensors.py``, every way a file can be
+wrong in ``model/file_checks.py``, weights left on disk in ``model/weights_on_disk.py``; the
+names this module took from there are still importable from here.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 import onnx
-from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
 from onnx.external_data_helper import (
     load_external_data_for_model,
@@ -33,9 +31,15 @@ from onnx.external_data_helper import (
 )
 
 from onnxsurgery.errors import ModelLoadError, ModelSaveError
-from onnxsurgery.files import shown, write_atomic
+from onnxsurgery.files import write_atomic
+from onnxsurgery.model.file_checks import (
+    bad_text,
+    check_external_data,
+    check_graph,
+    external_tensors,
+    read_bytes,
+)
 from onnxsurgery.model.tensors import (
-    DISK_TYPES,
     EXTERNAL_THRESHOLD,
     LARGE_MODEL_BYTES,
     PLACEHOLDER,
@@ -46,11 +50,18 @@ from onnxsurgery.model.tensors import (
     iter_tensors,
     on_disk,
     tensor_bytes,
-    tensor_data,
     tensor_nbytes,
     weight_stub,
 )
-from onnxsurgery.model.walk import all_names, graphs_by_path, subgraphs
+from onnxsurgery.model.walk import graphs_by_path, subgraphs
+from onnxsurgery.model.weights_on_disk import (
+    copy_from_disk,
+    has_weights_on_disk,
+    leave_on_disk,
+    load_tensor,
+    load_weights,
+    may_stay_on_disk,
+)
 
 __all__ = [
     "IR_INITIALIZERS_AS_INPUTS",
@@ -89,211 +100,6 @@ class ModelFile:
     external_data: bool
 
 
-def _external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
-    return [
-        t
-        for t in iter_tensors(model.graph)
-        if t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL
-    ]
-
-
-def _external_field(tensor: onnx.TensorProto, key: str, where: str) -> int | None:
-    """offset/length of an external-data entry as a non-negative int, or None when absent."""
-    for entry in tensor.external_data:
-        if entry.key == key:
-            try:
-                value = int(entry.value)
-            except ValueError:
-                raise ModelLoadError(f"{where}: its {key} {shown(entry.value)} is not an integer") from None
-            if value < 0:
-                raise ModelLoadError(f"{where}: its {key} {value} is negative")
-            return value
-    return None
-
-
-def _check_external_data(model: onnx.ModelProto, base: Path, where: str) -> None:
-    base = base.resolve()
-    for tensor in _external_tensors(model):
-        locations = [e.value for e in tensor.external_data if e.key == "location"]
-        location = locations[0] if locations else ""
-        here = f"{where} initializer {shown(tensor.name)} keeps its data in {shown(location)}"
-        if not location:
-            raise ModelLoadError(f"{here}, which is empty")
-        if "\0" in location:
-            raise ModelLoadError(f"{here}, a name with a NUL byte")
-        offset = _external_field(tensor, "offset", here) or 0
-        length = _external_field(tensor, "length", here)
-        if os.path.isabs(location):
-            raise ModelLoadError(
-                f"{here}, an absolute path; external data must sit in the model's folder {base}"
-            )
-        target = (base / location).resolve()
-        if base not in target.parents and target != base:
-            raise ModelLoadError(
-                f"{here}, which points outside the model's folder {base}; "
-                "move the data file beside the model"
-            )
-        if not target.is_file():
-            raise ModelLoadError(f"{here}, which does not exist (looked for {target})")
-        size = target.stat().st_size
-        end = offset + (length or 0)
-        if length is not None and end > size:
-            raise ModelLoadError(
-                f"{here} at bytes {offset}..{end}, but that file has only {size} bytes"
-            )
-
-
-_KNOWN_ELEM_TYPES = frozenset(v for v in onnx.TensorProto.DataType.values() if v != onnx.TensorProto.UNDEFINED)
-
-
-def _check_type(tp: onnx.TypeProto, where: str) -> None:
-    kind = tp.WhichOneof("value")
-    if kind == "tensor_type" or kind == "sparse_tensor_type":
-        tt = getattr(tp, kind)
-        if tt.elem_type != onnx.TensorProto.UNDEFINED and tt.elem_type not in _KNOWN_ELEM_TYPES:
-            raise ModelLoadError(f"{where} has element type {tt.elem_type}, which ONNX does not define")
-        if tt.HasField("shape"):
-            for axis, dim in enumerate(tt.shape.dim):
-                if dim.HasField("dim_value") and dim.dim_value == -1:
-                    # Paddle's and older exporters' "any size": the same as a dim with no value,
-                    # which is how every pass after the loader sees it (never as a size).
-                    dim.Clear()
-                elif dim.HasField("dim_value") and dim.dim_value < 0:
-                    raise ModelLoadError(f"{where} has dim {axis} = {dim.dim_value}, a negative size")
-    elif kind == "sequence_type":
-        _check_type(tp.sequence_type.elem_type, where)
-    elif kind == "optional_type":
-        _check_type(tp.optional_type.elem_type, where)
-    elif kind == "map_type":
-        _check_type(tp.map_type.value_type, where)
-
-
-def _check_graph(graph: onnx.GraphProto, where: str) -> None:
-    """What the checker lets through but passes, onnxsim and ORT trip over: element types ONNX
-    does not define, negative dims (``-1``, "any size" to Paddle and older exporters, becomes a
-    dim with no value, in place), negative tensor dims."""
-    for what, infos in (("input", graph.input), ("output", graph.output), ("value", graph.value_info)):
-        for vi in infos:
-            if vi.HasField("type"):
-                _check_type(vi.type, f"{where} {what} {shown(vi.name)}")
-    for tensor in iter_tensors(graph):
-        if tensor.data_type not in _KNOWN_ELEM_TYPES:
-            raise ModelLoadError(
-                f"{where} tensor {shown(tensor.name)} has data type {tensor.data_type}, which ONNX does not define"
-            )
-        if any(d < 0 for d in tensor.dims):
-            raise ModelLoadError(f"{where} tensor {shown(tensor.name)} has negative dims {list(tensor.dims)}")
-    for node in graph.node:
-        for sub in subgraphs(node):
-            _check_graph(sub, where)
-
-
-#: Per message type: its text and message fields, in field-number order (the order of
-#: ``ListFields``), as (name, is repeated, is text).
-_TEXT_FIELDS: dict[Descriptor, tuple[tuple[str, bool, bool], ...]] = {}
-
-
-def _text_fields(descriptor: Descriptor) -> tuple[tuple[str, bool, bool], ...]:
-    found = _TEXT_FIELDS.get(descriptor)
-    if found is None:
-        found = _TEXT_FIELDS[descriptor] = tuple(
-            (fd.name, fd.is_repeated, fd.type == fd.TYPE_STRING)
-            for fd in sorted(descriptor.fields, key=lambda fd: fd.number)
-            if fd.type in (fd.TYPE_STRING, fd.TYPE_MESSAGE)
-        )
-    return found
-
-
-def _bad_text(message: Message, path: str) -> str | None:
-    """The first string field (by its path in the model) that is not valid UTF-8: protobuf
-    parses such bytes, but onnx, onnx-graphsurgeon and ORT fail on them later.
-
-    Only text and message fields are read: ``ListFields`` would also hand over every bytes
-    field, and reading ``raw_data`` copies the weight (the whole model once more, 65 ms on
-    BERT-base)."""
-    for name, repeated, text in _text_fields(message.DESCRIPTOR):
-        if repeated:
-            items = getattr(message, name)
-            if not len(items):
-                continue
-        elif message.HasField(name):
-            items = (getattr(message, name),)
-        else:
-            continue
-        for k, item in enumerate(items):
-            where = f"{path}.{name}" + (f"[{k}]" if repeated else "")
-            if text:
-                try:
-                    item.encode("utf-8")
-                except UnicodeError:
-                    return where
-            else:
-                found = _bad_text(item, where)
-                if found:
-                    return found
-    return None
-
-
-def _read_bytes(p: Path) -> bytes:
-    try:
-        info = p.stat()
-    except FileNotFoundError:
-        raise ModelLoadError(f"{p}: no such file") from None
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"{p}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise ModelLoadError(f"{p}: is a directory, expected an .onnx file")
-    if not stat.S_ISREG(info.st_mode):
-        kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "not a regular file"
-        raise ModelLoadError(f"{p}: is {kind}, expected an .onnx file (a regular file)")
-    if info.st_size > PROTOBUF_LIMIT:
-        raise ModelLoadError(
-            f"{p}: {info.st_size} bytes, over protobuf's 2 GiB limit; a model this large keeps its "
-            "weights in external data"
-        )
-    try:
-        with open(p, "rb") as fh:
-            return fh.read(PROTOBUF_LIMIT + 1)
-    except OSError as exc:
-        raise ModelLoadError(f"{p}: cannot read: {exc.strerror or exc}") from None
-
-
-def _may_stay_on_disk(model: onnx.ModelProto) -> set[str]:
-    """Names of the main-graph weights a loader may leave in their data file: large
-    floating-point initializers with plain external data (location, offset and a length that
-    fits their dims and type) that no subgraph reads (a tool may move such a weight into the
-    subgraph, where a weightless copy would not stand in for it)."""
-    in_subgraphs: set[str] = set()
-    for node in model.graph.node:
-        for sub in subgraphs(node):
-            in_subgraphs |= all_names(sub)
-    names = set()
-    for tensor in model.graph.initializer:
-        if (
-            tensor.data_location != onnx.TensorProto.EXTERNAL
-            or tensor.data_type not in DISK_TYPES
-            or tensor.name in in_subgraphs
-            or not tensor.name
-            or {e.key for e in tensor.external_data} - {"location", "offset", "length"}
-            or tensor.HasField("segment")
-        ):
-            continue
-        lengths = [e.value for e in tensor.external_data if e.key == "length"]
-        nbytes = tensor_nbytes(onnx.TensorProto(data_type=tensor.data_type, dims=tensor.dims))
-        if nbytes >= EXTERNAL_THRESHOLD and lengths and int(lengths[0]) == nbytes:
-            names.add(tensor.name)
-    return names
-
-
-def _leave_on_disk(tensor: onnx.TensorProto, base: Path) -> None:
-    """Record, in place, where ``tensor``'s data lies: its file's absolute (resolved) path."""
-    for entry in tensor.external_data:
-        if entry.key == "location":
-            entry.value = str((base / entry.value).resolve())
-    if not any(e.key == "offset" for e in tensor.external_data):
-        tensor.external_data.add(key="offset", value="0")
-
-
 def prepare_model(
     model: onnx.ModelProto,
     *,
@@ -320,26 +126,26 @@ def prepare_model(
                 if not present
             ]
             raise ModelLoadError(f"{where} not an ONNX model: no {', '.join(missing)}")
-        bad = _bad_text(model, "model")
+        bad = bad_text(model, "model")
         if bad:
             raise ModelLoadError(f"{where} {bad} is not valid UTF-8 text")
-        _check_graph(model.graph, where)
-        external = bool(_external_tensors(model))
+        check_graph(model.graph, where)
+        external = bool(external_tensors(model))
         if external:
             if base_dir is None:
                 raise ModelLoadError(
                     f"{where} keeps tensor data in external files; give the folder they are in "
                     "(base_dir=...), or load the model with onnxsurgery.load_model(path)"
                 )
-            _check_external_data(model, Path(base_dir), where)
-            stay = _may_stay_on_disk(model) if weights_on_disk else set()
+            check_external_data(model, Path(base_dir), where)
+            stay = may_stay_on_disk(model) if weights_on_disk else set()
             stays = [t for t in model.graph.initializer if t.name in stay]
             for tensor in stays:  # out of onnx's sight while it loads every other tensor
                 tensor.data_location = onnx.TensorProto.DEFAULT
             load_external_data_for_model(model, str(base_dir))
             for tensor in stays:
                 tensor.data_location = onnx.TensorProto.EXTERNAL
-                _leave_on_disk(tensor, Path(base_dir))
+                leave_on_disk(tensor, Path(base_dir))
         if check:
             check_model(model, where=where, error=ModelLoadError)
         return external
@@ -362,7 +168,7 @@ def read_model_file(
     ``weights_on_disk``: leave the large floating-point weights in the data file (see
     :func:`prepare_model`); :func:`load_weights` reads them in later."""
     p = Path(path)
-    data = _read_bytes(p)
+    data = read_bytes(p)
     if not data:
         raise ModelLoadError(f"{p}: is empty (0 bytes), not an ONNX model")
     model = onnx.ModelProto()
@@ -390,28 +196,6 @@ def as_model(model: onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
         return model
     return load_model(model)
-
-
-def has_weights_on_disk(model: onnx.ModelProto) -> bool:
-    """Whether any weight of ``model`` was left in its data file (``model.tensors.on_disk``)."""
-    return any(on_disk(t) for t in iter_tensors(model.graph))
-
-
-def _load_tensor(tensor: onnx.TensorProto) -> None:
-    """Read a weight left on disk into ``tensor``, the fields set as onnx's loader sets them."""
-    data = tensor_data(tensor)
-    del tensor.external_data[:]
-    tensor.data_location = onnx.TensorProto.DEFAULT
-    tensor.raw_data = data
-
-
-def load_weights(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Read, in place, every weight left on disk into ``model``; returns ``model``. A model
-    with none is returned as it is. Raises ModelLoadError when a data file cannot give them."""
-    for tensor in iter_tensors(model.graph):
-        if on_disk(tensor):
-            _load_tensor(tensor)
-    return model
 
 
 #: Below this IR version every initializer must also be listed as a graph input.
@@ -586,48 +370,6 @@ def _externalise(tensor: onnx.TensorProto, location: str, folder: Path) -> None:
         tensor.ClearField("raw_data")
 
 
-#: Bytes copied per read and write where the system cannot copy file to file itself.
-_COPY_CHUNK = 1 << 24
-
-
-def _copy_from_disk(tensor: onnx.TensorProto, data: BinaryIO) -> tuple[int, int]:
-    """Append a weight left on disk to the open data file ``data``, file to file (the kernel's
-    ``copy_file_range`` where it can; never through the heap in one piece). Returns (offset,
-    length) in ``data``."""
-    source, offset, length = disk_location(tensor)  # type: ignore[misc]
-    data.flush()
-    start = data.tell()
-    done = 0
-    with open(source, "rb") as src:
-        if os.fstat(src.fileno()).st_size < offset + length:
-            raise ModelSaveError(
-                f"weight {tensor.name!r}: its data file {source} no longer holds bytes "
-                f"{offset}..{offset + length}; the file changed since the model was loaded"
-            )
-        try:
-            while done < length:
-                n = os.copy_file_range(
-                    src.fileno(), data.fileno(), length - done, offset + done, start + done
-                )
-                if not n:
-                    break
-                done += n
-        except (AttributeError, OSError):  # no copy_file_range here, or not between these files
-            src.seek(offset + done)
-            data.seek(start + done)
-            while done < length:
-                chunk = src.read(min(_COPY_CHUNK, length - done))
-                if not chunk:
-                    break
-                data.write(chunk)
-                done += len(chunk)
-            data.flush()
-    if done != length:
-        raise ModelSaveError(f"weight {tensor.name!r}: its data file {source} ended early")
-    data.seek(start + length)
-    return start, length
-
-
 def _write(
     model: onnx.ModelProto,
     path: Path,
@@ -674,7 +416,7 @@ def _write(
             if data is None:
                 data = open(data_path, "wb")  # noqa: SIM115 (closed below)
             if disk:
-                offset, length = _copy_from_disk(tensor, data)
+                offset, length = copy_from_disk(tensor, data)
                 if moved is not None:
                     moved.append((index, offset, length))
             else:
@@ -695,7 +437,7 @@ def _write(
         for sub in subgraphs(node):
             for tensor in _initializers(sub):
                 if on_disk(tensor):  # a weight a tool moved into the subgraph reading it
-                    _load_tensor(tensor)
+                    load_tensor(tensor)
                 _externalise(tensor, location, path.parent)
     path.write_bytes(_serialize(copy))
 

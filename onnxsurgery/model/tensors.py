@@ -6,12 +6,10 @@ is too big for one protobuf message and goes by path with external data. A weigh
 (``model/io.py``) swaps each large floating-point weight for :func:`weight_stub`: a tensor of
 the same name, type and dims whose external data names :data:`PLACEHOLDER`.
 
-A weight can also stay *on disk*: the pipeline's loader (``read_model_file(...,
-weights_on_disk=True)``) leaves a large floating-point weight of a model with external data in
-its data file and records where it lies, by absolute path (:func:`on_disk`), instead of reading
-it into the model. :func:`tensor_data` and :func:`tensor_array` read such a weight's bytes when
-something needs them; the save copies them file to file; ONNX Runtime maps them from that file.
-A model over 2 GB then costs the memory of its graph, not of its weights, until a session runs.
+A weight can also stay *on disk*: the pipeline's loader leaves a large floating-point weight
+of a model with external data in its data file and records where it lies, by absolute path
+(:func:`on_disk`, :func:`disk_location`); ``model/weights_on_disk.py`` reads, loads and copies
+such weights.
 """
 
 from __future__ import annotations
@@ -20,11 +18,8 @@ import math
 import os
 from collections.abc import Callable, Iterator
 
-import numpy as np
 import onnx
-from onnx import numpy_helper
 
-from onnxsurgery.errors import ModelLoadError
 from onnxsurgery.model.dtypes import np_dtype
 from onnxsurgery.model.walk import subgraphs
 
@@ -41,8 +36,6 @@ __all__ = [
     "weight_stub",
     "on_disk",
     "disk_location",
-    "tensor_data",
-    "tensor_array",
     "DISK_TYPES",
 ]
 
@@ -174,9 +167,6 @@ def _stub(tensor: onnx.TensorProto, nbytes: int) -> onnx.TensorProto:
     return stub
 
 
-#: Types whose raw bytes numpy reads as they are (little-endian, as ONNX stores them).
-_NUMPY_NATIVE = frozenset((onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16))
-
 #: Types whose weights the loader may leave on disk (see :func:`on_disk`): those a weightless
 #: copy stands in for.
 DISK_TYPES = _FLOAT_TYPES
@@ -200,41 +190,3 @@ def on_disk(tensor: onnx.TensorProto) -> bool:
     absolute location), so an absolute one is always the loader's record of where the weight
     lies (``read_model_file(..., weights_on_disk=True)``)."""
     return disk_location(tensor) is not None
-
-
-def tensor_data(tensor: onnx.TensorProto) -> bytes:
-    """The bytes of a weight left on disk, read from its file.
-
-    Raises ModelLoadError naming the weight and the file when the file can no longer give
-    them (removed, truncated or replaced since the model was loaded)."""
-    where = disk_location(tensor)
-    if where is None:
-        raise ValueError(f"tensor {tensor.name!r} is not a weight left on disk")
-    path, offset, length = where
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            data = fh.read(length)  # one buffer, handed on as it is
-    except OSError as exc:
-        raise ModelLoadError(
-            f"weight {tensor.name!r}: cannot read its data from {path}: {exc.strerror or exc}"
-        ) from None
-    if len(data) != length:
-        raise ModelLoadError(
-            f"weight {tensor.name!r}: its data file {path} ends at byte {offset + len(data)}, "
-            f"before the {length} bytes at offset {offset} the model was loaded with; the file "
-            "changed since the model was loaded"
-        )
-    return data
-
-
-def tensor_array(tensor: onnx.TensorProto) -> np.ndarray:
-    """``numpy_helper.to_array(tensor)``, for a weight left on disk too (read from its file)."""
-    if not on_disk(tensor):
-        return numpy_helper.to_array(tensor)
-    if tensor.data_type in _NUMPY_NATIVE:  # a view of the one buffer read, read-only as onnx's
-        dtype = np_dtype(tensor.data_type)
-        return np.frombuffer(tensor_data(tensor), dtype=dtype).reshape(tuple(tensor.dims))
-    loaded = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
-    loaded.raw_data = tensor_data(tensor)
-    return numpy_helper.to_array(loaded)

@@ -19,8 +19,9 @@ from onnx import numpy_helper
 from onnxsurgery.model.dtypes import elem_type_of
 from onnxsurgery.model.io import weightless
 from onnxsurgery.model.signature import fixed_size
-from onnxsurgery.model.tensors import on_disk, tensor_array
+from onnxsurgery.model.tensors import on_disk
 from onnxsurgery.model.walk import subgraphs
+from onnxsurgery.model.weights_on_disk import tensor_array
 from onnxsurgery.shapes.dims import Dim, as_dim
 
 __all__ = [

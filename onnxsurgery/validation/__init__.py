@@ -1,7 +1,8 @@
 """Checking a model on ONNX Runtime: against stored torch references, or against another model.
 
     runtime.py             providers (auto/cuda/cpu, probed with a real session), sessions, ORT errors
-    mapped_weights.py      weights ORT maps from one file, shared by the sessions over them
+    session_weights.py     the weights a session gets without copies, and what a later one shares
+    mapped_weights.py      weights ORT maps from a file (one written once, or the model's own)
     watchdog.py            the run time limit: one watcher thread for every run's deadline
     references.py          reference cases: the ONNX test-data layout and .npz, read and written
     recording.py           recording cases from a torch module; importing the user's module
@@ -52,6 +53,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "references",
         "report",
         "runtime",
+        "session_weights",
         "tolerances",
         "watchdog",
     ),
