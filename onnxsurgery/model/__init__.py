@@ -4,7 +4,8 @@
     file_checks.py every way a model file can be wrong that onnx's checker lets through
     tensors.py     what tensors weigh (from dims, never data), is_large, the weight placeholders,
                    which weights are left on disk (on_disk)
-    weights_on_disk.py  weights left in their data file: read, load, copy into a save
+    weights_on_disk.py  weights left in their data file (or in the .onnx): read, load, copy
+    wire.py        protobuf's wire format read directly: where a field's bytes lie
     walk.py        the one subgraph walk, graph paths, every name a graph uses, node/op counts
     dtypes.py      the one dtype table: parse, name, numpy <-> ONNX, lossless casts
     signature.py   declared inputs, whether feeds fit them, the NAME:DIMS parser
@@ -67,5 +68,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "tensors",
         "walk",
         "weights_on_disk",
+        "wire",
     ),
 )

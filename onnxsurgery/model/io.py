@@ -57,10 +57,13 @@ from onnxsurgery.model.walk import graphs_by_path, subgraphs
 from onnxsurgery.model.weights_on_disk import (
     copy_from_disk,
     has_weights_on_disk,
+    is_inline,
     leave_on_disk,
     load_tensor,
     load_weights,
     may_stay_on_disk,
+    strip_inline_weights,
+    write_inline,
 )
 
 __all__ = [
@@ -130,8 +133,9 @@ def prepare_model(
         if bad:
             raise ModelLoadError(f"{where} {bad} is not valid UTF-8 text")
         check_graph(model.graph, where)
-        external = bool(external_tensors(model))
-        if external:
+        refs = external_tensors(model)
+        external = any(not is_inline(t) for t in refs)  # as the file had it
+        if refs:
             if base_dir is None:
                 raise ModelLoadError(
                     f"{where} keeps tensor data in external files; give the folder they are in "
@@ -139,13 +143,15 @@ def prepare_model(
                 )
             check_external_data(model, Path(base_dir), where)
             stay = may_stay_on_disk(model) if weights_on_disk else set()
-            stays = [t for t in model.graph.initializer if t.name in stay]
-            for tensor in stays:  # out of onnx's sight while it loads every other tensor
+            ours = [t for t in model.graph.initializer if t.name in stay or is_inline(t)]
+            for tensor in ours:  # out of onnx's sight while it loads every other tensor
                 tensor.data_location = onnx.TensorProto.DEFAULT
             load_external_data_for_model(model, str(base_dir))
-            for tensor in stays:
+            for tensor in ours:
                 tensor.data_location = onnx.TensorProto.EXTERNAL
                 leave_on_disk(tensor, Path(base_dir))
+                if tensor.name not in stay:  # stored inline, read by a subgraph: back inline
+                    load_tensor(tensor)
         if check:
             check_model(model, where=where, error=ModelLoadError)
         return external
@@ -166,11 +172,14 @@ def read_model_file(
     """Read ``path`` with its external data; every way it can be wrong is a ModelLoadError.
 
     ``weights_on_disk``: leave the large floating-point weights in the data file (see
-    :func:`prepare_model`); :func:`load_weights` reads them in later."""
+    :func:`prepare_model`), or, stored inline, in the ``.onnx`` file itself
+    (``strip_inline_weights``); :func:`load_weights` reads them in later."""
     p = Path(path)
     data = read_bytes(p)
     if not data:
         raise ModelLoadError(f"{p}: is empty (0 bytes), not an ONNX model")
+    if weights_on_disk:  # weights stored inline stay in this file too, and are not parsed
+        data = strip_inline_weights(data, p.name) or data
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
@@ -392,6 +401,9 @@ def _write(
     """
     if not external_data:
         if has_weights_on_disk(model):
+            with open(path, "wb") as out:  # weights on disk go from their file into this one
+                if write_inline(model, out, _serialize(model)):
+                    return
             loaded = onnx.ModelProto()
             loaded.CopyFrom(model)
             model = load_weights(loaded)

@@ -31,9 +31,14 @@ from onnxsurgery.model.tensors import (
     tensor_nbytes,
 )
 from onnxsurgery.model.walk import all_names, subgraphs
+from onnxsurgery.model.wire import fields, len_field, varint, varint_bytes
 
 __all__ = [
+    "INLINE_KEY",
     "copy_from_disk",
+    "is_inline",
+    "strip_inline_weights",
+    "write_inline",
     "has_weights_on_disk",
     "leave_on_disk",
     "load_tensor",
@@ -45,6 +50,88 @@ __all__ = [
 
 #: Types whose raw bytes numpy reads as they are (little-endian, as ONNX stores them).
 _NUMPY_NATIVE = frozenset((onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16))
+
+
+#: The external-data key that marks a weight whose bytes lie inside the ``.onnx`` file itself
+#: (:func:`strip_inline_weights`): read back in, it is stored inline again, as it was.
+INLINE_KEY = "onnxsurgery.inline"
+
+
+def is_inline(tensor: onnx.TensorProto) -> bool:
+    """A weight :func:`strip_inline_weights` left in the model file it was stored inline in."""
+    return any(entry.key == INLINE_KEY for entry in tensor.external_data)
+
+
+#: Field numbers of the wire format: ModelProto.graph, GraphProto.initializer, and TensorProto's.
+_GRAPH, _INITIALIZER = 7, 5
+_DIMS, _DATA_TYPE, _NAME, _RAW_DATA, _EXTERNAL_DATA, _DATA_LOCATION = 1, 2, 8, 9, 13, 14
+
+
+def strip_inline_weights(data: bytes, location: str) -> bytes | None:
+    """``data`` (a whole ``.onnx`` file, weights stored inline) without the bytes of its large
+    floating-point initializers: each names instead where they lie in that file (``location``,
+    the file's own name, with their offset and length, and :data:`INLINE_KEY`), so the model
+    parses without them and they stay on disk like weights in a data file. None when no
+    initializer qualifies, or the bytes are not what this reader expects (the parser then reads
+    the file as it is). What qualifies: a tensor of name, type, dims and ``raw_data`` alone, as
+    :func:`~onnxsurgery.model.tensors.weight_stub` asks."""
+    view = memoryview(data)
+    try:
+        graphs = [f for f in fields(view) if f[0] == _GRAPH and f[1] == 2]
+        if len(graphs) != 1:  # none, or several that protobuf would merge: the parser decides
+            return None
+        _, _, g_tag, g_at, g_end, _ = graphs[0]
+        pieces: list[bytes | memoryview] = []
+        last = g_at
+        for number, wire, tag_at, at, end, _ in fields(view, g_at, g_end):
+            if number != _INITIALIZER or wire != 2:
+                continue
+            stripped = _strip_tensor(view, at, end, location)
+            if stripped is not None:
+                pieces += [view[last:tag_at], len_field(_INITIALIZER, stripped)]
+                last = end
+        if not pieces:
+            return None
+        pieces.append(view[last:g_end])
+        graph = len_field(_GRAPH, b"".join(pieces))
+        return b"".join((view[:g_tag], graph, view[g_end:]))
+    except ValueError:
+        return None
+
+
+def _strip_tensor(view: memoryview, at: int, end: int, location: str) -> bytes | None:
+    """The TensorProto in ``view[at:end]`` without its ``raw_data``, naming where it lies."""
+    dims: list[int] = []
+    seen: dict[int, tuple[int, int, int, int]] = {}
+    for number, wire, tag_at, v_at, v_end, value in fields(view, at, end):
+        if number == _DIMS and wire == 0:
+            dims.append(value)
+        elif number == _DIMS and wire == 2:  # packed
+            pos = v_at
+            while pos < v_end:
+                dim, pos = varint(view, pos)
+                dims.append(dim)
+        elif number in (_DATA_TYPE, _NAME, _RAW_DATA) and number not in seen:
+            seen[number] = (wire, tag_at, v_at, v_end, value)
+        else:  # any other field, or one given twice: the tensor stays as it is
+            return None
+    if set(seen) != {_DATA_TYPE, _NAME, _RAW_DATA}:
+        return None
+    (t_wire, *_, data_type), (n_wire, *_), (r_wire, r_tag, r_at, r_end, _) = (
+        seen[_DATA_TYPE], seen[_NAME], seen[_RAW_DATA]
+    )
+    if (t_wire, n_wire, r_wire) != (0, 2, 2) or data_type not in DISK_TYPES:
+        return None
+    nbytes = tensor_nbytes(onnx.TensorProto(data_type=data_type, dims=dims))
+    if nbytes < EXTERNAL_THRESHOLD or r_end - r_at != nbytes or seen[_NAME][3] == seen[_NAME][2]:
+        return None
+    entries = (("location", location), ("offset", str(r_at)), ("length", str(nbytes)), (INLINE_KEY, "1"))
+    described = b"".join(
+        len_field(_EXTERNAL_DATA, len_field(1, key.encode()) + len_field(2, value.encode()))
+        for key, value in entries
+    )
+    location_field = varint_bytes(_DATA_LOCATION << 3) + varint_bytes(onnx.TensorProto.EXTERNAL)
+    return b"".join((view[at:r_tag], view[r_end:end], described, location_field))
 
 
 def may_stay_on_disk(model: onnx.ModelProto) -> set[str]:
@@ -63,7 +150,7 @@ def may_stay_on_disk(model: onnx.ModelProto) -> set[str]:
             or tensor.data_type not in DISK_TYPES
             or tensor.name in in_subgraphs
             or not tensor.name
-            or {e.key for e in tensor.external_data} - {"location", "offset", "length"}
+            or {e.key for e in tensor.external_data} - {"location", "offset", "length", INLINE_KEY}
             or tensor.HasField("segment")
         ):
             continue
@@ -89,10 +176,15 @@ def has_weights_on_disk(model: onnx.ModelProto) -> bool:
 
 
 def load_tensor(tensor: onnx.TensorProto) -> None:
-    """Read a weight left on disk into ``tensor``, the fields set as onnx's loader sets them."""
+    """Read a weight left on disk into ``tensor``, the fields set as onnx's loader sets them
+    (a weight from inside the ``.onnx`` file as it was there)."""
     data = tensor_data(tensor)
+    inline = is_inline(tensor)
     del tensor.external_data[:]
-    tensor.data_location = onnx.TensorProto.DEFAULT
+    if inline:  # stored inline in the file it came from: as it was there
+        tensor.ClearField("data_location")
+    else:
+        tensor.data_location = onnx.TensorProto.DEFAULT
     tensor.raw_data = data
 
 
@@ -183,3 +275,75 @@ def tensor_array(tensor: onnx.TensorProto) -> np.ndarray:
     loaded = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
     loaded.raw_data = tensor_data(tensor)
     return numpy_helper.to_array(loaded)
+
+
+def write_inline(model: onnx.ModelProto, out: BinaryIO, serialized: bytes) -> bool:
+    """Write ``serialized`` (``model`` serialized as it is held) to ``out`` with each
+    main-graph weight left on disk stored inline, as the model would serialize with every weight
+    read in: its bytes copied from their file (:func:`copy_from_disk`), never held in memory.
+    False, with nothing written, where a weight on disk lies outside the main graph's
+    initializers or ``serialized`` is not what this writer expects (the caller then reads the
+    weights into a copy)."""
+    inits = model.graph.initializer
+    disk = {i for i, t in enumerate(inits) if on_disk(t)}
+    if len(disk) != sum(1 for t in iter_tensors(model.graph) if on_disk(t)):
+        return False
+    view = memoryview(serialized)
+    try:
+        graphs = [f for f in fields(view) if f[0] == _GRAPH and f[1] == 2]
+        if len(graphs) != 1:
+            return False
+        _, _, g_tag, g_at, g_end, _ = graphs[0]
+        spans = [f for f in fields(view, g_at, g_end) if f[0] == _INITIALIZER and f[1] == 2]
+        if len(spans) != len(inits):
+            return False
+        # the graph's bytes: serialized as they are, or (a weight on disk) its fields around a
+        # raw_data field whose bytes come from the file
+        plan: list[bytes | memoryview | onnx.TensorProto] = []
+        last = g_at
+        for i in sorted(disk):
+            _, _, tag_at, at, end, _ = spans[i]
+            head, tail = _inline_fields(view, at, end, is_inline(inits[i]))
+            length = disk_location(inits[i])[2]  # type: ignore[index]
+            raw_head = varint_bytes(_RAW_DATA << 3 | 2) + varint_bytes(length)
+            size = len(head) + len(raw_head) + length + len(tail)
+            plan += [
+                view[last:tag_at],
+                varint_bytes(_INITIALIZER << 3 | 2) + varint_bytes(size) + head + raw_head,
+                inits[i],
+                tail,
+            ]
+            last = end
+        plan.append(view[last:g_end])
+    except ValueError:
+        return False
+    graph_size = sum(
+        disk_location(p)[2] if isinstance(p, onnx.TensorProto) else len(p)  # type: ignore[index]
+        for p in plan
+    )
+    out.write(view[:g_tag])
+    out.write(varint_bytes(_GRAPH << 3 | 2) + varint_bytes(graph_size))
+    for part in plan:
+        if isinstance(part, onnx.TensorProto):
+            copy_from_disk(part, out)
+        else:
+            out.write(part)
+    out.write(view[g_end:])
+    return True
+
+
+def _inline_fields(view: memoryview, at: int, end: int, inline: bool) -> tuple[bytes, bytes]:
+    """The fields of the serialized tensor in ``view[at:end]`` (a weight on disk) that come
+    before and after its ``raw_data`` once read in (:func:`load_tensor`): external_data gone,
+    data_location gone (stored inline at first) or DEFAULT (from a data file)."""
+    kept: list[tuple[int, bytes]] = []
+    for number, _, tag_at, _, v_end, _ in fields(view, at, end):
+        if number not in (_EXTERNAL_DATA, _DATA_LOCATION, _RAW_DATA):
+            kept.append((number, bytes(view[tag_at:v_end])))
+    if not inline:
+        kept.append((_DATA_LOCATION, varint_bytes(_DATA_LOCATION << 3) + varint_bytes(0)))
+    kept.sort(key=lambda field: field[0])  # stable: repeated fields keep their order
+    head = b"".join(b for n, b in kept if n < _RAW_DATA)
+    tail = b"".join(b for n, b in kept if n > _RAW_DATA)
+    return head, tail
+
