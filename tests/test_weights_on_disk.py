@@ -9,6 +9,7 @@ give ONNX Runtime the very same weights.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -22,11 +23,21 @@ from onnxsurgery.cli import app
 from onnxsurgery.errors import ModelLoadError, ModelSaveError, OnnxSurgeryError
 from onnxsurgery.model.io import load_weights, read_model_file, save_model
 from onnxsurgery.model.tensors import on_disk
-from onnxsurgery.model.weights_on_disk import tensor_array
+from onnxsurgery.model.weights_on_disk import strip_inline_weights, tensor_array
 from onnxsurgery.pipeline import Pass, PassContext, PassResult, Pipeline, run
 from onnxsurgery.validation.runtime import create_session, run_session
 
 FIXTURES = [e for e in load_manifest() if e.exported]
+
+
+def _copy(model_path: Path, folder: Path, stored: str) -> Path:
+    """``model_path`` with its weights stored ``"external"``ly or ``"inline"`` (as exported)."""
+    if stored == "external":
+        return _external_copy(model_path, folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / "model.onnx"
+    shutil.copyfile(model_path, target)
+    return target
 
 
 def _external_copy(model_path: Path, folder: Path, *, location: str | None = None) -> Path:
@@ -101,18 +112,21 @@ def _outcome(model, chain, **kwargs) -> tuple[str, onnx.ModelProto | None]:
     return "ok", report.model
 
 
+@pytest.mark.parametrize("stored", ["external", "inline"])
 @pytest.mark.parametrize("chain", CHAINS)
 @pytest.mark.parametrize("fixture", WEIGHTED, ids=str)
 def test_a_chain_on_weights_left_on_disk_writes_what_it_writes_with_them_in_memory(
-    fixture, chain, tmp_path
+    fixture, chain, stored, tmp_path
 ):
-    path = _external_copy(fixture.model_path, tmp_path / "in")
+    """Weights in a data file, or inline in the .onnx: the output is written the same way."""
+    path = _copy(fixture.model_path, tmp_path / "in", stored)
+    external = stored == "external"
     out_memory, out_disk = tmp_path / "memory" / "m.onnx", tmp_path / "disk" / "m.onnx"
     out_memory.parent.mkdir()
     out_disk.parent.mkdir()
     said_memory, model = _outcome(onnx.load(str(path)), chain)
     if model is not None:
-        save_model(model, out_memory, external_data=True)
+        save_model(model, out_memory, external_data=external)
     said_disk, _ = _outcome(path, chain, output=out_disk)
     assert said_disk == said_memory.replace("model:", f"{path}:")
     if model is None:
@@ -120,7 +134,9 @@ def test_a_chain_on_weights_left_on_disk_writes_what_it_writes_with_them_in_memo
         return
     assert out_disk.read_bytes() == out_memory.read_bytes()
     data = Path(str(out_disk) + ".data")
-    assert data.read_bytes() == Path(str(out_memory) + ".data").read_bytes()
+    assert data.exists() == external
+    if external:
+        assert data.read_bytes() == Path(str(out_memory) + ".data").read_bytes()
 
 
 @pytest.mark.parametrize("fixture", WEIGHTED[:8], ids=str)
@@ -259,3 +275,81 @@ def test_keep_failed_from_the_cli_writes_the_failing_model_with_its_weights(tmp_
     assert got.graph.initializer
     for tensor in got.graph.initializer:
         assert numpy_helper.to_array(tensor).tobytes() == want[tensor.name]
+
+
+
+#: Models other tools wrote, stored inline: the fixtures (torch's two exporters) and every model
+#: the onnx wheel ships for its backend tests (light zoo nets included).
+_DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
+INLINE_MODELS = sorted(
+    [f.model_path for f in FIXTURES]
+    + list(_DATA.glob("*/*/model.onnx"))
+    + list((_DATA / "light").glob("light_*.onnx")),
+    key=str,
+)
+
+
+def test_models_stored_inline_are_many_and_some_keep_weights_on_disk():
+    kept = sum(
+        1 for path in INLINE_MODELS if strip_inline_weights(path.read_bytes(), path.name) is not None
+    )
+    assert len(INLINE_MODELS) >= 200 and kept >= 25, (len(INLINE_MODELS), kept)
+
+
+@pytest.mark.parametrize("path", INLINE_MODELS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_weights_stored_inline_left_on_disk_save_to_the_bytes_of_the_model_loaded_whole(
+    path, tmp_path
+):
+    """The loader's verdict, the model read back in, and the inline save (spliced from the
+    file) are those of the same model loaded whole."""
+    try:
+        eager = read_model_file(path).model
+    except ModelLoadError as exc:
+        with pytest.raises(ModelLoadError) as caught:
+            read_model_file(path, weights_on_disk=True)
+        assert str(caught.value) == str(exc)
+        return
+    lazy = read_model_file(path, weights_on_disk=True).model
+    save_model(lazy, tmp_path / "lazy.onnx", external_data=False)
+    save_model(eager, tmp_path / "eager.onnx", external_data=False)
+    assert (tmp_path / "lazy.onnx").read_bytes() == (tmp_path / "eager.onnx").read_bytes()
+    assert load_weights(lazy).SerializeToString() == eager.SerializeToString()
+
+
+def _weight_model(**fields) -> onnx.ModelProto:
+    tensors = [numpy_helper.from_array(np.ones(300, np.float32), name) for name in ("a", "b")]
+    for key, value in fields.items():
+        setattr(tensors[1], key, value)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Add", ["a", "b"], ["y"])],
+        "g",
+        [],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [300])],
+        tensors,
+    )
+    return onnx.helper.make_model(graph)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"doc_string": "a note"}, {"data_type": onnx.TensorProto.INT32}, {"dims": [299]}],
+    ids=["another-field", "not-float", "wrong-size"],
+)
+def test_only_plain_float_weights_stored_inline_are_left_on_disk(fields, tmp_path):
+    path = tmp_path / "m.onnx"
+    if "dims" in fields:
+        model = _weight_model()
+        del model.graph.initializer[1].dims[:]
+        model.graph.initializer[1].dims.append(299)
+    else:
+        model = _weight_model(**fields)
+    path.write_bytes(model.SerializeToString())
+    lazy = read_model_file(path, weights_on_disk=True, check=False).model
+    assert _on_disk_names(lazy) == ["a"]
+
+
+def test_bytes_the_inline_reader_does_not_expect_go_to_the_parser_as_they_are():
+    data = _weight_model().SerializeToString()
+    assert strip_inline_weights(data, "m.onnx") is not None
+    for broken in (data[:-7], data + b"\x0f", b"\xff" * 40, data + data[:20]):
+        assert strip_inline_weights(broken, "m.onnx") is None
