@@ -47,6 +47,7 @@ from onnx import numpy_helper
 
 from onnxsurgery.errors import ReferenceDataError
 from onnxsurgery.model.dtypes import np_dtype
+from onnxsurgery.model.wire import varint
 
 __all__ = [
     "Case",
@@ -248,19 +249,6 @@ _PLAIN_RAW_TYPES = frozenset(
 )
 
 
-def _varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise ValueError("truncated varint")
-        byte = data[pos]
-        value |= (byte & 0x7F) << shift
-        pos += 1
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-
-
 def _raw_data_span(
     data: bytes | memoryview, *, head_only: bool = False
 ) -> tuple[int, int, int] | None:
@@ -273,16 +261,16 @@ def _raw_data_span(
     try:
         while pos < len(data):
             start = pos
-            tag, pos = _varint(data, pos)
+            tag, pos = varint(data, pos)
             wire = tag & 7
             if wire == 0:
-                _, pos = _varint(data, pos)
+                _, pos = varint(data, pos)
             elif wire == 1:
                 pos += 8
             elif wire == 5:
                 pos += 4
             elif wire == 2:
-                length, pos = _varint(data, pos)
+                length, pos = varint(data, pos)
                 if tag == _RAW_DATA_TAG:
                     if found is not None:
                         return None
