@@ -353,3 +353,22 @@ def test_bytes_the_inline_reader_does_not_expect_go_to_the_parser_as_they_are():
     assert strip_inline_weights(data, "m.onnx") is not None
     for broken in (data[:-7], data + b"\x0f", b"\xff" * 40, data + data[:20]):
         assert strip_inline_weights(broken, "m.onnx") is None
+
+
+def test_a_model_reached_by_a_link_runs_as_the_file_it_links_to(tmp_path):
+    """A link beside the model leaves its weights in the model; a link from another folder
+    reads them whole (they may not be named from outside the link's folder)."""
+    fixture = next(f for f in WEIGHTED if f.name == "attention_block")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    real = tmp_path / "a" / "model.onnx"
+    shutil.copyfile(fixture.model_path, real)
+    beside, elsewhere = tmp_path / "a" / "link.onnx", tmp_path / "b" / "link.onnx"
+    beside.symlink_to("model.onnx")
+    elsewhere.symlink_to(Path("..") / "a" / "model.onnx")
+    save_model(run(onnx.load(str(real)), "cleanup").model, tmp_path / "want.onnx")
+    for link, kept in ((beside, True), (elsewhere, False)):
+        out = link.parent / "out.onnx"
+        report = run(link, "cleanup", output=out)
+        assert bool(_on_disk_names(report.held_model)) == kept
+        assert out.read_bytes() == (tmp_path / "want.onnx").read_bytes()

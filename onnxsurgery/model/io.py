@@ -178,8 +178,11 @@ def read_model_file(
     data = read_bytes(p)
     if not data:
         raise ModelLoadError(f"{p}: is empty (0 bytes), not an ONNX model")
-    if weights_on_disk:  # weights stored inline stay in this file too, and are not parsed
-        data = strip_inline_weights(data, p.name) or data
+    real = p.resolve()
+    if weights_on_disk and real.parent == p.parent.resolve():
+        # weights stored inline stay in this file too, and are not parsed (named from the
+        # model's folder: a link to a file elsewhere is parsed whole, as before)
+        data = strip_inline_weights(data, real.name) or data
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
