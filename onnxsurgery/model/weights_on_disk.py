@@ -1,13 +1,16 @@
-"""Weights left on disk: a model's large weights kept in the data file it was loaded from.
+"""Weights left on disk: a model's large weights kept in the file they were read from.
 
 The pipeline's loader (``read_model_file(..., weights_on_disk=True)``) leaves each weight that
-:func:`may_stay_on_disk` picks in its external-data file and records where it lies, by absolute
-path (:func:`leave_on_disk`; ``model.tensors.on_disk`` tells such a weight). Its bytes are read
-only where something needs them: :func:`tensor_data`, :func:`tensor_array` (planning reads a
-weight's values), :func:`load_weights` (a pass that does not declare ``weights_on_disk``, the
-model a report hands over); the save copies them file to file (:func:`copy_from_disk`), and ONNX
-Runtime maps them from their file (``validation/mapped_weights.py``). A model over 2 GB then
-costs the memory of its graph until a session runs, not of its weights.
+:func:`may_stay_on_disk` picks where it lies, and records where, by absolute path
+(:func:`leave_on_disk`; ``model.tensors.on_disk`` tells such a weight): in its external-data
+file, or, for a weight stored inline, in the ``.onnx`` file itself (:func:`strip_inline_weights`
+takes its bytes out of the file's bytes before they are parsed, with ``model/wire.py``). Its
+bytes are read only where something needs them: :func:`tensor_data`, :func:`tensor_array`
+(planning reads a weight's values), :func:`load_weights` (a pass that does not declare
+``weights_on_disk``, the model a report hands over). A save copies them file to file
+(:func:`copy_from_disk` into a data file, :func:`write_inline` into an ``.onnx``), and ONNX
+Runtime reads them from their file (``validation/session_weights.py``). A run then costs the
+memory of the graph, not of the weights, until a session runs.
 """
 
 from __future__ import annotations
