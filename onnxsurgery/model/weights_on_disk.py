@@ -70,6 +70,17 @@ _GRAPH, _INITIALIZER = 7, 5
 _DIMS, _DATA_TYPE, _NAME, _RAW_DATA, _EXTERNAL_DATA, _DATA_LOCATION = 1, 2, 8, 9, 13, 14
 
 
+def _graph_span(view: memoryview) -> tuple[int, int, int] | None:
+    """(start of its tag, start of its bytes, end) of a serialized model's one ``graph`` field;
+    None for none, or several (protobuf would merge them: left to the parser). Malformed bytes
+    raise ValueError."""
+    graphs = [f for f in fields(view) if f[0] == _GRAPH and f[1] == 2]
+    if len(graphs) != 1:
+        return None
+    _, _, tag_at, at, end, _ = graphs[0]
+    return tag_at, at, end
+
+
 def strip_inline_weights(data: bytes, location: str) -> bytes | None:
     """``data`` (a whole ``.onnx`` file, weights stored inline) without the bytes of its large
     floating-point initializers: each names instead where they lie in that file (``location``,
@@ -80,10 +91,10 @@ def strip_inline_weights(data: bytes, location: str) -> bytes | None:
     :func:`~onnxsurgery.model.tensors.weight_stub` asks."""
     view = memoryview(data)
     try:
-        graphs = [f for f in fields(view) if f[0] == _GRAPH and f[1] == 2]
-        if len(graphs) != 1:  # none, or several that protobuf would merge: the parser decides
+        graph = _graph_span(view)
+        if graph is None:
             return None
-        _, _, g_tag, g_at, g_end, _ = graphs[0]
+        g_tag, g_at, g_end = graph
         pieces: list[bytes | memoryview] = []
         last = g_at
         for number, wire, tag_at, at, end, _ in fields(view, g_at, g_end):
@@ -293,10 +304,10 @@ def write_inline(model: onnx.ModelProto, out: BinaryIO, serialized: bytes) -> bo
         return False
     view = memoryview(serialized)
     try:
-        graphs = [f for f in fields(view) if f[0] == _GRAPH and f[1] == 2]
-        if len(graphs) != 1:
+        graph = _graph_span(view)
+        if graph is None:
             return False
-        _, _, g_tag, g_at, g_end, _ = graphs[0]
+        g_tag, g_at, g_end = graph
         spans = [f for f in fields(view, g_at, g_end) if f[0] == _INITIALIZER and f[1] == 2]
         if len(spans) != len(inits):
             return False
