@@ -37,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -142,6 +143,16 @@ sys.exit(code if code >= 0 else 128 - code)
 """
 
 
+def _cap(proc: subprocess.Popen, cap_mib: float, capped: threading.Event) -> None:
+    """Stop ``proc``'s process tree once its RSS passes ``cap_mib`` (looked at every 50 ms)."""
+    while proc.poll() is None:
+        if _tree_rss_mib(proc.pid) > cap_mib:
+            capped.set()
+            os.killpg(proc.pid, 9)
+            return
+        time.sleep(0.05)
+
+
 def timed(argv: list[str], cap_mib: float | None = None) -> tuple[float, float, str]:
     """Run ``argv``; (wall seconds, its peak RSS in MiB, error text or "").
 
@@ -157,18 +168,16 @@ def timed(argv: list[str], cap_mib: float | None = None) -> tuple[float, float, 
             stderr=err,
             start_new_session=True,
         )
-        capped = False
-        while proc.poll() is None:
-            if cap_mib and not capped and _tree_rss_mib(proc.pid) > cap_mib:
-                os.killpg(proc.pid, 9)
-                capped = True
-            time.sleep(0.05)
+        capped = threading.Event()
+        if cap_mib:  # watched beside the wait: the wall clock stops the moment it ends
+            threading.Thread(target=_cap, args=(proc, cap_mib, capped), daemon=True).start()
+        proc.wait()
         wall = time.perf_counter() - t0
         out.seek(0)
         reported = out.read().decode().strip().splitlines()
         peak = int(reported[-1]) / 1024 if reported and reported[-1].isdigit() else float("nan")
         text = ""
-        if capped:
+        if capped.is_set():
             text = f"stopped: its processes passed the {cap_mib / 1024:.0f} GiB cap on RSS"
         elif proc.returncode:
             err.seek(0)
