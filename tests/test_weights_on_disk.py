@@ -23,7 +23,12 @@ from onnxsurgery.cli import app
 from onnxsurgery.errors import ModelLoadError, ModelSaveError, OnnxSurgeryError
 from onnxsurgery.model.io import load_weights, read_model_file, save_model
 from onnxsurgery.model.tensors import on_disk
-from onnxsurgery.model.weights_on_disk import strip_inline_weights, tensor_array
+from onnxsurgery.model.weights_on_disk import (
+    read_without_weights,
+    strip_inline_weights,
+    tensor_array,
+)
+from onnxsurgery.model.wire import FileBytes
 from onnxsurgery.pipeline import Pass, PassContext, PassResult, Pipeline, run
 from onnxsurgery.validation.runtime import create_session, run_session
 
@@ -290,10 +295,70 @@ INLINE_MODELS = sorted(
 
 
 def test_models_stored_inline_are_many_and_some_keep_weights_on_disk():
-    kept = sum(
-        1 for path in INLINE_MODELS if strip_inline_weights(path.read_bytes(), path.name) is not None
-    )
+    """...and the loader's reader, which reads the file where it looks, strips each as the
+    same walk over the file's bytes in memory does."""
+    kept = 0
+    for path in INLINE_MODELS:
+        stripped = strip_inline_weights(path.read_bytes(), path.name)
+        assert read_without_weights(path, path.name) == stripped, path
+        kept += stripped is not None
     assert len(INLINE_MODELS) >= 200 and kept >= 25, (len(INLINE_MODELS), kept)
+
+
+def test_the_loader_does_not_read_the_weights_it_leaves_on_disk(tmp_path, monkeypatch):
+    weights = [numpy_helper.from_array(np.full((512, 512), k, np.float32), f"w{k}") for k in range(4)]
+    nodes = [onnx.helper.make_node("MatMul", ["x", "w0"], ["h0"])] + [
+        onnx.helper.make_node("MatMul", [f"h{k - 1}", f"w{k}"], [f"h{k}"]) for k in range(1, 4)
+    ]
+    graph = onnx.helper.make_graph(
+        nodes,
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 512])],
+        [onnx.helper.make_tensor_value_info("h3", onnx.TensorProto.FLOAT, [1, 512])],
+        weights,
+    )
+    path = tmp_path / "m.onnx"
+    path.write_bytes(onnx.helper.make_model(graph).SerializeToString())
+    read = []
+    pread = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, at: read.append(n) or pread(fd, n, at))
+    loaded = read_model_file(path, weights_on_disk=True)
+    assert _on_disk_names(loaded.model) == ["w0", "w1", "w2", "w3"]
+    size = path.stat().st_size  # 4 MiB of weights; a block around each tensor's fields is read
+    assert sum(read) < size // 32 and size > 4 * 2**20, (sum(read), size)
+    monkeypatch.undo()
+    assert load_weights(loaded.model).SerializeToString() == path.read_bytes()
+
+
+def test_file_bytes_read_as_the_bytes_do(tmp_path):
+    data = np.random.default_rng(0).integers(0, 256, 3 * FileBytes.BLOCK + 17, np.uint8).tobytes()
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    with open(path, "rb") as fh:
+        view = FileBytes(fh.fileno(), len(data))
+        assert len(view) == len(data)
+        for i in (0, 1, FileBytes.BLOCK - 1, FileBytes.BLOCK, len(data) - 1, -1, -len(data)):
+            assert view[i] == data[i], i
+        for a, b in ((0, 10), (5, 3 * FileBytes.BLOCK), (len(data) - 4, len(data) + 9), (7, 7), (-5, None)):
+            assert view[a:b] == data[a:b], (a, b)
+        for i in (len(data), -len(data) - 1):
+            with pytest.raises(IndexError):
+                view[i]
+        longer = FileBytes(fh.fileno(), len(data) + 40)  # the file cut while it is read
+        with pytest.raises(ValueError, match="the file ended"):
+            longer[len(data) - 2 : len(data) + 1]
+        with pytest.raises(ValueError, match="the file ended"):
+            longer[len(data) + 1]
+
+
+def test_a_model_cut_short_while_it_is_read_is_left_to_the_parser(tmp_path):
+    data = _weight_model().SerializeToString()
+    path = tmp_path / "m.onnx"
+    path.write_bytes(data[: len(data) // 2])
+    with open(path, "rb") as fh:
+        assert strip_inline_weights(FileBytes(fh.fileno(), len(data)), "m.onnx") is None
+    with pytest.raises(ModelLoadError, match="not an ONNX model"):
+        read_model_file(path, weights_on_disk=True)
 
 
 @pytest.mark.parametrize("path", INLINE_MODELS, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -22,7 +22,14 @@ from onnxsurgery.files import shown
 from onnxsurgery.model.tensors import PROTOBUF_LIMIT, iter_tensors
 from onnxsurgery.model.walk import subgraphs
 
-__all__ = ["bad_text", "check_external_data", "check_graph", "external_tensors", "read_bytes"]
+__all__ = [
+    "bad_text",
+    "check_external_data",
+    "check_file",
+    "check_graph",
+    "external_tensors",
+    "read_bytes",
+]
 
 
 def external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
@@ -171,6 +178,18 @@ def bad_text(message: Message, path: str) -> str | None:
 
 
 def read_bytes(p: Path) -> bytes:
+    """The bytes of the model file ``p``, once :func:`check_file` finds it one to read."""
+    check_file(p)
+    try:
+        with open(p, "rb") as fh:
+            return fh.read(PROTOBUF_LIMIT + 1)
+    except OSError as exc:
+        raise ModelLoadError(f"{p}: cannot read: {exc.strerror or exc}") from None
+
+
+def check_file(p: Path) -> int:
+    """The size of ``p``, a regular file under protobuf's limit; anything else (not there, a
+    folder, a FIFO, too large) is a ModelLoadError naming it."""
     try:
         info = p.stat()
     except FileNotFoundError:
@@ -187,8 +206,4 @@ def read_bytes(p: Path) -> bytes:
             f"{p}: {info.st_size} bytes, over protobuf's 2 GiB limit; a model this large keeps its "
             "weights in external data"
         )
-    try:
-        with open(p, "rb") as fh:
-            return fh.read(PROTOBUF_LIMIT + 1)
-    except OSError as exc:
-        raise ModelLoadError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    return info.st_size

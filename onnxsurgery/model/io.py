@@ -35,6 +35,7 @@ from onnxsurgery.files import write_atomic
 from onnxsurgery.model.file_checks import (
     bad_text,
     check_external_data,
+    check_file,
     check_graph,
     external_tensors,
     read_bytes,
@@ -62,7 +63,7 @@ from onnxsurgery.model.weights_on_disk import (
     load_tensor,
     load_weights,
     may_stay_on_disk,
-    strip_inline_weights,
+    read_without_weights,
     write_inline,
 )
 
@@ -173,16 +174,17 @@ def read_model_file(
 
     ``weights_on_disk``: leave the large floating-point weights in the data file (see
     :func:`prepare_model`), or, stored inline, in the ``.onnx`` file itself
-    (``strip_inline_weights``); :func:`load_weights` reads them in later."""
+    (``read_without_weights``: not even read); :func:`load_weights` reads them in later."""
     p = Path(path)
-    data = read_bytes(p)
+    data = None
+    if weights_on_disk and check_file(p) and (real := p.resolve()).parent == p.parent.resolve():
+        # weights stored inline stay in this file too: neither read nor parsed (named from
+        # the model's folder: a link to a file elsewhere is read whole, as before)
+        data = read_without_weights(p, real.name)
+    if data is None:
+        data = read_bytes(p)
     if not data:
         raise ModelLoadError(f"{p}: is empty (0 bytes), not an ONNX model")
-    real = p.resolve()
-    if weights_on_disk and real.parent == p.parent.resolve():
-        # weights stored inline stay in this file too, and are not parsed (named from the
-        # model's folder: a link to a file elsewhere is parsed whole, as before)
-        data = strip_inline_weights(data, real.name) or data
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)

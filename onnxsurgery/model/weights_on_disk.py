@@ -34,12 +34,13 @@ from onnxsurgery.model.tensors import (
     tensor_nbytes,
 )
 from onnxsurgery.model.walk import all_names, subgraphs
-from onnxsurgery.model.wire import fields, len_field, varint, varint_bytes
+from onnxsurgery.model.wire import Buffer, FileBytes, fields, len_field, varint, varint_bytes
 
 __all__ = [
     "INLINE_KEY",
     "copy_from_disk",
     "is_inline",
+    "read_without_weights",
     "strip_inline_weights",
     "write_inline",
     "has_weights_on_disk",
@@ -70,7 +71,7 @@ _GRAPH, _INITIALIZER = 7, 5
 _DIMS, _DATA_TYPE, _NAME, _RAW_DATA, _EXTERNAL_DATA, _DATA_LOCATION = 1, 2, 8, 9, 13, 14
 
 
-def _graph_span(view: memoryview) -> tuple[int, int, int] | None:
+def _graph_span(view: Buffer) -> tuple[int, int, int] | None:
     """(start of its tag, start of its bytes, end) of a serialized model's one ``graph`` field;
     None for none, or several (protobuf would merge them: left to the parser). Malformed bytes
     raise ValueError."""
@@ -81,15 +82,16 @@ def _graph_span(view: memoryview) -> tuple[int, int, int] | None:
     return tag_at, at, end
 
 
-def strip_inline_weights(data: bytes, location: str) -> bytes | None:
-    """``data`` (a whole ``.onnx`` file, weights stored inline) without the bytes of its large
+def strip_inline_weights(data: bytes | FileBytes, location: str) -> bytes | None:
+    """``data`` (a whole ``.onnx`` file, weights stored inline; a :class:`FileBytes` reads only
+    the bytes it walks and keeps, never the weights' own) without the bytes of its large
     floating-point initializers: each names instead where they lie in that file (``location``,
     the file's own name, with their offset and length, and :data:`INLINE_KEY`), so the model
     parses without them and they stay on disk like weights in a data file. None when no
     initializer qualifies, or the bytes are not what this reader expects (the parser then reads
     the file as it is). What qualifies: a tensor of name, type, dims and ``raw_data`` alone, as
     :func:`~onnxsurgery.model.tensors.weight_stub` asks."""
-    view = memoryview(data)
+    view = data if isinstance(data, FileBytes) else memoryview(data)
     try:
         graph = _graph_span(view)
         if graph is None:
@@ -113,7 +115,20 @@ def strip_inline_weights(data: bytes, location: str) -> bytes | None:
         return None
 
 
-def _strip_tensor(view: memoryview, at: int, end: int, location: str) -> bytes | None:
+def read_without_weights(path: Path, location: str) -> bytes | None:
+    """:func:`strip_inline_weights` of the file at ``path``, read with :class:`FileBytes`: the
+    weights it leaves out are never read, only the bytes around them. None as there (no weight
+    to leave out, bytes this reader does not expect), and when the file cannot be read: the
+    caller reads it whole then, which says what is wrong."""
+    try:
+        with open(path, "rb", buffering=0) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            return strip_inline_weights(FileBytes(fh.fileno(), size), location)
+    except OSError:
+        return None
+
+
+def _strip_tensor(view: Buffer, at: int, end: int, location: str) -> bytes | None:
     """The TensorProto in ``view[at:end]`` without its ``raw_data``, naming where it lies."""
     dims: list[int] = []
     seen: dict[int, tuple[int, int, int, int]] = {}
