@@ -17,14 +17,10 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import fields
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
-from rich.text import Text
 
 # What `run` needs (and the options' defaults) comes from the modules that define it; what only
 # another command uses (inspect's summary, --against, reference record) is reached through the
@@ -59,8 +55,28 @@ app = typer.Typer(
     add_completion=False,
 )
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+class _Console:
+    """A rich Console made when first used: a run that prints nothing (``-q``, success in a
+    pipe) never imports rich (~15 ms of a short run). Each command starts with a new one
+    (:meth:`reset`), made for the environment it runs in (``COLUMNS`` sets the width)."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Any = None
+
+    def reset(self) -> None:
+        self._console = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(highlight=False, **self._options)
+        return getattr(self._console, name)
+
+
+out = _Console()
+err = _Console(stderr=True)
 
 _PANEL_IO = "Input and output"
 _PANEL_CHAIN = "Pass chain"
@@ -72,6 +88,8 @@ _state = {"traceback": False}
 
 
 def _say_error(message: str) -> None:
+    from rich.text import Text
+
     err.print(Text("error: ", style="red") + Text(message), soft_wrap=True, highlight=False)
 
 
@@ -80,6 +98,9 @@ def _boundary(report_path: Path | None = None, quiet: bool = False) -> Iterator[
     """The one place errors become a red line and an exit code: an OnnxSurgeryError exits
     with its code (2 bad input, 1 validation mismatch), anything else is a bug of ours and
     exits 3 with one line. ``--traceback`` adds the stack. numpy's warnings stay off stderr."""
+    for console in (out, err):
+        if isinstance(console, _Console):  # (a test may have put a Console of its own there)
+            console.reset()
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -124,6 +145,8 @@ def _progress_line(quiet: bool) -> Iterator[Callable[..., None] | None]:
     if quiet or not err.is_terminal:
         yield None
         return
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}", markup=False),
@@ -288,6 +311,8 @@ def run(
             failed_model = exc.pipeline_report.model if exc.pipeline_report else None
             if keep_failed is not None and failed_model is not None:
                 save_model(failed_model, keep_failed)
+                from rich.text import Text
+
                 err.print(Text(f"kept the failing model at {keep_failed}"))
             raise
         if report is not None:
@@ -316,6 +341,8 @@ def list_passes(
         ]
         out.print_json(json.dumps(data))
         return
+    from rich.table import Table
+
     table = Table(title="passes (entry-point group onnxsurgery.passes)", title_justify="left")
     table.add_column("pass", style="bold")
     table.add_column("what it does")
@@ -364,6 +391,8 @@ def inspect(
                         if plan is not None:
                             raise
                         # the default preview is a courtesy: say why it is missing, don't fail
+                        from rich.text import Text
+
                         preview = Text(f"{p.name} preview: {exc} (choose axes with --plan)", style="yellow")
                     if preview is None:
                         raise UsageError(f"--plan: pass {p.name!r} offers no preview")
@@ -514,6 +543,7 @@ def reference_record(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs.")] = 0,
 ) -> None:
     """Run a torch module in eager mode on random inputs and store its outputs as reference cases."""
+    from rich.text import Text
 
     with _boundary():
         sizes = [dict(parse_shape_spec(part) for part in text.split(";") if part.strip()) for text in case or [""]]
@@ -530,6 +560,9 @@ def reference_show(
     path: Annotated[Path, typer.Argument(help="A folder of test_data_set_N, one such folder, or .npz.")],
 ) -> None:
     """List the cases under PATH with their inputs and outputs."""
+    from rich.table import Table
+    from rich.text import Text
+
     with _boundary():
         table = Table(title=Text(f"reference cases: {path}"), title_justify="left")
         table.add_column("case", style="bold")

@@ -1,5 +1,5 @@
 """What a run that never executes a model imports: not ONNX Runtime, not pydantic, not the
-parts of the API it does not use.
+parts of the API it does not use, and, printing nothing (``-q``), not rich.
 
 ``onnxruntime`` (~0.1 s) is imported on first use (``validation/runtime.py``), and typer before
 0.29 parses options without pydantic (~85 ms): together a third of a ``run --passes cleanup``
@@ -29,6 +29,7 @@ print("onnxruntime", "absent" if ort is None else type(ort).__name__)
 print("pydantic", "pydantic" in sys.modules)
 print("unused", sorted(m for m in NOT_USED if m in sys.modules))
 print("click", "click" in sys.modules)
+print("rich", sorted(m for m in sys.modules if m == "rich" or m.startswith("rich."))[:3])
 """
 
 #: Modules a `run --passes cleanup` has no use for: the package namespaces and the CLI imported them.
@@ -42,7 +43,7 @@ NOT_USED = (
 )
 
 
-def test_cleanup_run_imports_neither_onnxruntime_nor_pydantic(tmp_path, tiny_model) -> None:
+def test_quiet_cleanup_run_imports_neither_onnxruntime_nor_pydantic_nor_rich(tmp_path, tiny_model) -> None:
     import onnx
 
     src = tmp_path / "m.onnx"
@@ -58,7 +59,9 @@ def test_cleanup_run_imports_neither_onnxruntime_nor_pydantic(tmp_path, tiny_mod
         [sys.executable, "-c", "import sys, typer; print('click' in sys.modules)"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()
-    assert out == ["onnxruntime _LazyModule", "pydantic False", "unused []", f"click {typer_click}"], out
+    assert out == [
+        "onnxruntime _LazyModule", "pydantic False", "unused []", f"click {typer_click}", "rich []"
+    ], out  # fmt: skip
     assert (tmp_path / "out.onnx").is_file()
 
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
 
 from onnxsurgery.model.dtypes import dtype_name
 from onnxsurgery.model.io import read_model_file, tensor_bytes
 from onnxsurgery.model.walk import op_counts
+
+if TYPE_CHECKING:  # rich is imported where a summary is rendered
+    from rich.console import Group
 
 __all__ = ["TensorSummary", "ModelSummary", "summarize", "dims_of"]
 
@@ -95,6 +95,10 @@ class ModelSummary:
         return out
 
     def __rich__(self) -> Group:
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
         head = Table.grid(padding=(0, 2))
         # every cell is Text: paths, names and metadata are user text, never markup
         head.add_row("model", Text(str(self.path or "(in memory)")))

@@ -10,16 +10,16 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
 
 from onnxsurgery.files import write_atomic
 from onnxsurgery.model.io import load_weights
 from onnxsurgery.pipeline.contract import Diagnostic
+
+if TYPE_CHECKING:  # rich is imported where a report is rendered: a quiet run never loads it
+    from rich.console import Group
 
 __all__ = ["PassRecord", "PipelineReport", "write_json"]
 
@@ -116,6 +116,10 @@ class PipelineReport:
         }
 
     def __rich__(self) -> Group:
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
         # short columns only, so the table reads at 80 columns; options and notes go below it,
         # one paragraph per pass that wraps as a paragraph (all of it is in --report too)
         table = Table(title=Text(f"onnxsurgery: {self.source or 'model'}"), title_justify="left")

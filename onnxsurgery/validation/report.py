@@ -4,15 +4,13 @@ and as JSON (``to_dict``). Truthy when every case ran and every output passed.""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
-from rich import box
-from rich.console import Console, ConsoleOptions, Group, RenderResult
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from onnxsurgery.validation.arrays import OutputComparison, format_number
 from onnxsurgery.validation.tolerances import DEFAULT_ATOL, DEFAULT_RTOL
+
+if TYPE_CHECKING:  # rich is imported where a report is rendered: a quiet run never loads it
+    from rich.console import Console, ConsoleOptions, Group, RenderResult
 
 __all__ = ["CaseResult", "ValidationReport"]
 
@@ -159,6 +157,11 @@ class ValidationReport:
         and mean abs (the JSON report always has them). Why a row failed is listed under the
         table, where a long message does not squeeze the columns.
         """
+        from rich import box
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
         wide = width >= 110
         title = "validation" + (f" against {self.reference}" if self.reference else "")
         table = Table(
