@@ -353,6 +353,19 @@ def test_auto_falls_back_to_cpu_with_a_reason(net: onnx.ModelProto, capfd) -> No
     assert captured.out == "" and captured.err == ""  # ORT's own log lines stay off the terminal
 
 
+def test_a_machine_without_the_nvidia_driver_is_told_so_before_cuda_is_tried(monkeypatch) -> None:
+    import sys
+
+    from onnxsurgery.validation import runtime
+
+    if sys.platform != "linux":
+        pytest.skip("the driver's library is named for Linux here")
+    monkeypatch.setitem(runtime._DRIVER_LIBRARY, "linux", "libnvidia-driver-absent.so.9")
+    assert runtime._no_driver() == "no NVIDIA driver (libnvidia-driver-absent.so.9 not found)"
+    monkeypatch.setitem(runtime._DRIVER_LIBRARY, "linux", "libc.so.6")  # a library that loads
+    assert runtime._no_driver() is None
+
+
 @pytest.mark.skipif(cuda_loads, reason="CUDA loads on this machine")
 def test_cuda_raises_provider_error_here(net: onnx.ModelProto) -> None:
     with pytest.raises(ProviderError, match="CUDA cannot load here"):
