@@ -377,8 +377,96 @@ def test_check_catches_rows_that_read_one_batch_row(mask_index_model, monkeypatc
     import onnxsurgery.passes.symbolize.plan as plan_module
 
     monkeypatch.setattr(plan_module, "find_batch_indices", lambda *args: [])
-    with pytest.raises(PassError, match="batch rows are not independent: row 1 of output 'y'"):
+    with pytest.raises(PassError, match=r"batch rows are not independent: row \d of output 'y'"):
         Symbolize()(mask_index_model, onnxsurgery.PassContext(provider="cpu"))
+
+
+def _one_op_model(nodes, consts, shape=(2, 4)) -> onnx.ModelProto:
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))],
+        [numpy_helper.from_array(np.asarray(v, np.int64), k) for k, v in consts.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model
+
+
+def test_check_catches_a_larger_batch_whose_first_rows_are_not_the_originals():
+    """Rows agree with each other at every batch but the traced one (y = x only at batch 2,
+    else -x): only the original model on the first rows of a larger batch tells."""
+    from onnx import helper
+
+    model = _one_op_model(
+        [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+            helper.make_node("Equal", ["b", "two"], ["eq"]),
+            helper.make_node("Neg", ["x"], ["nx"]),
+            helper.make_node("Where", ["eq", "x", "nx"], ["y"]),
+        ],
+        {"zero": 0, "two": 2},
+    )
+    with pytest.raises(PassError, match="the first 2 batch rows of output 'y' differ from the original"):
+        Symbolize(**{"x:0": "batch"})(model, onnxsurgery.PassContext(provider="cpu"))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_check_says_when_the_first_positions_of_a_longer_run_are_the_originals(causal):
+    from onnx import helper
+
+    if causal:  # a running sum: the first 4 positions do not see the ones after them
+        nodes, consts = [helper.make_node("CumSum", ["x", "one"], ["y"])], {"one": 1}
+    else:  # minus the mean over positions: every position sees them all
+        nodes = [
+            helper.make_node("ReduceMean", ["x", "axes"], ["m"], keepdims=1),
+            helper.make_node("Sub", ["x", "m"], ["y"]),
+        ]
+        consts = {"axes": [1]}
+    result = Symbolize(**{"x:1": "seq"})(_one_op_model(nodes, consts), onnxsurgery.PassContext(provider="cpu"))
+    oracle = result.report.verification.oracles["seq"]
+    assert ("beyond the first 4 positions, which equal the original model" in oracle) is causal, oracle
+
+
+def test_the_original_model_runs_once_for_each_size_grown_alone_only_where_it_must(monkeypatch):
+    """A larger size begins with the traced run's inputs, so the original model's outputs on
+    its first traced-many rows or positions are the traced run's: the original runs at the
+    traced size (and once with a new first row) only."""
+    from onnx import helper
+
+    import onnxsurgery.passes.symbolize.check as check
+
+    calls = []
+    run_many = check.run_many
+    monkeypatch.setattr(check, "run_many", lambda s, jobs: calls.append(len(jobs)) or run_many(s, jobs))
+    model = _one_op_model([helper.make_node("CumSum", ["x", "one"], ["y"])], {"one": 1}, (2, 4))
+    result = Symbolize(**{"x:0": "batch", "x:1": "seq"})(model, onnxsurgery.PassContext(provider="cpu"))
+    assert result.report.verification.levels == {"batch": "rows", "seq": "runs"}
+    assert calls[0] == 2, calls  # the traced size, and a new row 0 (batch rows are independent)
+
+
+def test_inputs_that_cannot_begin_with_the_traced_feeds_keep_their_own():
+    from onnxsurgery.passes.symbolize.check import _extend
+
+    base = {"x": np.arange(8, dtype=np.float32).reshape(2, 4), "n": np.array([4], np.int64)}
+    grown = {"x": np.zeros((3, 4), np.float32), "n": np.array([7], np.int64)}
+    inputs = dict(grown)
+    assert _extend(inputs, base, {"x": 0}, 2, frozenset())
+    assert np.array_equal(inputs["x"][:2], base["x"]) and not inputs["x"][2].any()
+    assert inputs["n"] is base["n"]
+    for in_axis, n, sized, feeds in (
+        ({"x": 0}, 2, {"n"}, base),  # an input read as a size is made for its size
+        ({"x": 1}, 2, set(), base),  # the traced feed is not the first entries along that axis
+        ({"x": 0}, 2, set(), {**base, "x": base["x"].astype(np.float64)}),
+        ({"x": -2}, 4, set(), base),  # fewer entries than the traced size
+    ):
+        inputs = dict(grown)
+        assert not _extend(inputs, feeds, in_axis, n, frozenset(sized))
+        assert all(inputs[k] is grown[k] for k in grown)
 
 
 # -- subgraphs -----------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ vocabulary their gather reads, sizes never made up, initializers listed as input
    ``total = past + seq``, follow them): it must run, and every output dim that the plan
    expresses in the symbols must come out as that expression evaluated at the size;
 3. for batches (rows independent): each row must equal a run of that row alone, and the first
-   traced-many rows of a larger batch must equal the original model on those rows;
+   traced-many rows of a larger batch must equal the original model on those rows (a size grown
+   alone begins with the traced run's inputs, so those are the traced run's outputs);
 4. the reference cases given to the run: every output must match torch's.
 
 Each symbol ends at the best level it reached (:data:`LEVELS`, :class:`CheckResult`). Failures
@@ -26,7 +27,7 @@ import onnx
 import onnxruntime as ort
 
 from onnxsurgery.errors import OnnxSurgeryError, PassError
-from onnxsurgery.passes.symbolize.feeds import case_sizes, check_feeds, unsized_axes
+from onnxsurgery.passes.symbolize.feeds import case_sizes, check_feeds, shape_inputs, unsized_axes
 from onnxsurgery.passes.symbolize.ort_failure import ort_failure
 from onnxsurgery.passes.symbolize.row_checks import (
     axes_of,
@@ -205,6 +206,7 @@ def check_dynamic(
     else:
         no_inputs = None
     heads_at: list[tuple[_SizeRun, str, int]] = []
+    sized = set(shape_inputs(model))
     for run in steps_at:
         for sym in base:
             # Grown alone: the first traced-many rows (batches: rows are independent, so they
@@ -217,8 +219,11 @@ def check_dynamic(
             in_axis, out_axis = axes_of(axes, output_dims, sym, names)
             if not grown or related or sym in fixed or not in_axis or not out_axis:
                 continue
-            heads_at.append((run, sym, len(jobs)))
-            jobs.append(head_rows(run.inputs, in_axis, base[sym]))
+            if _extend(run.inputs, feeds, in_axis, base[sym], sized):
+                heads_at.append((run, sym, 0))  # its first entries are the traced run's own
+            else:
+                heads_at.append((run, sym, len(jobs)))
+                jobs.append(head_rows(run.inputs, in_axis, base[sym]))
     said_all = run_many(reference, jobs)
     expected = said_all[0]
     if isinstance(expected, Exception):
@@ -372,6 +377,44 @@ def check_dynamic(
                 else ""
             )
     return result
+
+
+def _extend(
+    inputs: dict[str, np.ndarray],
+    feeds: Mapping[str, np.ndarray],
+    in_axis: Mapping[str, int],
+    n: int,
+    sized: Set[str],
+) -> bool:
+    """Make ``inputs`` (a size grown along one symbol) begin with the traced run's ``feeds``:
+    each input's first ``n`` entries along its axis in ``in_axis`` become that feed, and an
+    input without the axis becomes it whole. The original model's outputs on those first
+    entries are then the traced run's, and need no run of their own. False, with ``inputs``
+    untouched, where the feeds do not fit (an input read as a size, in ``sized``, is made for
+    its size and stays so)."""
+    for name, arr in inputs.items():
+        base = feeds.get(name)
+        if name in sized or base is None or base.dtype != arr.dtype:
+            return False
+        axis = in_axis.get(name)
+        if axis is not None and not -arr.ndim <= axis < arr.ndim:
+            return False
+        head = list(arr.shape)
+        if axis is not None:
+            if head[axis] < n:
+                return False
+            head[axis] = n
+        if base.shape != tuple(head):
+            return False
+    for name, arr in inputs.items():
+        axis = in_axis.get(name)
+        if axis is None:
+            inputs[name] = feeds[name]
+        else:
+            arr = arr.copy()
+            arr[(slice(None),) * (axis % arr.ndim) + (slice(0, n),)] = feeds[name]
+            inputs[name] = arr
+    return True
 
 
 @dataclass
