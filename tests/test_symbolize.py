@@ -435,7 +435,7 @@ def test_check_says_when_the_first_positions_of_a_longer_run_are_the_originals(c
 def test_the_original_model_runs_once_for_each_size_grown_alone_only_where_it_must(monkeypatch):
     """A larger size begins with the traced run's inputs, so the original model's outputs on
     its first traced-many rows or positions are the traced run's: the original runs at the
-    traced size (and once with a new first row) only."""
+    traced size (and once with a new first row) only; and a run asked for twice runs once."""
     from onnx import helper
 
     import onnxsurgery.passes.symbolize.check as check
@@ -446,7 +446,10 @@ def test_the_original_model_runs_once_for_each_size_grown_alone_only_where_it_mu
     model = _one_op_model([helper.make_node("CumSum", ["x", "one"], ["y"])], {"one": 1}, (2, 4))
     result = Symbolize(**{"x:0": "batch", "x:1": "seq"})(model, onnxsurgery.PassContext(provider="cpu"))
     assert result.report.verification.levels == {"batch": "rows", "seq": "runs"}
-    assert calls[0] == 2, calls  # the traced size, and a new row 0 (batch rows are independent)
+    # the original: the traced size, and a new row 0 (batch rows are independent); the rewritten
+    # model: the traced size, batch 3 and 4 with their first and last rows alone (the first row
+    # alone is one run for both: it is the traced run's first row), seq 5 and 3
+    assert calls == [2, 8], calls
 
 
 def test_inputs_that_cannot_begin_with_the_traced_feeds_keep_their_own():

@@ -224,7 +224,7 @@ def check_dynamic(
             else:
                 heads_at.append((run, sym, len(jobs)))
                 jobs.append(head_rows(run.inputs, in_axis, base[sym]))
-    said_all = run_many(reference, jobs)
+    said_all = _run_each_once(reference, jobs)
     expected = said_all[0]
     if isinstance(expected, Exception):
         raise _original_failed(expected, model, axes, base, where) from None
@@ -269,7 +269,7 @@ def check_dynamic(
                 alone = rows_alone(axes, output_dims, sym, run.inputs, outputs)
                 run.alone[sym] = {row: len(jobs) + k for k, row in enumerate(alone)}
                 jobs += alone.values()
-    done = run_many(session, jobs)
+    done = _run_each_once(session, jobs)
     got = done[0]
     if isinstance(got, Exception):
         raise ort_failure(f"at the traced size {where}", got, model) from None
@@ -377,6 +377,31 @@ def check_dynamic(
                 else ""
             )
     return result
+
+
+def _run_each_once(
+    session: ort.InferenceSession, jobs: Sequence[Mapping[str, np.ndarray]]
+) -> list[dict[str, np.ndarray] | Exception]:
+    """:func:`~onnxsurgery.validation.runtime.run_many` with each distinct set of inputs run
+    once (sizes grown alone begin alike: their first rows run alone are the same run)."""
+    unique: list[Mapping[str, np.ndarray]] = []
+    where = []
+    for job in jobs:
+        same = (
+            k
+            for k, seen in enumerate(unique)
+            if seen.keys() == job.keys()
+            and all(
+                seen[n].shape == a.shape and seen[n].dtype == a.dtype and np.array_equal(seen[n], a)
+                for n, a in job.items()
+            )
+        )
+        k = next(same, len(unique))
+        if k == len(unique):
+            unique.append(job)
+        where.append(k)
+    done = run_many(session, unique)
+    return [done[k] for k in where]
 
 
 def _extend(
