@@ -37,3 +37,27 @@ def test_runs_at_once_equal_runs_one_by_one_in_order_errors_in_place(workers):
         assert got[k].keys() == want.keys()
         for name in want:
             np.testing.assert_array_equal(got[k][name], want[name])
+
+
+def test_feeds_given_twice_run_once_and_share_its_outputs(monkeypatch):
+    import onnxsurgery.validation.runtime as runtime
+
+    model = onnx.load(str(MODEL))
+    session = create_session(model, "cpu", threads=1)
+    (first,) = session.get_inputs()
+    shape = [d if isinstance(d, int) else 2 for d in first.shape]
+    rng = np.random.default_rng(1)
+    a, b = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+    nan = a.copy()
+    nan.flat[0] = np.nan  # NaN equals nothing, itself included: run on its own
+    feeds = [{first.name: a}, {first.name: b}, {first.name: a.copy()}, {first.name: nan}, {first.name: nan}]
+    runs = []
+    timed = runtime._run_timed
+    monkeypatch.setattr(runtime, "_run_timed", lambda s, n, f: runs.append(f) or timed(s, n, f))
+    got = run_many(session, feeds, 2)
+    assert len(runs) == 4 and len(got) == 5
+    assert got[2] is got[0] and got[3] is not got[4]
+    for k in (0, 1, 3):
+        want = run_model(session, feeds[k])
+        for name in want:
+            np.testing.assert_array_equal(got[k][name], want[name])

@@ -436,29 +436,43 @@ def test_the_original_model_runs_once_for_each_size_grown_alone_only_where_it_mu
     """A larger size begins with the traced run's inputs, so the original model's outputs on
     its first traced-many rows or positions are the traced run's: the original runs at the
     traced size (and once with a new first row) only; and a run asked for twice runs once."""
+    import threading
+
     from onnx import helper
 
-    import onnxsurgery.passes.symbolize.check as check
+    import onnxsurgery.validation.runtime as runtime
 
-    calls = []
-    run_many = check.run_many
-    monkeypatch.setattr(check, "run_many", lambda s, jobs: calls.append(len(jobs)) or run_many(s, jobs))
+    sessions: list = []  # each session the check runs (held: no id is reused), the original first
+    runs: list[int] = []
+
+    lock = threading.Lock()  # run_many runs from two threads
+
+    def counted(session, names, feeds):
+        with lock:
+            if not any(s is session for s in sessions):
+                sessions.append(session)
+                runs.append(0)
+            runs[next(k for k, s in enumerate(sessions) if s is session)] += 1
+        return timed(session, names, feeds)
+
+    timed = runtime._run_timed
+    monkeypatch.setattr(runtime, "_run_timed", counted)
     model = _one_op_model([helper.make_node("CumSum", ["x", "one"], ["y"])], {"one": 1}, (2, 4))
     result = Symbolize(**{"x:0": "batch", "x:1": "seq"})(model, onnxsurgery.PassContext(provider="cpu"))
     assert result.report.verification.levels == {"batch": "rows", "seq": "runs"}
     # the original: the traced size, and a new row 0 (batch rows are independent); the rewritten
     # model: the traced size, batch 3 and 4 with their first and last rows alone (the first row
     # alone is one run for both: it is the traced run's first row), seq 5 and 3
-    assert calls == [2, 8], calls
+    assert runs == [2, 8], runs
 
 
 def test_inputs_that_cannot_begin_with_the_traced_feeds_keep_their_own():
-    from onnxsurgery.passes.symbolize.check import _extend
+    from onnxsurgery.passes.symbolize.row_checks import begin_with
 
     base = {"x": np.arange(8, dtype=np.float32).reshape(2, 4), "n": np.array([4], np.int64)}
     grown = {"x": np.zeros((3, 4), np.float32), "n": np.array([7], np.int64)}
     inputs = dict(grown)
-    assert _extend(inputs, base, {"x": 0}, 2, frozenset())
+    assert begin_with(inputs, base, {"x": 0}, 2, frozenset())
     assert np.array_equal(inputs["x"][:2], base["x"]) and not inputs["x"][2].any()
     assert inputs["n"] is base["n"]
     for in_axis, n, sized, feeds in (
@@ -468,7 +482,7 @@ def test_inputs_that_cannot_begin_with_the_traced_feeds_keep_their_own():
         ({"x": -2}, 4, set(), base),  # fewer entries than the traced size
     ):
         inputs = dict(grown)
-        assert not _extend(inputs, feeds, in_axis, n, frozenset(sized))
+        assert not begin_with(inputs, feeds, in_axis, n, frozenset(sized))
         assert all(inputs[k] is grown[k] for k in grown)
 
 

@@ -426,10 +426,15 @@ def run_many(
     in order each run's outputs by name or the exception it raised (for the caller to judge in
     its own order). Each run is the run :func:`run_model` makes, under the ``run_seconds`` limit:
     ORT runs a session from several threads at once, each run computing what it computes alone,
-    so only the wall time changes (the check's runs at other sizes on 2 cores). ``workers``
-    defaults to the CPU count, at most 4."""
+    so only the wall time changes (the check's runs at other sizes on 2 cores). Feeds given
+    more than once (the same arrays, or equal ones) run once, and share that run's outputs.
+    ``workers`` defaults to the CPU count, at most 4."""
     names = [o.name for o in session.get_outputs()]
     workers = workers or min(4, os.cpu_count() or 1)
+    unique, where = _distinct(feeds)
+    if len(unique) < len(feeds):
+        done = run_many(session, unique, workers)
+        return [done[k] for k in where]
 
     def one(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | Exception:
         try:
@@ -445,6 +450,31 @@ def run_many(
             return [one(f) for f in feeds]
         with ThreadPoolExecutor(max_workers=workers) as pool:
             return list(pool.map(one, feeds))
+
+
+def _distinct(
+    feeds: Sequence[Mapping[str, np.ndarray]],
+) -> tuple[list[Mapping[str, np.ndarray]], list[int]]:
+    """The distinct feeds, in order, and where each of ``feeds`` is among them."""
+    unique: list[Mapping[str, np.ndarray]] = []
+    where = []
+    for feed in feeds:
+        k = next(
+            (
+                k
+                for k, seen in enumerate(unique)
+                if seen.keys() == feed.keys()
+                and all(
+                    seen[n].shape == a.shape and seen[n].dtype == a.dtype and np.array_equal(seen[n], a)
+                    for n, a in feed.items()
+                )
+            ),
+            len(unique),
+        )
+        if k == len(unique):
+            unique.append(feed)
+        where.append(k)
+    return unique, where
 
 
 def _run_timed(

@@ -31,6 +31,7 @@ from onnxsurgery.passes.symbolize.feeds import case_sizes, check_feeds, shape_in
 from onnxsurgery.passes.symbolize.ort_failure import ort_failure
 from onnxsurgery.passes.symbolize.row_checks import (
     axes_of,
+    begin_with,
     check_rows,
     first_differs,
     head_rows,
@@ -219,12 +220,12 @@ def check_dynamic(
             in_axis, out_axis = axes_of(axes, output_dims, sym, names)
             if not grown or related or sym in fixed or not in_axis or not out_axis:
                 continue
-            if _extend(run.inputs, feeds, in_axis, base[sym], sized):
+            if begin_with(run.inputs, feeds, in_axis, base[sym], sized):
                 heads_at.append((run, sym, 0))  # its first entries are the traced run's own
             else:
                 heads_at.append((run, sym, len(jobs)))
                 jobs.append(head_rows(run.inputs, in_axis, base[sym]))
-    said_all = _run_each_once(reference, jobs)
+    said_all = run_many(reference, jobs)
     expected = said_all[0]
     if isinstance(expected, Exception):
         raise _original_failed(expected, model, axes, base, where) from None
@@ -269,7 +270,7 @@ def check_dynamic(
                 alone = rows_alone(axes, output_dims, sym, run.inputs, outputs)
                 run.alone[sym] = {row: len(jobs) + k for k, row in enumerate(alone)}
                 jobs += alone.values()
-    done = _run_each_once(session, jobs)
+    done = run_many(session, jobs)
     got = done[0]
     if isinstance(got, Exception):
         raise ort_failure(f"at the traced size {where}", got, model) from None
@@ -377,69 +378,6 @@ def check_dynamic(
                 else ""
             )
     return result
-
-
-def _run_each_once(
-    session: ort.InferenceSession, jobs: Sequence[Mapping[str, np.ndarray]]
-) -> list[dict[str, np.ndarray] | Exception]:
-    """:func:`~onnxsurgery.validation.runtime.run_many` with each distinct set of inputs run
-    once (sizes grown alone begin alike: their first rows run alone are the same run)."""
-    unique: list[Mapping[str, np.ndarray]] = []
-    where = []
-    for job in jobs:
-        same = (
-            k
-            for k, seen in enumerate(unique)
-            if seen.keys() == job.keys()
-            and all(
-                seen[n].shape == a.shape and seen[n].dtype == a.dtype and np.array_equal(seen[n], a)
-                for n, a in job.items()
-            )
-        )
-        k = next(same, len(unique))
-        if k == len(unique):
-            unique.append(job)
-        where.append(k)
-    done = run_many(session, unique)
-    return [done[k] for k in where]
-
-
-def _extend(
-    inputs: dict[str, np.ndarray],
-    feeds: Mapping[str, np.ndarray],
-    in_axis: Mapping[str, int],
-    n: int,
-    sized: Set[str],
-) -> bool:
-    """Make ``inputs`` (a size grown along one symbol) begin with the traced run's ``feeds``:
-    each input's first ``n`` entries along its axis in ``in_axis`` become that feed, and an
-    input without the axis becomes it whole. The original model's outputs on those first
-    entries are then the traced run's, and need no run of their own. False, with ``inputs``
-    untouched, where the feeds do not fit (an input read as a size, in ``sized``, is made for
-    its size and stays so)."""
-    for name, arr in inputs.items():
-        base = feeds.get(name)
-        if name in sized or base is None or base.dtype != arr.dtype:
-            return False
-        axis = in_axis.get(name)
-        if axis is not None and not -arr.ndim <= axis < arr.ndim:
-            return False
-        head = list(arr.shape)
-        if axis is not None:
-            if head[axis] < n:
-                return False
-            head[axis] = n
-        if base.shape != tuple(head):
-            return False
-    for name, arr in inputs.items():
-        axis = in_axis.get(name)
-        if axis is None:
-            inputs[name] = feeds[name]
-        else:
-            arr = arr.copy()
-            arr[(slice(None),) * (axis % arr.ndim) + (slice(0, n),)] = feeds[name]
-            inputs[name] = arr
-    return True
 
 
 @dataclass

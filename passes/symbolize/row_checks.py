@@ -4,7 +4,8 @@ For a symbol whose rows are independent (:func:`~onnxsurgery.passes.symbolize.ch
 step 3): a new row 0 leaves the original model's other rows as they were at the traced size
 (:func:`new_row_zero`, :func:`original_rows_independent`); each row of a larger batch equals
 that row run alone (:func:`rows_alone`, :func:`check_rows`); and the first traced-many rows
-equal the original model on those rows (:func:`head_rows`, :func:`first_differs`).
+equal the original model on those rows (:func:`head_rows`, :func:`first_differs`; where a
+larger batch begins with the traced run's inputs, :func:`begin_with`, those are the traced run's).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from onnxsurgery.validation.references import Case
 __all__ = [
     "agree",
     "axes_of",
+    "begin_with",
     "check_rows",
     "first_differs",
     "head_rows",
@@ -121,6 +123,44 @@ def first_differs(
         if ref is None or not agree(np.take(outs[name], range(n), axis=axis), ref, atol, rtol):
             return name
     return None
+
+
+def begin_with(
+    inputs: dict[str, np.ndarray],
+    feeds: Mapping[str, np.ndarray],
+    in_axis: Mapping[str, int],
+    n: int,
+    sized: Set[str],
+) -> bool:
+    """Make ``inputs`` (a size grown along one symbol) begin with the traced run's ``feeds``:
+    each input's first ``n`` entries along its axis in ``in_axis`` become that feed, and an
+    input without the axis becomes it whole. The original model's outputs on those first
+    entries are then the traced run's, and need no run of their own. False, with ``inputs``
+    untouched, where the feeds do not fit (an input read as a size, in ``sized``, is made for
+    its size and stays so)."""
+    for name, arr in inputs.items():
+        base = feeds.get(name)
+        if name in sized or base is None or base.dtype != arr.dtype:
+            return False
+        axis = in_axis.get(name)
+        if axis is not None and not -arr.ndim <= axis < arr.ndim:
+            return False
+        head = list(arr.shape)
+        if axis is not None:
+            if head[axis] < n:
+                return False
+            head[axis] = n
+        if base.shape != tuple(head):
+            return False
+    for name, arr in inputs.items():
+        axis = in_axis.get(name)
+        if axis is None:
+            inputs[name] = feeds[name]
+        else:
+            arr = arr.copy()
+            arr[(slice(None),) * (axis % arr.ndim) + (slice(0, n),)] = feeds[name]
+            inputs[name] = arr
+    return True
 
 
 def head_rows(
