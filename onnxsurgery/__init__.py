@@ -14,6 +14,7 @@ Everything the README shows is importable from here; each name imports its modul
     errors.py          the one exception tree (OnnxSurgeryError)
     lazy.py            package namespaces that import a module on first use of one of its names
     cli.py             the ``onnxsurgery`` command, one library call per command
+    terminal.py        what the command shows: consoles, the error boundary, the progress line
     merged_outputs/   concat-outputs' layout record in metadata; split_outputs undoes a merge
     pipeline/          the pass contract, registry, chain grammar and recipes, runner, report
     model/             load/save and external data, graph walking, dtypes, signature, equality,
@@ -89,6 +90,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "model",
         "pipeline",
         "shapes",
+        "terminal",
         "validation",
     ),
 )

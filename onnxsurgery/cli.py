@@ -2,31 +2,27 @@
 
 Each command parses its options, calls one library function with keyword arguments, and renders
 the result. Errors: every :class:`~onnxsurgery.errors.OnnxSurgeryError` is caught at one boundary
-(:func:`_boundary`) and printed as one red line on stderr with its exit code (2 for bad input or a
+(:func:`onnxsurgery.terminal.boundary`) and printed as one red line on stderr with its exit code (2 for bad input or a
 pass that could not do its job, 1 for a validation mismatch); anything else is a bug of ours:
 exit 3 with one line, the stack with ``--traceback``. User text is never read as rich markup.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import sys
-import warnings
-from collections.abc import Callable, Iterator
 from dataclasses import fields
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
-import numpy as np
 import typer
 
 # What `run` needs (and the options' defaults) comes from the modules that define it; what only
 # another command uses (inspect's summary, --against, reference record) is reached through the
 # package namespaces, which import it when that command runs (see onnxsurgery/lazy.py).
 import onnxsurgery
-from onnxsurgery import validation
+from onnxsurgery import terminal, validation
 from onnxsurgery._version import __version__
 from onnxsurgery.errors import OnnxSurgeryError, UsageError, ValidationMismatch
 from onnxsurgery.files import check_targets
@@ -55,121 +51,14 @@ app = typer.Typer(
     add_completion=False,
 )
 
-class _Console:
-    """A rich Console made when first used: a run that prints nothing (``-q``, success in a
-    pipe) never imports rich (~15 ms of a short run). Each command starts with a new one
-    (:meth:`reset`), made for the environment it runs in (``COLUMNS`` sets the width)."""
-
-    def __init__(self, **options: Any) -> None:
-        self._options = options
-        self._console: Any = None
-
-    def reset(self) -> None:
-        self._console = None
-
-    def __getattr__(self, name: str) -> Any:
-        if self._console is None:
-            from rich.console import Console
-
-            self._console = Console(highlight=False, **self._options)
-        return getattr(self._console, name)
-
-
-out = _Console()
-err = _Console(stderr=True)
-
 _PANEL_IO = "Input and output"
 _PANEL_CHAIN = "Pass chain"
 _PANEL_VALIDATE = "Validation"
 
 
-#: Set by ``--traceback``: print the stack of an error, not just its line.
-_state = {"traceback": False}
-
-
-def _say_error(message: str) -> None:
-    from rich.text import Text
-
-    err.print(Text("error: ", style="red") + Text(message), soft_wrap=True, highlight=False)
-
-
-@contextlib.contextmanager
-def _boundary(report_path: Path | None = None, quiet: bool = False) -> Iterator[None]:
-    """The one place errors become a red line and an exit code: an OnnxSurgeryError exits
-    with its code (2 bad input, 1 validation mismatch), anything else is a bug of ours and
-    exits 3 with one line. ``--traceback`` adds the stack. numpy's warnings stay off stderr."""
-    for console in (out, err):
-        if isinstance(console, _Console):  # (a test may have put a Console of its own there)
-            console.reset()
-    try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    except OnnxSurgeryError as exc:
-        pipeline_report = exc.pipeline_report
-        if report_path is not None and pipeline_report is not None:
-            try:
-                write_json(pipeline_report.to_dict(), report_path)
-            except OnnxSurgeryError as report_exc:
-                _say_error(f"{report_exc} (the report of the failed run)")
-        if isinstance(exc, ValidationMismatch) and not quiet:
-            shown = pipeline_report if pipeline_report is not None else exc.report
-            if shown is not None:
-                out.print(shown)
-        if _state["traceback"]:
-            err.print_exception(show_locals=False)
-        message = str(exc).strip() or type(exc).__name__
-        _say_error(message)
-        raise typer.Exit(exc.exit_code) from None
-    except (typer.Exit, typer.Abort, typer.TyperException):  # the command line's own errors
-        raise
-    except KeyboardInterrupt:
-        _say_error("interrupted; nothing was written")
-        raise typer.Exit(130) from None
-    except Exception as exc:  # a bug of ours: one line, the stack on request
-        if _state["traceback"]:
-            err.print_exception(show_locals=False)
-        text = " ".join(str(exc).split())[:300]
-        _say_error(
-            f"internal error (a bug in onnxsurgery {__version__}; please report it): "
-            f"{type(exc).__name__}: {text}; rerun with --traceback for the stack"
-        )
-        raise typer.Exit(3) from None
-
-
-@contextlib.contextmanager
-def _progress_line(quiet: bool) -> Iterator[Callable[..., None] | None]:
-    """On a terminal (and without -q): a transient line on stderr with where the run is, its
-    stage, a bar where steps are counted, and the elapsed time. Yields the callback the library
-    calls (``(where, stage, done, total)``), or None where nothing is to be shown (pipes, -q)."""
-    if quiet or not err.is_terminal:
-        yield None
-        return
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}", markup=False),
-        BarColumn(bar_width=20),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        redirect_stdout=False,  # the library's own output handling stays as it is
-        redirect_stderr=False,
-    ) as line:
-        task = line.add_task("starting", total=None)
-
-        def update(where: str, stage: str, done: int | None = None, total: int | None = None) -> None:
-            line.update(
-                task, description=f"{where}: {stage}", completed=done or 0, total=total, refresh=True
-            )
-
-        yield update
-
-
 def _version_callback(value: bool) -> None:
     if value:
-        out.print(f"onnxsurgery {__version__}")
+        terminal.out.print(f"onnxsurgery {__version__}")
         raise typer.Exit(0)
 
 
@@ -189,7 +78,7 @@ def _root(
 
     [bold]onnxsurgery run[/bold] model.onnx --passes "symbolize, concat-outputs" --ref fixtures/net
     """
-    _state["traceback"] = traceback
+    terminal.state["traceback"] = traceback
 
 
 ProviderOpt = Annotated[
@@ -286,8 +175,8 @@ def run(
     Exit 0: done. Exit 1: validation found a mismatch. Exit 2: bad input or a pass that could
     not do its job. Nothing is written unless every pass and the validation succeeded.
     """
-    _state["traceback"] = _state["traceback"] or traceback
-    with _boundary(report, quiet):
+    terminal.state["traceback"] = terminal.state["traceback"] or traceback
+    with terminal.boundary(report, quiet):
         target = output if output is not None else default_output_path(model)
         # before anything runs: no output onto an input, no two outputs onto one file
         check_targets(
@@ -305,7 +194,7 @@ def run(
             specs, check=check, references=ref, provider=provider, atol=atol, rtol=rtol, limits=limits
         )
         try:
-            with _progress_line(quiet) as progress:
+            with terminal.progress_line(quiet) as progress:
                 result = pipeline.run(model, target, progress=progress)
         except ValidationMismatch as exc:
             failed_model = exc.pipeline_report.model if exc.pipeline_report else None
@@ -313,12 +202,12 @@ def run(
                 save_model(failed_model, keep_failed)
                 from rich.text import Text
 
-                err.print(Text(f"kept the failing model at {keep_failed}"))
+                terminal.err.print(Text(f"kept the failing model at {keep_failed}"))
             raise
         if report is not None:
             write_json(result.to_dict(), report)
         if not quiet:
-            out.print(result)
+            terminal.out.print(result)
 
 
 @app.command("passes")
@@ -339,7 +228,7 @@ def list_passes(
             }
             for e in entries.values()
         ]
-        out.print_json(json.dumps(data))
+        terminal.out.print_json(json.dumps(data))
         return
     from rich.table import Table
 
@@ -354,7 +243,7 @@ def list_passes(
         else:
             options = ", ".join(str(o) for o in e.cls.option_infos())
             table.add_row(e.name, e.cls.summary(), options, e.source)
-    out.print(table)
+    terminal.out.print(table)
 
 
 @app.command()
@@ -373,7 +262,7 @@ def inspect(
 ) -> None:
     """Describe MODEL: opset, producer, inputs/outputs with dims, op counts, weights, and what
     symbolize would change in it. Nothing is written."""
-    with _boundary():
+    with terminal.boundary():
         summary = onnxsurgery.summarize(model)
         if not no_plan:
             chain = plan if plan is not None else _default_plan(summary)
@@ -398,9 +287,9 @@ def inspect(
                         raise UsageError(f"--plan: pass {p.name!r} offers no preview")
                     summary.extra.append(preview)
         if as_json:
-            out.print_json(json.dumps(summary.to_dict()))
+            terminal.out.print_json(json.dumps(summary.to_dict()))
         else:
-            out.print(summary)
+            terminal.out.print(summary)
 
 
 def _default_plan(summary) -> str | None:
@@ -471,7 +360,7 @@ def validate_command(
     not accept. Exit 2: bad options, or a model or reference that cannot be read.
     """
 
-    with _boundary(None, quiet):
+    with terminal.boundary(None, quiet):
         tolerances = dict(parse_tolerance_spec(t) for t in tol or [])
         shapes = dict(parse_shape_spec(s) for s in shape or [])
         if against is None:
@@ -479,7 +368,7 @@ def validate_command(
                 raise UsageError("nothing to validate against: give --ref PATH or --against OTHER.onnx")
             if shapes or seed or cases != 1:
                 raise UsageError("--shape, --seed and --cases are for random inputs with --against")
-            with _progress_line(quiet) as progress:
+            with terminal.progress_line(quiet) as progress:
                 result = validate(
                     model,
                     ref,
@@ -511,7 +400,7 @@ def validate_command(
         if not result:
             raise ValidationMismatch(f"validation against {what} failed: {result.summary}", report=result)
         if not quiet:
-            out.print(result)
+            terminal.out.print(result)
 
 
 reference_app = typer.Typer(
@@ -545,14 +434,14 @@ def reference_record(
     """Run a torch module in eager mode on random inputs and store its outputs as reference cases."""
     from rich.text import Text
 
-    with _boundary():
+    with terminal.boundary():
         sizes = [dict(parse_shape_spec(part) for part in text.split(";") if part.strip()) for text in case or [""]]
         net = validation.load_module(module)
         out_dir.mkdir(parents=True, exist_ok=True)
         cases = onnxsurgery.record_model_cases(net, model, out_dir, sizes=sizes, seed=seed)
         for c in cases:
             dims = ", ".join(f"{k} {'x'.join(map(str, v.shape))}" for k, v in c.inputs.items())
-            out.print(Text(f"wrote {out_dir / c.name}  ({dims})"))
+            terminal.out.print(Text(f"wrote {out_dir / c.name}  ({dims})"))
 
 
 @reference_app.command("show")
@@ -563,7 +452,7 @@ def reference_show(
     from rich.table import Table
     from rich.text import Text
 
-    with _boundary():
+    with terminal.boundary():
         table = Table(title=Text(f"reference cases: {path}"), title_justify="left")
         table.add_column("case", style="bold")
         table.add_column("inputs")
@@ -571,7 +460,7 @@ def reference_show(
         for c in load_cases(path):
             fmt = lambda d: ", ".join(f"{k} {v.dtype}[{'x'.join(map(str, v.shape))}]" for k, v in d.items())  # noqa: E731
             table.add_row(c.name, fmt(c.inputs), fmt(c.outputs))
-        out.print(table)
+        terminal.out.print(table)
 
 
 def main() -> None:
@@ -582,12 +471,12 @@ def main() -> None:
     try:
         code = app(prog_name="onnxsurgery", standalone_mode=False)
     except typer.Abort:
-        _say_error("interrupted; nothing was written")
+        terminal.say_error("interrupted; nothing was written")
         sys.exit(130)
     except typer.TyperException as exc:  # click's UsageError and friends
         ctx = getattr(exc, "ctx", None)
         hint = f"; see '{ctx.command_path} -h'" if ctx is not None else ""
-        _say_error(f"{exc.format_message().rstrip('.')}{hint}")
+        terminal.say_error(f"{exc.format_message().rstrip('.')}{hint}")
         sys.exit(getattr(exc, "exit_code", 2))
     sys.exit(code if isinstance(code, int) else 0)
 

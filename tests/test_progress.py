@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from onnxsurgery import cli
+from onnxsurgery import terminal as cli_terminal
 from onnxsurgery.cli import app
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "attention_block" / "torchscript"
@@ -33,7 +33,7 @@ def run(tmp_path: Path, monkeypatch, *, terminal: bool, quiet: bool = False) -> 
     """Run the chain with --ref and --report; (what stderr's console got, stdout, report path)."""
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=terminal, width=160, highlight=False)
-    monkeypatch.setattr(cli, "err", console)
+    monkeypatch.setattr(cli_terminal, "err", console)
     report = tmp_path / "report.json"
     args = [
         "run", str(FIXTURE / "model.onnx"), "-o", str(tmp_path / "out.onnx"), "--passes", CHAIN,
@@ -68,7 +68,7 @@ def test_the_validate_command_counts_cases_on_a_terminal(monkeypatch):
     # The static model runs only the case at its traced size: a mismatch (exit 1), yet every
     # case is counted on the way.
     buffer = io.StringIO()
-    monkeypatch.setattr(cli, "err", Console(file=buffer, force_terminal=True, width=160))
+    monkeypatch.setattr(cli_terminal, "err", Console(file=buffer, force_terminal=True, width=160))
     result = CliRunner().invoke(
         app, ["validate", str(FIXTURE / "model.onnx"), "--ref", str(FIXTURE), "--provider", "cpu"]
     )
