@@ -361,7 +361,7 @@ def test_a_machine_without_the_nvidia_driver_is_told_so_before_cuda_is_tried(mon
     if sys.platform != "linux":
         pytest.skip("the driver's library is named for Linux here")
     monkeypatch.setitem(runtime._DRIVER_LIBRARY, "linux", "libnvidia-driver-absent.so.9")
-    assert runtime._no_driver() == "no NVIDIA driver (libnvidia-driver-absent.so.9 not found)"
+    assert runtime._no_driver() == "the NVIDIA driver's libnvidia-driver-absent.so.9 is not found"
     monkeypatch.setitem(runtime._DRIVER_LIBRARY, "linux", "libc.so.6")  # a library that loads
     assert runtime._no_driver() is None
 

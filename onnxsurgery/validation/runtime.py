@@ -176,7 +176,7 @@ def _no_driver() -> str | None:
     try:
         ctypes.CDLL(library)
     except OSError:
-        return f"no NVIDIA driver ({library} not found)"
+        return f"the NVIDIA driver's {library} is not found"
     return None
 
 
