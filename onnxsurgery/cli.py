@@ -1,10 +1,12 @@
 """The ``onnxsurgery`` command: a thin layer over the Python API with the same names.
 
 Each command parses its options, calls one library function with keyword arguments, and renders
-the result. Errors: every :class:`~onnxsurgery.errors.OnnxSurgeryError` is caught at one boundary
-(:func:`onnxsurgery.terminal.boundary`) and printed as one red line on stderr with its exit code (2 for bad input or a
-pass that could not do its job, 1 for a validation mismatch); anything else is a bug of ours:
-exit 3 with one line, the stack with ``--traceback``. User text is never read as rich markup.
+the result through ``onnxsurgery/terminal.py``. Errors: every
+:class:`~onnxsurgery.errors.OnnxSurgeryError` is caught at one boundary
+(:func:`onnxsurgery.terminal.boundary`) and printed as one red line on stderr with its exit code
+(2 for bad input or a pass that could not do its job, 1 for a validation mismatch); anything else
+is a bug of ours: exit 3 with one line, the stack with ``--traceback``. User text is never read
+as rich markup.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 The pipeline's loader (``read_model_file(..., weights_on_disk=True)``) leaves each weight that
 :func:`may_stay_on_disk` picks where it lies, and records where, by absolute path
 (:func:`leave_on_disk`; ``model.tensors.on_disk`` tells such a weight): in its external-data
-file, or, for a weight stored inline, in the ``.onnx`` file itself (:func:`strip_inline_weights`
-takes its bytes out of the file's bytes before they are parsed, with ``model/wire.py``). Its
+file, or, for a weight stored inline, in the ``.onnx`` file itself (:func:`read_without_weights`
+reads the file around its bytes, never the bytes themselves, with ``model/wire.py``). Its
 bytes are read only where something needs them: :func:`tensor_data`, :func:`tensor_array`
 (planning reads a weight's values), :func:`load_weights` (a pass that does not declare
 ``weights_on_disk``, the model a report hands over). A save copies them file to file
