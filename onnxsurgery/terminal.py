@@ -34,12 +34,18 @@ class LazyConsole:
     def reset(self) -> None:
         self._console = None
 
-    def __getattr__(self, name: str) -> Any:
+    @property
+    def console(self) -> Any:
+        """The rich Console itself, made now if it was not yet: what rich's own machinery
+        (a live display, a progress line) needs, since this proxy is no context manager."""
         if self._console is None:
             from rich.console import Console
 
             self._console = Console(highlight=False, **self._options)
-        return getattr(self._console, name)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.console, name)
 
 
 out = LazyConsole()
@@ -115,7 +121,7 @@ def progress_line(quiet: bool) -> Iterator[Callable[..., None] | None]:
         TextColumn("{task.description}", markup=False),
         BarColumn(bar_width=20),
         TimeElapsedColumn(),
-        console=err,
+        console=err.console if isinstance(err, LazyConsole) else err,
         transient=True,
         redirect_stdout=False,  # the library's own output handling stays as it is
         redirect_stderr=False,
