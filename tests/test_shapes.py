@@ -301,3 +301,27 @@ def test_generator_tiled_per_head_block():
     gen = match_generator(tiled, [0], {0: 4})
     assert gen is not None and gen.kind == "tile" and gen.base.shape == (4, 5, 5)
     assert match_generator(tiled, [0]) is None  # without knowing the block: a table
+
+
+def test_a_loop_scan_count_is_an_opaque_dim_of_the_scan_output():
+    # A Loop ended by its condition: the scan output's leading dim is only known at run time. Its
+    # atom must name axis 0 of the scan output (the note was once passed as the value index, so
+    # the origin read ('value', 'ys', 'Loop iteration count')).
+    model = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[4, 3] x, bool c) => (float[4, 3] y, float[5, 4, 3] ys) {
+          y, ys = Loop("", c, x) <body = body (int64 i, bool cin, float[4, 3] xin)
+                                          => (bool cout, float[4, 3] xout, float[4, 3] scan) {
+            cout = Identity(cin)
+            xout = Identity(xin)
+            scan = Identity(xin)
+          }>
+        }
+        """
+    )
+    analysis = propagate(model, {"x": {0: "batch"}})
+    (atom,) = analysis.tensors["ys"].shape[0].atoms()
+    assert analysis.atoms[atom].kind == "opaque"
+    assert analysis.atoms[atom].origin == ("dim", "ys", 0)
+    assert analysis.atoms[atom].note == "Loop iteration count"

@@ -122,8 +122,8 @@ def _loop(ctx: NodeCtx):
             count = trip[0]
         else:
             count = ctx.opaque(
-                static[0] if static and static[0] is not None else 0, k, 0, "Loop iteration count"
-            )  # type: ignore[arg-type]
+                static[0] if static and static[0] is not None else 0, k, 0, note="Loop iteration count"
+            )
         if scan is None or scan.shape is None:
             outs.append(None)
         else:
