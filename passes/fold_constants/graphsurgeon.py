@@ -21,24 +21,12 @@ from onnxsurgery.passes.fold_constants.capture import (
     first_line,
     read_log,
 )
+from onnxsurgery.shapes.rules import op_traits
 from onnxsurgery.validation.runtime import ort_limits
 
-__all__ = ["ATTEMPTS", "RANDOM_OPS", "constants_to_initializers", "fold_with_graphsurgeon"]
+__all__ = ["ATTEMPTS", "constants_to_initializers", "fold_with_graphsurgeon"]
 
 T = TypeVar("T")
-
-#: Ops whose output differs between runs: folding them would freeze one draw into the model.
-RANDOM_OPS = frozenset(
-    {
-        "RandomNormal",
-        "RandomNormalLike",
-        "RandomUniform",
-        "RandomUniformLike",
-        "Multinomial",
-        "Bernoulli",
-    }
-)
-
 
 #: Attempts of the fallback, most folding first: (fold subgraphs, inline If of constant condition).
 #: onnx-graphsurgeon's If inlining can leave a nested If's outputs unconnected (silero-vad), and
@@ -109,7 +97,7 @@ def _fold(
         recurse_subgraphs=subgraphs,
         flatten_subgraphs=inline_ifs,
         size_threshold=size_threshold,
-        should_exclude_node=lambda node: node.op in RANDOM_OPS,
+        should_exclude_node=lambda node: op_traits(node.domain, node.op).random,
     )
     graph.cleanup(recurse_subgraphs=True)
     graph.toposort(recurse_subgraphs=True)

@@ -21,7 +21,7 @@ import onnx
 
 from onnxsurgery.model.io import copy_fields, tensor_nbytes, weight_stub
 from onnxsurgery.model.walk import subgraphs
-from onnxsurgery.passes.fold_constants.graphsurgeon import RANDOM_OPS
+from onnxsurgery.shapes.rules import op_traits
 
 __all__ = [
     "HELD_MIN_BYTES",
@@ -71,7 +71,8 @@ def held_weights(model: onnx.ModelProto) -> list[str]:
                 candidates -= _names_read_in(body)
             candidates -= set(reads)
             continue
-        if node.op_type not in RANDOM_OPS and node.domain in ("", "ai.onnx") and all(
+        random = op_traits(node.domain, node.op_type).random
+        if not random and node.domain in ("", "ai.onnx") and all(
             name in constant for name in reads
         ):
             constant.update(node.output)

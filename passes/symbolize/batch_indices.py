@@ -23,6 +23,7 @@ import onnx
 
 from onnxsurgery.shapes.analysis import ConstUse, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.shapes.rules import op_traits
 from onnxsurgery.shapes.solver import Solution
 
 __all__ = ["BatchIndex", "batch_like_symbols", "find_batch_indices"]
@@ -58,54 +59,28 @@ def batch_like_symbols(analysis: ShapeAnalysis, declared: Set[str] | None = None
     return {s for s in named if s not in analysis.dynamic}
 
 
-def _axis(attrs: dict, name: str, default: int, rank: int) -> int:
-    a = int(attrs.get(name, default))
-    return a + rank if a < 0 else a
-
-
 def _mixed(analysis: ShapeAnalysis, sym: str) -> bool:
-    """Whether a node of the main graph combines values across an axis whose size holds ``sym``."""
+    """Whether a node of the main graph combines values across an axis whose size holds ``sym``
+    (an axis its op's traits say it mixes rows along)."""
     for node in analysis.model.graph.node:
-        if not node.input:
+        first = analysis.tensors.get(_input(node, 0))
+        if first is None or first.shape is None:
             continue
-        info = analysis.tensors.get(node.input[0])
-        if info is None or info.shape is None:
-            continue
-        shape, rank = info.shape, len(info.shape)
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        axes: list[int] = []
-        op = node.op_type
-        if op in ("RNN", "GRU", "LSTM"):
-            axes = [1 if attrs.get("layout", 0) else 0]
-        elif op in ("ArgMax", "ArgMin", "LpNormalization", "TopK"):
-            axes = [_axis(attrs, "axis", -1 if op in ("LpNormalization", "TopK") else 0, rank)]
-        elif op in ("Softmax", "LogSoftmax", "Hardmax", "CumSum"):
-            if op == "CumSum":
-                ax = analysis.consts.get(node.input[1]) if len(node.input) > 1 else None
-                axes = [int(ax.reshape(-1)[0]) % rank] if ax is not None and rank else []
-            else:
-                axes = [_axis(attrs, "axis", -1, rank)]
-        elif op.startswith("Reduce"):
-            listed = attrs.get("axes")
-            if listed is None and len(node.input) > 1 and node.input[1]:
-                const = analysis.consts.get(node.input[1])
-                listed = None if const is None else const.reshape(-1).tolist()
-            axes = list(range(rank)) if not listed else [int(a) % rank for a in listed]
-        elif op == "Gemm" and rank == 2:
-            axes = [0 if attrs.get("transA", 0) else 1]
-            other = analysis.tensors.get(node.input[1]) if len(node.input) > 1 else None
-            if other is not None and other.shape is not None and len(other.shape) == 2:
-                if sym in other.shape[1 if attrs.get("transB", 0) else 0].atoms():
-                    return True
-        elif op == "MatMul" and rank >= 1:
-            axes = [rank - 1]
-            other = analysis.tensors.get(node.input[1]) if len(node.input) > 1 else None
-            if other is not None and other.shape is not None and len(other.shape) >= 2:
-                if sym in other.shape[-2].atoms():
-                    return True
-        if any(0 <= a < rank and sym in shape[a].atoms() for a in axes):
-            return True
+        for mix in op_traits(node.domain, node.op_type).mixes_rows:
+            info = analysis.tensors.get(_input(node, mix.input))
+            if info is None or info.shape is None:
+                continue
+            const = analysis.consts.get(_input(node, mix.axes_input))
+            axes = mix.axes(attrs, len(info.shape), const)
+            if any(sym in info.shape[a].atoms() for a in axes):
+                return True
     return False
+
+
+def _input(node: onnx.NodeProto, index: int | None) -> str:
+    """The name of input ``index`` of ``node`` ("" where it has none)."""
+    return node.input[index] if index is not None and index < len(node.input) else ""
 
 
 def _addressed(

@@ -16,6 +16,7 @@ import onnx
 
 from onnxsurgery.errors import PassError
 from onnxsurgery.model.signature import model_inputs
+from onnxsurgery.shapes.rules import op_traits
 from onnxsurgery.validation.feeds import random_array
 from onnxsurgery.validation.references import Case
 
@@ -80,13 +81,7 @@ def _index_range(model: onnx.ModelProto, name: str) -> int | None:
     return min(sizes) if sizes else None
 
 
-#: Inputs read as sizes: (op, input index). Expand and Tile accept all ones (no change).
-_SHAPE_SLOTS = {
-    ("Expand", 1), ("Reshape", 1), ("ConstantOfShape", 0), ("Tile", 1), ("Range", 0),
-    ("Range", 1), ("Range", 2), ("Slice", 1), ("Slice", 2), ("Slice", 3), ("Slice", 4),
-    ("Resize", 2), ("Resize", 3), ("Pad", 1), ("TopK", 1), ("OneHot", 1), ("Split", 1),
-    ("Unsqueeze", 1), ("Squeeze", 1), ("CenterCropPad", 1),
-}  # fmt: skip
+#: Size inputs (the ops' ``size_inputs`` traits) that accept all ones (no change).
 _ONES_OK = {("Expand", 1), ("Tile", 1)}
 
 
@@ -99,7 +94,7 @@ def shape_inputs(model: onnx.ModelProto) -> dict[str, list[tuple[str, str, int]]
         if vi.name in inits:
             continue
         for node, k in _uses(model, vi.name, {"Cast", "Identity"}):
-            if (node.op_type, k) in _SHAPE_SLOTS:
+            if k in op_traits(node.domain, node.op_type).size_inputs:
                 out.setdefault(vi.name, []).append((node.name or node.output[0], node.op_type, k))
     return out
 

@@ -27,6 +27,7 @@ from onnxsurgery.model.io import IR_INITIALIZERS_AS_INPUTS, sync_initializer_inp
 from onnxsurgery.model.walk import graphs_by_path, subgraphs
 from onnxsurgery.passes.symbolize.plan import Change, SymbolizePlan
 from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.shapes.rules import op_traits
 
 __all__ = [
     "apply_plan",
@@ -36,30 +37,6 @@ __all__ = [
     "drop_value_info",
     "safe_name",
 ]
-
-_BROADCASTING = {
-    "Add",
-    "Sub",
-    "Mul",
-    "Div",
-    "Pow",
-    "Mod",
-    "Max",
-    "Min",
-    "Where",
-    "Expand",
-    "And",
-    "Or",
-    "Xor",
-    "Equal",
-    "Less",
-    "Greater",
-    "LessOrEqual",
-    "GreaterOrEqual",
-    "PRelu",
-    "Sum",
-    "Mean",
-}
 
 
 def safe_name(text: str) -> str:
@@ -370,7 +347,7 @@ class _Rewriter:
 
     def broadcast_covers(self, change: Change, node: onnx.NodeProto, axes: list[int]) -> bool:
         """True when the consumer broadcasts a 1 on ``axes`` to the symbolic dims anyway."""
-        if node.op_type not in _BROADCASTING:
+        if not op_traits(node.domain, node.op_type).broadcasts:
             return False
         out = self.resolved_shape(node.output[0])
         if out is None:

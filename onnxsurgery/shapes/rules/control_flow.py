@@ -1,4 +1,5 @@
-"""Shape rules for control flow: the subgraphs of If and Loop, propagated in place.
+"""Shape rules for control flow: the subgraphs of If and Loop, propagated in place. If, Loop and
+Scan (no rule) are never folded as a node of constants (:func:`~.core.run_node`).
 
 Outer-scope names are visible inside a subgraph; each subgraph node goes through the same
 dispatch (:func:`~onnxsurgery.shapes.rules.core.run_node`) as the main graph's.
@@ -11,10 +12,11 @@ import onnx
 from onnxsurgery.model.walk import graph_path, subgraph_attrs
 from onnxsurgery.shapes.analysis import TensorInfo, read_constants
 from onnxsurgery.shapes.rules.core import NodeCtx, fallback, rule, run_node
+from onnxsurgery.shapes.rules.traits import traits
 
 __all__: list[str] = []
 
-
+traits("Scan", foldable=False)
 
 
 def _run_subgraph(
@@ -42,7 +44,7 @@ def _path(ctx: NodeCtx, attr: str) -> str:
     return graph_path(ctx.graph, ctx.node, attr)
 
 
-@rule("If")
+@rule("If", foldable=False)
 def _if(ctx: NodeCtx):
     then_g, else_g = _graph_attr(ctx.node, "then_branch"), _graph_attr(ctx.node, "else_branch")
     if then_g is None or else_g is None:
@@ -74,7 +76,7 @@ def _if(ctx: NodeCtx):
     return outs
 
 
-@rule("Loop")
+@rule("Loop", foldable=False)
 def _loop(ctx: NodeCtx):
     body = _graph_attr(ctx.node, "body")
     if body is None:

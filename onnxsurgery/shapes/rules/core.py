@@ -1,11 +1,13 @@
 """The shape-rule registry and what every rule uses: :class:`NodeCtx`, broadcasting, dispatch.
 
 A rule is a function registered with :func:`rule` for one or more ops of one domain; the registry
-is keyed by ``(domain, op_type)`` and refuses a second rule for the same key. Each rule reads its inputs through a :class:`NodeCtx` (which turns constant inputs into per-use
-unknowns where the op reads them as sizes or as data), records the constraints the op's structure
-imposes, and returns one :class:`TensorInfo` (or ``None``) per output. Ops without a rule go
-through ONNX's own per-node shape inference, with each symbolic dim passed as a ``dim_param``;
-dims it cannot derive become fresh ``derived`` unknowns (and a note says so).
+is keyed by ``(domain, op_type)`` and refuses a second rule for the same key; the same decorator
+declares the ops' traits (:mod:`~onnxsurgery.shapes.rules.traits`). Each rule reads its inputs
+through a :class:`NodeCtx` (which turns constant inputs into per-use unknowns where the op reads
+them as sizes or as data), records the constraints the op's structure imposes, and returns one
+:class:`TensorInfo` (or ``None``) per output. Ops without a rule go through ONNX's own per-node
+shape inference, with each symbolic dim passed as a ``dim_param``; dims it cannot derive become
+fresh ``derived`` unknowns (and a note says so).
 
 The rules themselves live by op family beside this module (``elementwise``, ``tensor``, ``nn``,
 ``control_flow``); importing :mod:`onnxsurgery.shapes.rules` registers all of them.
@@ -27,6 +29,7 @@ from onnxsurgery.shapes.analysis import (
     constant_info,
 )
 from onnxsurgery.shapes.dims import Dim, as_dim
+from onnxsurgery.shapes.rules.traits import DEFAULT, declare, domain_key, op_traits, traits_from
 
 __all__ = ["NodeCtx", "RULES", "rule", "run_node", "broadcast", "pick", "out", "fallback"]
 
@@ -36,26 +39,30 @@ RULES: dict[tuple[str, str], Rule] = {}
 BIG = 2**31 - 1
 
 
-def _domain(domain: str) -> str:
-    return "" if domain == "ai.onnx" else domain
+def rule(*ops: str, domain: str = "", **options: object) -> Callable[[Rule], Rule]:
+    """Register the decorated function as the rule for ``ops`` of ``domain``, and with keyword
+    ``options`` (the fields of :class:`~onnxsurgery.shapes.rules.traits.OpTraits`: which inputs
+    are sizes, which axes mix rows, whether it broadcasts, may be folded) their traits.
 
-
-def rule(*ops: str, domain: str = "") -> Callable[[Rule], Rule]:
-    """Register the decorated function as the rule for ``ops`` of ``domain``.
-
-    A second rule for the same ``(domain, op)`` is an error naming both functions.
+    A second rule or a second traits declaration for the same ``(domain, op)`` is an error naming
+    both places.
     """
+    declared = traits_from(options)
 
     def register(fn: Rule) -> Rule:
+        place = f"{fn.__module__}.{fn.__qualname__}"
         for op in ops:
-            key = (_domain(domain), op)
+            key = (domain_key(domain), op)
             if key in RULES:
                 old = RULES[key]
                 raise ValueError(
                     f"shape rule for {key[0] or 'ai.onnx'}::{op} registered twice: "
-                    f"{old.__module__}.{old.__qualname__} and {fn.__module__}.{fn.__qualname__}"
+                    f"{old.__module__}.{old.__qualname__} and {place}"
                 )
-            RULES[key] = fn
+        if declared != DEFAULT:
+            declare(ops, domain, declared, place)
+        for op in ops:
+            RULES[(domain_key(domain), op)] = fn
         return fn
 
     return register
@@ -264,7 +271,7 @@ def run_node(analysis: ShapeAnalysis, index: int, node: onnx.NodeProto, graph: s
     if _fold(analysis, node):
         return
     ctx = NodeCtx(analysis, index, node, graph)
-    fn = RULES.get((_domain(node.domain), node.op_type))
+    fn = RULES.get((domain_key(node.domain), node.op_type))
     try:
         outs = fn(ctx) if fn is not None else fallback(ctx)
     except (IndexError, KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
@@ -275,8 +282,6 @@ def run_node(analysis: ShapeAnalysis, index: int, node: onnx.NodeProto, graph: s
             analysis.tensors[name] = outs[k]  # type: ignore[assignment]
 
 
-_NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
-            "Bernoulli", "If", "Loop", "Scan", "Constant"}  # fmt: skip
 FOLD_LIMIT = 1 << 16  # elements of input
 #: Outputs up to this many elements are folded: scalars and pads-sized vectors. Larger tables
 #: built from constants (T5's relative buckets) stay as computations on their (regenerable) inputs.
@@ -292,7 +297,7 @@ def _fold(analysis: ShapeAnalysis, node: onnx.NodeProto) -> bool:
     if (
         not names
         or node.domain not in ("", "ai.onnx")
-        or node.op_type in _NO_FOLD
+        or not op_traits(node.domain, node.op_type).foldable
         or subgraphs(node)
         or not all(n in analysis.consts for n in names)
         or sum(analysis.consts[n].size for n in names) > FOLD_LIMIT

@@ -1,5 +1,6 @@
 """Shape rules for elementwise ops: unary, value-passing (Identity, Cast, Neg), binary
-arithmetic and comparison on shape vectors, Where, Scatter."""
+arithmetic and comparison on shape vectors, Where, Scatter; the traits of the unary ops that mix
+rows (Softmax along its axis, CumSum) and of the random ops."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import onnx
 from onnxsurgery.shapes.analysis import INT_TYPES
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.rules.core import NodeCtx, broadcast, fallback, out, rule
+from onnxsurgery.shapes.rules.traits import MixAxis, traits
 
 
 def _bcast_values(vals: list[list[Dim]], fn) -> list[Dim] | None:
@@ -35,6 +37,18 @@ def _unary(ctx: NodeCtx):
         return [None]
     outs = [out(info.shape, info.dtype)]
     return outs + [out(info.shape, info.dtype) for _ in ctx.node.output[1:]]
+
+
+traits(
+    "Softmax", "LogSoftmax", "Hardmax", "LpNormalization",
+    mixes_rows=(MixAxis(attr="axis", default=-1),),
+)  # fmt: skip
+traits("CumSum", mixes_rows=(MixAxis(axes_input=1),))
+#: Draws differ between runs: folding one would freeze a single draw into the model.
+traits(
+    "Bernoulli", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+    "Multinomial", random=True, foldable=False,
+)  # fmt: skip
 
 
 @rule("Identity", "Cast", "CastLike", "Dropout", "Neg", "Abs")
@@ -89,8 +103,11 @@ _COMPARE = {
 }
 BINARY = (
     "Add Sub Mul Div Pow Mod Max Min Sum Mean Equal Less Greater LessOrEqual GreaterOrEqual "
-    "And Or Xor BitShift BitwiseAnd BitwiseOr BitwiseXor PRelu"
+    "And Or Xor PRelu"
 ).split()
+#: Binary too, declared without ``broadcasts`` as symbolize's rewrite always had them: it keeps
+#: its own Expand before them (never wrong, one node more).
+BITWISE = ("BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor")
 
 
 def _is_shape_arith(ctx: NodeCtx) -> bool:
@@ -103,7 +120,8 @@ def _is_shape_arith(ctx: NodeCtx) -> bool:
     return all(i.value is not None and (i.rank or 0) <= 1 for i in infos)  # type: ignore[union-attr]
 
 
-@rule(*BINARY)
+@rule(*BINARY, broadcasts=True)
+@rule(*BITWISE)
 def _binary(ctx: NodeCtx):
     op = ctx.node.op_type
     shape_arith = _is_shape_arith(ctx)
@@ -213,7 +231,7 @@ def _binary_values(ctx: NodeCtx, op: str, vals: list[list[Dim]]) -> list[Dim] | 
     return None
 
 
-@rule("Where")
+@rule("Where", broadcasts=True)
 def _where(ctx: NodeCtx):
     shape_arith = all(
         (i := ctx.info(k)) is not None and i.value is not None and (i.rank or 0) <= 1

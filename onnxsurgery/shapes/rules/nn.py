@@ -1,7 +1,8 @@
 """Shape rules for neural-network ops (see :mod:`onnxsurgery.shapes.rules.core`).
 
 MatMul, Gemm, Conv, ConvTranspose, pooling, normalization, LSTM/GRU/RNN, Resize/Upsample,
-DepthToSpace/SpaceToDepth, Einsum. Weights (a Conv kernel, a
+DepthToSpace/SpaceToDepth, Einsum, with their traits (the axes a contraction or a recurrence
+mixes rows along, Resize's sizes). Weights (a Conv kernel, a
 Gemm matrix, RNN weights) are read as fixed constants; initial states and other data constants get
 per-use unknowns so a zero state ``[layers, B, hidden]`` can be tied to the batch.
 """
@@ -14,6 +15,7 @@ import onnx
 
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.rules.core import NodeCtx, broadcast, fallback, out, rule
+from onnxsurgery.shapes.rules.traits import MixAxis, traits
 
 __all__: list[str] = []
 
@@ -38,7 +40,17 @@ def _matmul(ctx: NodeCtx):
     return [out(shape, dtype)]
 
 
-@rule("Gemm")
+#: A contraction: A's last axis against B's second to last.
+traits("MatMul", mixes_rows=(MixAxis(axis=-1), MixAxis(input=1, axis=-2)))
+
+
+@rule(
+    "Gemm",
+    mixes_rows=(
+        MixAxis(axis=1, swap="transA", swapped=0),
+        MixAxis(input=1, axis=0, swap="transB", swapped=1),
+    ),
+)
 def _gemm(ctx: NodeCtx):
     a, b = ctx.shape(0, data=True), ctx.shape(1)
     if a is None or b is None or len(a) != 2 or len(b) != 2:
@@ -163,7 +175,7 @@ def _batch_norm(ctx: NodeCtx):
     return outs
 
 
-@rule("LSTM", "GRU", "RNN")
+@rule("LSTM", "GRU", "RNN", mixes_rows=(MixAxis(axis=0, swap="layout", swapped=1),))
 def _rnn(ctx: NodeCtx):
     x = ctx.shape(0, data=True)
     if x is None or len(x) != 3:
@@ -250,6 +262,9 @@ def _resize(ctx: NodeCtx):
                 int(ctx.traced(d) * sc), axis=a, note="Resize by a fractional scale"
             )
     return [out(shape, ctx.dtype(0))]
+
+
+traits("Resize", size_inputs=(2, 3))  # scales and sizes (Upsample's scales never were)
 
 
 @rule("DepthToSpace", "SpaceToDepth")

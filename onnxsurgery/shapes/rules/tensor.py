@@ -3,8 +3,9 @@
 Shape, Size, ConstantOfShape, Reshape (element count kept, ``0``/``-1`` honoured, leading and
 trailing dims aligned as soft hints), Flatten, Transpose, Squeeze/Unsqueeze, Concat, Split, Slice,
 Gather/GatherElements/GatherND, Expand, Tile, Range, Pad, Reduce*, ArgMax/ArgMin, TopK, NonZero
-(a data-dependent count) and OneHot. Integer constants these ops read as sizes get per-use ``var``
-unknowns; the values of shape vectors are tracked element by element.
+(a data-dependent count) and OneHot; the traits of CenterCropPad, which has no rule. Integer
+constants these ops read as sizes get per-use ``var`` unknowns; the values of shape vectors are
+tracked element by element.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import onnx
 from onnxsurgery.shapes.analysis import INT_TYPES, MAX_VALUE_ELEMENTS
 from onnxsurgery.shapes.dims import Dim, dim_product, dim_sum
 from onnxsurgery.shapes.rules.core import NodeCtx, broadcast, fallback, out, pick, rule
+from onnxsurgery.shapes.rules.traits import ALL, MixAxis, traits
 
 __all__: list[str] = []
 
@@ -41,12 +43,12 @@ def _size(ctx: NodeCtx):
     return [out([], onnx.TensorProto.INT64, [dim_product(shape)])]
 
 
-@rule("Constant")
+@rule("Constant", foldable=False)
 def _constant(ctx: NodeCtx):
     return fallback(ctx)
 
 
-@rule("ConstantOfShape")
+@rule("ConstantOfShape", size_inputs=(0,))
 def _constant_of_shape(ctx: NodeCtx):
     vals = ctx.value(0, size=True)
     dtype = onnx.TensorProto.FLOAT
@@ -66,7 +68,7 @@ def _constant_of_shape(ctx: NodeCtx):
     return [out(vals, dtype, value)]
 
 
-@rule("Reshape")
+@rule("Reshape", size_inputs=(1,))
 def _reshape(ctx: NodeCtx):
     info = ctx.info(0, "data")
     target = ctx.value(1, size=True)
@@ -132,7 +134,7 @@ def _axes_input(ctx: NodeCtx, attr: str = "axes", index: int = 1) -> list[int] |
     return list(axes) if axes is not None else []
 
 
-@rule("Squeeze")
+@rule("Squeeze", size_inputs=(1,))
 def _squeeze(ctx: NodeCtx):
     info = ctx.info(0, "data")
     if info is None or info.shape is None:
@@ -153,7 +155,7 @@ def _squeeze(ctx: NodeCtx):
     return [out([d for k, d in enumerate(shape) if k not in axes], info.dtype, info.value)]
 
 
-@rule("Unsqueeze")
+@rule("Unsqueeze", size_inputs=(1,))
 def _unsqueeze(ctx: NodeCtx):
     info = ctx.info(0, "data")
     if info is None or info.shape is None:
@@ -198,7 +200,7 @@ def _concat(ctx: NodeCtx):
     return [out(shape, infos[0].dtype, value)]  # type: ignore[union-attr]
 
 
-@rule("Split")
+@rule("Split", size_inputs=(1,))
 def _split(ctx: NodeCtx):
     info = ctx.info(0, "data")
     if info is None or info.shape is None:
@@ -226,7 +228,7 @@ def _split(ctx: NodeCtx):
     return outs
 
 
-@rule("Slice")
+@rule("Slice", size_inputs=(1, 2, 3, 4))
 def _slice(ctx: NodeCtx):
     base = ctx.info(0)
     if base is None or base.shape is None:
@@ -383,7 +385,7 @@ def _gather_nd_spans(ctx: NodeCtx, data: list[Dim], idx: list[Dim], b: int, last
                 ctx.suggest(idx[k], data[b + c], f"GatherND index counts the whole axis {b + c}")
 
 
-@rule("Expand")
+@rule("Expand", size_inputs=(1,), broadcasts=True)
 def _expand(ctx: NodeCtx):
     info = ctx.info(0, "data")
     target = ctx.value(1, size=True)
@@ -398,7 +400,7 @@ def _expand(ctx: NodeCtx):
     return [out(shape, info.dtype, value)]
 
 
-@rule("Tile")
+@rule("Tile", size_inputs=(1,))
 def _tile(ctx: NodeCtx):
     info = ctx.info(0, "data")
     reps = ctx.value(1, size=True)
@@ -407,7 +409,7 @@ def _tile(ctx: NodeCtx):
     return [out([d * r for d, r in zip(info.shape, reps, strict=False)], info.dtype)]
 
 
-@rule("Range")
+@rule("Range", size_inputs=(0, 1, 2))
 def _range(ctx: NodeCtx):
     start, limit = ctx.value(0, size=True), ctx.value(1, size=True)
     delta = ctx.value(2)
@@ -433,7 +435,7 @@ def _range(ctx: NodeCtx):
     return [out([n], ctx.dtype(0), value)]
 
 
-@rule("Pad")
+@rule("Pad", size_inputs=(1,))
 def _pad(ctx: NodeCtx):
     info = ctx.info(0, "data")
     if info is None or info.shape is None:
@@ -467,6 +469,7 @@ def _pad(ctx: NodeCtx):
     "ReduceLogSum",
     "ReduceLogSumExp",
     "ReduceSumSquare",
+    mixes_rows=(MixAxis(attr="axes", axes_input=1, default=ALL),),
 )
 def _reduce(ctx: NodeCtx):
     info = ctx.info(0, "data")
@@ -495,7 +498,7 @@ def _reduce(ctx: NodeCtx):
     return [out(new, info.dtype, value)]
 
 
-@rule("ArgMax", "ArgMin")
+@rule("ArgMax", "ArgMin", mixes_rows=(MixAxis(attr="axis", default=0),))
 def _argmax(ctx: NodeCtx):
     shape = ctx.shape(0)
     if shape is None:
@@ -506,7 +509,7 @@ def _argmax(ctx: NodeCtx):
     return [out(new, onnx.TensorProto.INT64)]
 
 
-@rule("TopK")
+@rule("TopK", size_inputs=(1,), mixes_rows=(MixAxis(attr="axis", default=-1),))
 def _topk(ctx: NodeCtx):
     shape = ctx.shape(0)
     k = ctx.value(1, size=True) if ctx.has(1) else [Dim.const(ctx.attr("k", 1))]
@@ -529,7 +532,7 @@ def _nonzero(ctx: NodeCtx):
     return [out([Dim.const(len(shape)), n], onnx.TensorProto.INT64)]
 
 
-@rule("OneHot")
+@rule("OneHot", size_inputs=(1,))
 def _onehot(ctx: NodeCtx):
     idx = ctx.shape(0)
     depth = ctx.value(1, size=True)
@@ -540,3 +543,6 @@ def _onehot(ctx: NodeCtx):
     new = list(idx)
     new.insert(ax, depth[0])
     return [out(new, ctx.dtype(2))]
+
+
+traits("CenterCropPad", size_inputs=(1,))  # ONNX inference sizes it; its shape input is a size
