@@ -11,10 +11,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 import textwrap
-from pathlib import Path
 
 import pytest
-
 from pty_session import ROOT, onnxsurgery_argv, run_in_pty
 
 pytestmark = pytest.mark.e2e
