@@ -3,21 +3,35 @@
 Floats are standard normal, integers drawn from a small non-negative range (so embedding ids and
 gather indices stay in range), bools fair coins. :func:`random_inputs` resolves each input's
 dims from given shapes, the symbols they bind, and another model's declaration.
+
+Where the graph is at hand, integers are shaped by it, never by input names
+(:func:`graph_int_array`): an input that indexes a Gather covers the table's rows (token ids over
+the vocabulary, token type ids over their table), any other is 0/1 with the first position 1 (a
+valid attention mask, a valid index); :func:`shape_inputs` finds integer inputs read as sizes,
+which no random value fits. Symbolize's check and ``reference record`` both draw from here.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 
 import numpy as np
+import onnx
 
 from onnxsurgery.errors import UsageError
 from onnxsurgery.limits import LimitExceeded
 from onnxsurgery.limits import current as current_limits
 from onnxsurgery.model.signature import InputSpec
 
-__all__ = ["RANDOM_INT_RANGE", "random_array", "random_inputs"]
+__all__ = [
+    "RANDOM_INT_RANGE",
+    "random_array",
+    "random_inputs",
+    "graph_int_array",
+    "index_range",
+    "shape_inputs",
+]
 
 #: Range of random integer inputs for ``compare_models``: small and non-negative, so indices
 #: (embedding ids, gather indices) stay in range for any table of at least 4 rows.
@@ -120,3 +134,86 @@ def random_array(
         words = np.apply_along_axis(lambda c: "".join(map(chr, c)), -1, letters) if letters.size else []
         return np.asarray(words, dtype=object).reshape(dims)
     raise UsageError(f"cannot make random inputs of dtype {dtype}; give --ref cases")
+
+
+#: Ops an integer input may pass through on its way to the gather it indexes.
+_INDEX_PATH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Expand"}
+
+
+def _uses(
+    model: onnx.ModelProto, name: str, through: Set[str]
+) -> list[tuple[onnx.NodeProto, int]]:
+    """Every (node, input index) that reads ``name``, or what ops in ``through`` make of it
+    (followed from their first input to their outputs)."""
+    found: list[tuple[onnx.NodeProto, int]] = []
+    stack, seen = [name], set()
+    while stack:
+        tensor = stack.pop()
+        if tensor in seen:
+            continue
+        seen.add(tensor)
+        for node in model.graph.node:
+            for k, inp in enumerate(node.input):
+                if inp != tensor:
+                    continue
+                found.append((node, k))
+                if k == 0 and node.op_type in through:
+                    stack.extend(node.output)
+    return found
+
+
+def index_range(model: onnx.ModelProto, name: str) -> int | None:
+    """The size of the data axis that input ``name`` indexes (Gather/GatherElements indices,
+    directly or through reshaping ops), from an initializer's or a declared static shape."""
+    shapes = {t.name: list(t.dims) for t in model.graph.initializer}
+    for vi in list(model.graph.input) + list(model.graph.value_info):
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+        shapes.setdefault(vi.name, dims)
+    sizes = []
+    for node, k in _uses(model, name, _INDEX_PATH):
+        if node.op_type in ("Gather", "GatherElements") and k == 1:
+            data = shapes.get(node.input[0])
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            if data and -len(data) <= axis < len(data) and data[axis]:
+                sizes.append(int(data[axis]))
+    return min(sizes) if sizes else None
+
+
+#: Inputs read as sizes: (op, input index).
+SHAPE_SLOTS = {
+    ("Expand", 1), ("Reshape", 1), ("ConstantOfShape", 0), ("Tile", 1), ("Range", 0),
+    ("Range", 1), ("Range", 2), ("Slice", 1), ("Slice", 2), ("Slice", 3), ("Slice", 4),
+    ("Resize", 2), ("Resize", 3), ("Pad", 1), ("TopK", 1), ("OneHot", 1), ("Split", 1),
+    ("Unsqueeze", 1), ("Squeeze", 1), ("CenterCropPad", 1),
+}  # fmt: skip
+
+
+def shape_inputs(model: onnx.ModelProto) -> dict[str, list[tuple[str, str, int]]]:
+    """Integer graph inputs read as sizes (an Expand target, a Reshape shape), directly or
+    through Cast/Identity: input -> [(node, op, input index)]."""
+    inits = {t.name for t in model.graph.initializer}
+    out: dict[str, list[tuple[str, str, int]]] = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        for node, k in _uses(model, vi.name, {"Cast", "Identity"}):
+            if (node.op_type, k) in SHAPE_SLOTS:
+                out.setdefault(vi.name, []).append((node.name or node.output[0], node.op_type, k))
+    return out
+
+
+def graph_int_array(
+    model: onnx.ModelProto, name: str, dtype: np.dtype, dims: Sequence[int], rng: np.random.Generator
+) -> np.ndarray:
+    """Random integers for input ``name`` as the graph uses them: indices of a Gather lie in
+    [0, rows of its table) (token ids over the whole vocabulary); any other integer input is
+    0/1 with the first position 1 (an attention mask that attends to at least one token per
+    row, a valid index into anything)."""
+    top = index_range(model, name)
+    if top is not None:
+        return random_array(dtype, dims, rng, int_range=(0, top))
+    arr = random_array(dtype, dims, rng, int_range=(0, 2))
+    if arr.ndim and arr.size:
+        arr[..., 0] = 1
+    return arr
+
