@@ -31,6 +31,8 @@ __all__ = [
     "graph_int_array",
     "index_range",
     "shape_inputs",
+    "parse_value_range",
+    "ranged_array",
 ]
 
 #: Range of random integer inputs for ``compare_models``: small and non-negative, so indices
@@ -111,9 +113,11 @@ def random_array(
     rng: np.random.Generator,
     *,
     int_range: tuple[int, int] = RANDOM_INT_RANGE,
+    float_range: tuple[float, float] | None = None,
 ) -> np.ndarray:
-    """Random values of ``dtype``: floats standard normal, integers in ``int_range`` (low
-    inclusive, high exclusive), bools, strings (short words)."""
+    """Random values of ``dtype``: floats standard normal (uniform in ``float_range`` when
+    given), integers in ``int_range`` (low inclusive, high exclusive), bools, strings (short
+    words)."""
     dtype = np.dtype(dtype)
     count = math.prod(int(d) for d in dims)
     if count > current_limits().max_elements or any(int(d) < 0 for d in dims):
@@ -125,6 +129,8 @@ def random_array(
         return rng.random(dims) < 0.5
     if dtype.kind in "iu":
         return rng.integers(*int_range, size=dims, dtype=dtype)
+    if dtype.kind == "f" and float_range is not None:
+        return rng.uniform(*float_range, size=dims).astype(dtype)
     if dtype.kind == "f":
         return rng.standard_normal(dims, dtype=np.float32).astype(dtype)
     if dtype.kind == "c":
@@ -217,3 +223,39 @@ def graph_int_array(
         arr[..., 0] = 1
     return arr
 
+
+def parse_value_range(text: str) -> tuple[str, tuple[float, float]]:
+    """``"ids:0,30521"`` (or Polygraphy's ``"ids:[0,30521]"``) -> ``("ids", (0.0, 30521.0))``:
+    the values ``--val-range`` gives one input's random values, both ends included."""
+    name, sep, bounds = text.strip().rpartition(":")
+    parts = bounds.strip().removeprefix("[").removesuffix("]").split(",")
+    try:
+        low, high = (float(p) for p in parts)
+    except ValueError:
+        low = high = math.nan
+    if not sep or not name.strip() or not (math.isfinite(low) and math.isfinite(high) and low <= high):
+        raise UsageError(
+            f"--val-range {text!r} must read NAME:LOW,HIGH with LOW <= HIGH, like ids:0,30521 or ids:[0,30521]"
+        )
+    return name.strip(), (low, high)
+
+
+def ranged_array(
+    dtype: np.dtype, dims: Sequence[int], rng: np.random.Generator, value_range: tuple[float, float], name: str
+) -> np.ndarray:
+    """Random values of input ``name`` in ``value_range`` (``--val-range``; both ends included
+    for integers, floats uniform)."""
+    dtype = np.dtype(dtype)
+    low, high = value_range
+    if dtype.kind in "iu":
+        low_int, high_int = math.ceil(low), math.floor(high)
+        info = np.iinfo(dtype)
+        if not info.min <= low_int <= high_int <= info.max:
+            raise UsageError(
+                f"--val-range {name}:{low:g},{high:g} holds no whole number {dtype} input {name!r} "
+                f"takes ({info.min}..{info.max})"
+            )
+        return random_array(dtype, dims, rng, int_range=(low_int, high_int + 1))
+    if dtype.kind == "f":
+        return random_array(dtype, dims, rng, float_range=(low, high))
+    raise UsageError(f"--val-range {name}: input {name!r} is {dtype}; a range applies to integers and floats")
