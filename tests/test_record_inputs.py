@@ -16,6 +16,7 @@ from onnx import numpy_helper
 from typer.testing import CliRunner
 
 from onnxsurgery.cli import app
+from onnxsurgery.errors import UsageError
 from onnxsurgery.model.signature import parse_shape_spec
 from onnxsurgery.validation.references import load_cases
 
@@ -269,3 +270,10 @@ def test_an_input_read_as_a_size_is_not_made_up(tmp_path):
     np.save(tmp_path / "shape.npy", np.array([3, 4]))
     ok = record(tmp_path, "--input", f"shape={tmp_path / 'shape.npy'}", module="reshaper.py:Net", model="reshaper.onnx")
     assert ok.exit_code == 0, ok.output
+
+
+@pytest.mark.parametrize("text", ["x:[4,a]", "x"])
+def test_a_bad_spec_names_its_flag_and_every_spelling(text):
+    with pytest.raises(UsageError, match="^--case ") as caught:
+        parse_shape_spec(text, flag="--case")
+    assert "1x3x224x224, x:1,3,224,224 or x:[1,3,224,224]" in str(caught.value)
