@@ -215,7 +215,8 @@ def test_val_range_of_floats(net):
     [
         ("ids", "--val-range 'ids' must read NAME:LOW,HIGH"),
         ("ids:3,1", "with LOW <= HIGH"),
-        ("ids:0.2,0.7", "holds no whole number int64 input 'ids' takes"),
+        ("ids:0.2,0.7", "--val-range ids:0.2,0.7 holds no whole number for int64 input 'ids'"),
+        ("ids:0,1e30", "is outside what int64 input 'ids' holds (-9223372036854775808..9223372036854775807)"),
         ("nope:0,1", "no input named; inputs: ['x', 'ids']"),
     ],
 )

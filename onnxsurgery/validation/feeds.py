@@ -250,10 +250,12 @@ def ranged_array(
     if dtype.kind in "iu":
         low_int, high_int = math.ceil(low), math.floor(high)
         info = np.iinfo(dtype)
+        if low_int > high_int:
+            raise UsageError(f"--val-range {name}:{low:g},{high:g} holds no whole number for {dtype} input {name!r}")
         if not info.min <= low_int <= high_int <= info.max:
             raise UsageError(
-                f"--val-range {name}:{low:g},{high:g} holds no whole number {dtype} input {name!r} "
-                f"takes ({info.min}..{info.max})"
+                f"--val-range {name}:{low:g},{high:g} is outside what {dtype} input {name!r} holds "
+                f"({info.min}..{info.max})"
             )
         return random_array(dtype, dims, rng, int_range=(low_int, high_int + 1))
     if dtype.kind == "f":
