@@ -427,23 +427,68 @@ def reference_record(
         list[str] | None,
         typer.Option(
             "--case",
-            help='One case per option: input sizes, e.g. "x:2x3x32x32" or "ids:2x8; mask:2x8". '
-            "\\[default: one case at the model's declared sizes]",
+            help='One case per option: input sizes, e.g. "x:2x3x32x32" (or x:2,3,32,32 or x:\\[2,3,32,32]) or '
+            '"ids:2x8; mask:2x8". \\[default: one case at the model\'s declared sizes]',
+        ),
+    ] = None,
+    input_file: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--input",
+            help="An input's values from a file, NAME=FILE.npy or NAME=FILE.pb (a TensorProto), used in every case "
+            "(repeatable).",
+        ),
+    ] = None,
+    val_range: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--val-range",
+            help="Range of an input's random values, NAME:LOW,HIGH (both ends included for integers; repeatable). "
+            "\\[default: floats normal, ids over the table they index, other integers 0/1 (masks)]",
         ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs.")] = 0,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace the cases the folder holds instead of adding after them.")
+    ] = False,
+    no_check: Annotated[
+        bool,
+        typer.Option(
+            "--no-check", help="Do not run the ONNX model on ONNX Runtime at its traced size to compare it with the module."
+        ),
+    ] = False,
 ) -> None:
-    """Run a torch module in eager mode on random inputs and store its outputs as reference cases."""
+    """Run a torch module in eager mode on random inputs and store its outputs as reference cases.
+
+    Before anything is written, the ONNX model runs on ONNX Runtime at its traced size and must
+    match the module there (a module built with fresh weights records references the model can
+    never match). Exit 2: bad options, a case the model cannot take, an error in the module, or
+    that mismatch.
+    """
     from rich.text import Text
 
+    from onnxsurgery.validation.feeds import parse_value_range
+    from onnxsurgery.validation.recording import read_input_file
+
     with terminal.boundary():
-        sizes = [dict(parse_shape_spec(part) for part in text.split(";") if part.strip()) for text in case or [""]]
+        sizes = [
+            dict(parse_shape_spec(part, flag="--case") for part in text.split(";") if part.strip())
+            for text in case or [""]
+        ]
+        values = dict(read_input_file(t) for t in input_file or [])
+        ranges = dict(parse_value_range(t) for t in val_range or [])
         net = validation.load_module(module)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        cases = onnxsurgery.record_model_cases(net, model, out_dir, sizes=sizes, seed=seed)
+        cases = onnxsurgery.record_model_cases(
+            net, model, out_dir, sizes=sizes, seed=seed, values=values, value_ranges=ranges,
+            check=not no_check, overwrite=overwrite,
+        )  # fmt: skip
+        if cases.check:
+            terminal.out.print(Text(f"checked: {cases.check}"), soft_wrap=True)
+        if cases.existing:
+            terminal.out.print(Text(f"note: {cases.appended_note(out_dir)}"), soft_wrap=True)
         for c in cases:
             dims = ", ".join(f"{k} {'x'.join(map(str, v.shape))}" for k, v in c.inputs.items())
-            terminal.out.print(Text(f"wrote {out_dir / c.name}  ({dims})"))
+            terminal.out.print(Text(f"wrote {out_dir / c.name}  ({dims})"), soft_wrap=True)
 
 
 @reference_app.command("show")

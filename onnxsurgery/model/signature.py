@@ -140,6 +140,10 @@ def check_inputs(
     return feeds, notes
 
 
+#: The spellings of NAME:DIMS every parser error shows (ours, onnxsim/onnxslim's, Polygraphy's).
+_SPELLINGS = "like {name}:1x3x224x224, {name}:1,3,224,224 or {name}:[1,3,224,224]"
+
+
 def parse_shape_spec(
     text: str,
     *,
@@ -150,28 +154,31 @@ def parse_shape_spec(
     """``"x:3x3x224x224"`` -> ``("x", [3, 3, 224, 224])``; ``"x:"`` (or ``"x:scalar"``) is a scalar.
 
     The name is everything before the last ``:`` (ONNX names may hold colons); dims are
-    separated by ``x`` or ``,``. ``positive`` refuses zero dims and scalars. Errors are raised as
-    ``error`` with ``flag`` (the option the text came from) in the message.
+    separated by ``x`` or ``,`` and may be wrapped in brackets: ``x:1,3,224,224`` (onnxsim,
+    onnxslim) and ``x:[1,3,224,224]`` (Polygraphy) read the same. ``positive`` refuses zero dims
+    and scalars. Errors are raised as ``error`` with ``flag`` (the option the text came from)
+    and the accepted spellings in the message.
     """
     if not isinstance(text, str):
-        raise error(f"{flag} {text!r} must read NAME:DIMS, like x:1x3x224x224")
+        raise error(f"{flag} {text!r} must read NAME:DIMS, {_SPELLINGS.format(name='x')}")
     name, sep, dims_text = text.strip().rpartition(":")
     name = name.strip()
     if not sep or not name:
-        raise error(f"{flag} {text!r} must read NAME:DIMS, like x:1x3x224x224")
+        raise error(f"{flag} {text!r} must read NAME:DIMS, {_SPELLINGS.format(name='x')}")
+    like = _SPELLINGS.format(name=name)
     dims_text = dims_text.strip()
+    if dims_text.startswith("[") and dims_text.endswith("]"):
+        dims_text = dims_text[1:-1].strip()
     if not dims_text or dims_text == "scalar":
         if positive:
-            raise error(f"{flag} {text!r} needs positive dims, like {name}:1x3x224x224")
+            raise error(f"{flag} {text!r} needs positive dims, {like}")
         return name, []
     try:
         dims = [int(p) for p in dims_text.replace(",", "x").split("x")]
     except ValueError:
-        raise error(
-            f"{flag} {text!r}: dims must be integers (whole numbers) separated by x, like {name}:1x3x224x224"
-        ) from None
+        raise error(f"{flag} {text!r}: dims must be integers (whole numbers), {like}") from None
     if positive and any(d <= 0 for d in dims):
-        raise error(f"{flag} {text!r} needs positive dims, like {name}:1x3x224x224")
+        raise error(f"{flag} {text!r} needs positive dims, {like}")
     if any(d < 0 for d in dims):
         raise error(f"{flag} {text!r}: dims must be >= 0")
     return name, dims

@@ -1,10 +1,12 @@
 """Inputs for symbolize's check, shaped by the graph and never by input names.
 
 :func:`check_feeds` gives integers that index a gather the range of its data axis (token ids
-over the vocabulary), takes inputs read as sizes from the references (or all ones where the
+over the vocabulary) and other integers 0/1 (masks), as every feed the graph shapes
+(:func:`onnxsurgery.validation.feeds.graph_int_array`, shared with ``reference record``), one
+per-row length vector along the batch, takes inputs read as sizes
+(:func:`~onnxsurgery.validation.feeds.shape_inputs`) from the references (or all ones where the
 graph shows ones are valid), and never feeds an initializer that old models also list as an
-input; :func:`shape_inputs` finds the inputs that are shapes; :func:`unsized_axes` names the
-dynamic axes no symbol sizes.
+input; :func:`unsized_axes` names the dynamic axes no symbol sizes.
 """
 
 from __future__ import annotations
@@ -16,8 +18,7 @@ import onnx
 
 from onnxsurgery.errors import PassError
 from onnxsurgery.model.signature import model_inputs
-from onnxsurgery.shapes.rules import op_traits
-from onnxsurgery.validation.feeds import random_array
+from onnxsurgery.validation.feeds import graph_int_array, index_range, random_array, shape_inputs
 from onnxsurgery.validation.references import Case
 
 __all__ = ["case_sizes", "check_feeds", "shape_inputs", "unsized_axes"]
@@ -38,65 +39,8 @@ def case_sizes(
     return out
 
 
-#: Ops an integer input may pass through on its way to the gather it indexes.
-_INDEX_PATH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Expand"}
-
-
-def _uses(
-    model: onnx.ModelProto, name: str, through: Set[str]
-) -> list[tuple[onnx.NodeProto, int]]:
-    """Every (node, input index) that reads ``name``, or what ops in ``through`` make of it
-    (followed from their first input to their outputs)."""
-    found: list[tuple[onnx.NodeProto, int]] = []
-    stack, seen = [name], set()
-    while stack:
-        tensor = stack.pop()
-        if tensor in seen:
-            continue
-        seen.add(tensor)
-        for node in model.graph.node:
-            for k, inp in enumerate(node.input):
-                if inp != tensor:
-                    continue
-                found.append((node, k))
-                if k == 0 and node.op_type in through:
-                    stack.extend(node.output)
-    return found
-
-
-def _index_range(model: onnx.ModelProto, name: str) -> int | None:
-    """The size of the data axis that input ``name`` indexes (Gather/GatherElements indices,
-    directly or through reshaping ops), from an initializer's or a declared static shape."""
-    shapes = {t.name: list(t.dims) for t in model.graph.initializer}
-    for vi in list(model.graph.input) + list(model.graph.value_info):
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
-        shapes.setdefault(vi.name, dims)
-    sizes = []
-    for node, k in _uses(model, name, _INDEX_PATH):
-        if node.op_type in ("Gather", "GatherElements") and k == 1:
-            data = shapes.get(node.input[0])
-            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-            if data and -len(data) <= axis < len(data) and data[axis]:
-                sizes.append(int(data[axis]))
-    return min(sizes) if sizes else None
-
-
-#: Size inputs (the ops' ``size_inputs`` traits) that accept all ones (no change).
+#: Size inputs all ones may fill (no change): an Expand target, Tile repeats.
 _ONES_OK = {("Expand", 1), ("Tile", 1)}
-
-
-def shape_inputs(model: onnx.ModelProto) -> dict[str, list[tuple[str, str, int]]]:
-    """Integer graph inputs read as sizes (an Expand target, a Reshape shape), directly or
-    through Cast/Identity: input -> [(node, op, input index)]."""
-    inits = {t.name for t in model.graph.initializer}
-    out: dict[str, list[tuple[str, str, int]]] = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        for node, k in _uses(model, vi.name, {"Cast", "Identity"}):
-            if k in op_traits(node.domain, node.op_type).size_inputs:
-                out.setdefault(vi.name, []).append((node.name or node.output[0], node.op_type, k))
-    return out
 
 
 def _given_value(
@@ -180,20 +124,14 @@ def check_feeds(
         if dtype.kind not in "iu":
             feeds[spec.name] = random_array(dtype, dims, rng)
             continue
-        top = _index_range(model, spec.name)
         per_row = len(dims) == 1 and axis_symbols.get(0) in rows
-        if top is not None:
-            feeds[spec.name] = random_array(dtype, dims, rng, int_range=(0, top))
-        elif per_row and others:
+        if per_row and others and index_range(model, spec.name) is None:
             arr = random_array(dtype, dims, rng, int_range=(1, min(others) + 1))
             if arr.size:
                 arr[rng.integers(0, arr.size)] = min(others)
             feeds[spec.name] = arr
         else:
-            arr = random_array(dtype, dims, rng, int_range=(0, 2))
-            if arr.ndim and arr.size:
-                arr[..., 0] = 1
-            feeds[spec.name] = arr
+            feeds[spec.name] = graph_int_array(model, spec.name, dtype, dims, rng)
     return {name: np.asarray(arr) for name, arr in feeds.items()}
 
 
