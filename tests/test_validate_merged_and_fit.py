@@ -9,12 +9,15 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from onnx import numpy_helper
 from typer.testing import CliRunner
 
 import onnxsurgery
 from onnxsurgery.cli import app
 from onnxsurgery.errors import PassError
+from onnxsurgery.merged_outputs import read_layout
 from onnxsurgery.model.signature import CaseFailure, check_inputs, model_inputs
+from onnxsurgery.validation.against_model import compare_models
 from onnxsurgery.validation.references import Case, save_case
 
 cli = CliRunner()
@@ -53,6 +56,103 @@ def invoke(*args):
 
 def torch_outputs(x: np.ndarray) -> dict[str, np.ndarray]:
     return {"y": (x @ W + B).astype(np.float32), "z": np.maximum(x, 0)}
+
+
+@pytest.fixture
+def merged(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(original model, the model merged by concat-outputs, references of the original at
+    batch 2 and 4, tensors named)."""
+    original = tmp_path / "net.onnx"
+    onnx.save(onnx.parser.parse_model(NET), original)
+    refs = tmp_path / "refs"
+    rng = np.random.default_rng(0)
+    for k, n in enumerate((2, 4)):
+        x = rng.standard_normal((n, 3)).astype(np.float32)
+        save_case(Case(name=f"c{k}", inputs={"x": x}, outputs=torch_outputs(x)), refs, index=k)
+    out = tmp_path / "net.merged.onnx"
+    onnxsurgery.run(original, "concat-outputs", output=out, references=refs, provider="cpu")
+    assert [o.name for o in onnx.load(out).graph.output] == ["merged"]
+    return original, out, refs
+
+
+# --------------------------------------------------------------------------------------------
+# item 2: validate after concat-outputs
+
+
+def test_validate_api_merges_the_references_as_the_model_did(merged) -> None:
+    _, out, refs = merged
+    report = onnxsurgery.validate(out, refs, provider="cpu")
+    assert report, report.summary
+    assert [[o.name for o in c.outputs] for c in report.cases] == [["merged"], ["merged"]]
+    # which original outputs the merged row compares
+    assert any("'merged' holds 'y', 'z' merged by concat-outputs" in n for n in report.notes)
+
+
+def test_validate_cli_ref_and_against_on_a_merged_model(merged) -> None:
+    original, out, refs = merged
+    result = invoke("validate", out, "--ref", refs, "--provider", "cpu")
+    assert result.exit_code == 0, result.output
+    assert "no reference" not in result.output
+    assert "holds 'y', 'z'" in " ".join(result.output.split())
+    result = invoke(
+        "validate", out, "--against", original, "--ref", refs / "test_data_set_0", "--provider", "cpu"
+    )
+    assert result.exit_code == 0, result.output
+    assert "does not produce" not in result.output
+
+
+def test_compare_models_merges_the_other_models_outputs(merged) -> None:
+    original, out, _ = merged
+    report = compare_models(out, original, shapes={"x": [3, 3]}, provider="cpu")
+    assert report, report.summary
+    assert [o.name for o in report.cases[0].outputs] == ["merged"]
+
+
+def test_a_mismatch_in_a_merged_output_names_the_original_output(merged, tmp_path) -> None:
+    _, out, _ = merged
+    x = np.ones((2, 3), dtype=np.float32)
+    wrong = torch_outputs(x)
+    wrong["z"][1, 2] += 1.0  # merged [2, 5]: z sits at columns 2..4
+    save_case(Case(name="bad", inputs={"x": x}, outputs=wrong), tmp_path / "bad", index=0)
+    report = onnxsurgery.validate(out, tmp_path / "bad", provider="cpu")
+    assert not report
+    (comparison,) = report.cases[0].outputs
+    assert comparison.worst_index == (1, 4)
+    assert "worst element is 'z' at [1, 2] of the original outputs" in comparison.describe()
+    result = invoke("validate", out, "--ref", tmp_path / "bad", "--provider", "cpu")
+    assert result.exit_code == 1
+    assert "worst element is 'z' at [1, 2]" in " ".join(result.output.split())
+
+
+def test_unnamed_reference_outputs_bind_to_the_outputs_before_the_merge(merged, tmp_path) -> None:
+    _, out, _ = merged
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    case = tmp_path / "unnamed" / "test_data_set_0"
+    case.mkdir(parents=True)
+    tensors = {"input_0": x, **{f"output_{k}": v for k, v in enumerate(torch_outputs(x).values())}}
+    for file, value in tensors.items():  # no tensor names: bound by position, as ONNX reads them
+        (case / f"{file}.pb").write_bytes(numpy_helper.from_array(value).SerializeToString())
+    report = onnxsurgery.validate(out, tmp_path / "unnamed", provider="cpu")
+    assert report, report.summary
+
+
+def test_references_of_the_merged_model_itself_compare_as_they_are(merged, tmp_path) -> None:
+    _, out, refs = merged
+    x = np.ones((2, 3), dtype=np.float32)
+    want = torch_outputs(x)
+    merged_value = np.concatenate([want["y"], want["z"]], axis=1)
+    save_case(Case(name="m", inputs={"x": x}, outputs={"merged": merged_value}), tmp_path / "m", index=0)
+    assert onnxsurgery.validate(out, tmp_path / "m", provider="cpu")
+
+
+def test_locate_maps_a_merged_index_to_its_original_output(merged) -> None:
+    from onnxsurgery.merged_outputs import locate
+
+    _, out, _ = merged
+    layout = read_layout(out)
+    assert locate(layout, (4, 5), (3, 1)) == "'y' at [3, 1]"
+    assert locate(layout, (4, 5), (0, 2)) == "'z' at [0, 0]"
+    assert locate(layout, (4, 5), (0, 9)) is None
 
 
 # --------------------------------------------------------------------------------------------
