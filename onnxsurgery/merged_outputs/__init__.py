@@ -50,7 +50,15 @@ from onnxsurgery.merged_outputs.layout import (
     show_symbol,
     unknown_symbol,
 )
-from onnxsurgery.merged_outputs.split import concat_references, read_layout, split_outputs
+from onnxsurgery.merged_outputs.split import (
+    concat_references,
+    find_layout,
+    locate,
+    merge_references,
+    original_names,
+    read_layout,
+    split_outputs,
+)
 
 __all__ = [
     "METADATA_KEY",
@@ -65,4 +73,8 @@ __all__ = [
     "unknown_symbol",
     "split_outputs",
     "concat_references",
+    "find_layout",
+    "locate",
+    "merge_references",
+    "original_names",
 ]

@@ -1,5 +1,7 @@
 """Reading a model's layout record and undoing the merge: :func:`read_layout`,
-:func:`split_outputs`; :func:`concat_references` merges reference outputs the way the model does."""
+:func:`split_outputs`, :func:`locate` (which original output an element of the merged one is);
+:func:`concat_references` merges reference outputs the way the model does,
+:func:`merge_references` only where a case holds them by their original names."""
 
 from __future__ import annotations
 
@@ -11,11 +13,19 @@ import numpy as np
 import onnx
 
 from onnxsurgery.errors import ReferenceDataError, UsageError
-from onnxsurgery.merged_outputs.layout import METADATA_KEY, Layout, unknown_symbol
+from onnxsurgery.merged_outputs.layout import METADATA_KEY, Layout, PartLayout, unknown_symbol
 from onnxsurgery.model.dtypes import np_dtype
 from onnxsurgery.model.io import load_model
 
-__all__ = ["concat_references", "read_layout", "split_outputs"]
+__all__ = [
+    "concat_references",
+    "find_layout",
+    "locate",
+    "merge_references",
+    "original_names",
+    "read_layout",
+    "split_outputs",
+]
 
 
 def read_layout(model_or_metadata: Any) -> Layout:
@@ -46,6 +56,24 @@ def read_layout(model_or_metadata: Any) -> Layout:
         "split_outputs/read_layout take a ModelProto, a model path, a metadata mapping, an "
         f"InferenceSession, layout JSON or a Layout, not {type(source).__name__}"
     )
+
+
+def find_layout(metadata: Mapping[str, str], where: str) -> Layout | None:
+    """The layout record in a model's ``metadata_props`` (as a mapping), or None when it has
+    none; ``where`` names the model in the error an unreadable record raises."""
+    return _from_metadata(metadata, where) if METADATA_KEY in metadata else None
+
+
+def original_names(layout: Layout, outputs: list[str]) -> list[str]:
+    """The outputs of the model before the merge, from the merged model's ``outputs``: the
+    merged output gives back its parts in their order, the shapes output goes."""
+    names: list[str] = []
+    for name in outputs:
+        if name == layout.name:
+            names += [p for p in layout.part_names if p not in outputs and p not in names]
+        elif name != layout.shapes:
+            names.append(name)
+    return names
 
 
 def _from_metadata(meta: Mapping[str, Any], where: str) -> Layout:
@@ -93,20 +121,54 @@ def split_outputs(
         raise UsageError(
             f"{layout.name!r} should be {layout.dtype}, got an array of dtype {array.dtype}"
         )
-    part_shapes = layout.part_shapes(array.shape, shapes)
     out: dict[str, np.ndarray] = {}
+    for part, shape, index in _part_slices(layout, layout.part_shapes(array.shape, shapes)):
+        if part.name not in out:
+            block = array[index].reshape(shape)
+            out[part.name] = block.astype(np_dtype(part.dtype), copy=True)
+    return out
+
+
+def _part_slices(
+    layout: Layout, part_shapes: list[tuple[int, ...]]
+) -> list[tuple[PartLayout, tuple[int, ...], tuple[slice, ...]]]:
+    """Each part, its original shape, and the slices of the merged array that hold it."""
+    bindings = _bindings(layout, part_shapes)
+    found = []
     for part, shape, (start, _) in zip(layout.parts, part_shapes, layout.bounds(), strict=True):
-        if part.name in out:
-            continue
         aligned = layout.aligned_shape(shape)
         index: list[slice] = [slice(None)] * layout.rank
-        begin = start.evaluate(_bindings(layout, part_shapes))
+        begin = start.evaluate(bindings)
         index[layout.axis] = slice(begin, begin + aligned[layout.axis])
         for j in layout.padded_axes:
             index[j] = slice(0, aligned[j])
-        block = array[tuple(index)].reshape(shape)
-        out[part.name] = block.astype(np_dtype(part.dtype), copy=True)
-    return out
+        found.append((part, shape, tuple(index)))
+    return found
+
+
+def locate(layout: Layout | Any, merged_shape: tuple[int, ...], index: tuple[int, ...]) -> str | None:
+    """Which original output element ``index`` of a merged array of ``merged_shape`` is:
+    ``"'a' at [3, 1, 1]"``, or ``"padding"``; None when the merged shape alone cannot tell (the
+    layout needs its shapes output) or ``index`` is outside the array."""
+    layout = read_layout(layout)
+    try:
+        part_shapes = layout.part_shapes(merged_shape)
+    except UsageError:
+        return None
+    if len(index) != layout.rank or len(merged_shape) != layout.rank:
+        return None
+    for part, shape, slices in _part_slices(layout, part_shapes):
+        begin = slices[layout.axis].start
+        if not begin <= index[layout.axis] < begin + layout.aligned_shape(shape)[layout.axis]:
+            continue
+        local = [i - (s.start or 0) for i, s in zip(index, slices, strict=True)]
+        aligned = layout.aligned_shape(shape)
+        if any(not 0 <= i < n for i, n in zip(local, aligned, strict=True)):
+            return "padding"
+        flat = int(np.ravel_multi_index(local, aligned)) if aligned else 0
+        where = [int(i) for i in np.unravel_index(flat, shape)] if shape else []
+        return f"{part.name!r} at {where}"
+    return None
 
 
 def _bindings(layout: Layout, shapes: list[tuple[int, ...]]) -> dict[str, int]:
@@ -118,6 +180,17 @@ def _bindings(layout: Layout, shapes: list[tuple[int, ...]]) -> dict[str, int]:
             elif isinstance(d, str):
                 values[d] = shape[i]
     return values
+
+
+def merge_references(layout: Layout | Any, outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One case's outputs as the merged model gives them: keyed by the original names, they are
+    merged by :func:`concat_references`; a case holding the merged output already (recorded from
+    the merged model) comes back as it is. How standalone validation compares a merged model
+    with the references of the model before the merge."""
+    layout = read_layout(layout)
+    if layout.name in outputs:
+        return dict(outputs)
+    return concat_references(layout, outputs)
 
 
 def concat_references(

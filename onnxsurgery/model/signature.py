@@ -23,6 +23,7 @@ __all__ = [
     "fixed_size",
     "model_inputs",
     "check_inputs",
+    "no_value_text",
     "parse_shape_spec",
 ]
 
@@ -86,11 +87,34 @@ def _dims(shape: Iterable[int]) -> str:
 
 
 class CaseFailure(Exception):
-    """A case that cannot be compared: bad inputs, or ONNX Runtime failed on it."""
+    """A case that cannot be compared: bad inputs, or ONNX Runtime failed on it. ``input`` and
+    ``axis`` say where a case does not fit the model's declared inputs (``axis`` is None for a
+    missing input, a dtype or a rank), ``declared`` what the model declares on that axis (a
+    fixed size or a symbol), for callers that say what to change."""
 
-    def __init__(self, message: str, node: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        node: str | None = None,
+        *,
+        input: str | None = None,
+        axis: int | None = None,
+        declared: int | str | None = None,
+    ) -> None:
         super().__init__(message)
         self.node = node
+        self.input = input
+        self.axis = axis
+        self.declared = declared
+
+
+def no_value_text(subject: str, missing: Sequence[str], has: Iterable[str], declared: Sequence[str]) -> str:
+    """The one wording of a case that lacks a required input: ``"case gives no value for model
+    input 'x' (the case has z; the model's inputs are x)"``; ``subject`` names the case."""
+    return (
+        f"{subject} gives no value for model input {', '.join(map(repr, missing))} (the case has "
+        f"{', '.join(has) or 'none'}; the model's inputs are {', '.join(declared)})"
+    )
 
 
 def check_inputs(
@@ -100,12 +124,8 @@ def check_inputs(
     declared = {s.name: s for s in specs}
     missing = [s.name for s in specs if not s.optional and s.name not in inputs]
     if missing:
-        names = ", ".join(repr(m) for m in missing)
-        raise CaseFailure(
-            f"input {names} missing from the case (the model declares "
-            f"{', '.join(s.name for s in specs if not s.optional)}; the case has "
-            f"{', '.join(inputs) or 'none'})"
-        )
+        required = [s.name for s in specs if not s.optional]
+        raise CaseFailure(no_value_text("case", missing, inputs, required), input=missing[0])
     feeds: dict[str, np.ndarray] = {}
     notes: list[str] = []
     symbols: dict[str, tuple[int, str]] = {}
@@ -120,24 +140,41 @@ def check_inputs(
         array = np.asarray(value)
         if spec.dtype is not None and array.dtype != spec.dtype:
             raise CaseFailure(
-                f"input {name!r}: dtype {array.dtype}, the model declares {spec.dtype}"
+                f"input {name!r}: dtype {array.dtype}, the model declares {spec.dtype}",
+                input=name,
             )
-        if spec.dims is not None:
-            where = f"input {name!r} expects dims {spec.dims_text()}, got {_dims(array.shape)}"
-            if len(spec.dims) != array.ndim:
-                raise CaseFailure(f"{where} (rank {len(spec.dims)}, got rank {array.ndim})")
-            for axis, (want, got) in enumerate(zip(spec.dims, array.shape, strict=True)):
-                if isinstance(want, int) and want != got:
-                    raise CaseFailure(f"{where}: axis {axis} is fixed at {want}, got {got}")
-                if isinstance(want, str):
-                    seen = symbols.setdefault(want, (int(got), f"{name!r} axis {axis}"))
-                    if seen[0] != got:
-                        raise CaseFailure(
-                            f"{where}: axis {axis} is {want!r} = {got}, but {seen[1]} "
-                            f"set {want!r} = {seen[0]}"
-                        )
+        _check_dims(spec, array.shape, symbols)
         feeds[name] = array
     return feeds, notes
+
+
+def _check_dims(spec: InputSpec, shape: tuple[int, ...], symbols: dict[str, tuple[int, str]]) -> None:
+    """Raise CaseFailure where ``shape`` does not fit ``spec``'s dims (``symbols``: each symbol's
+    size as the case's earlier inputs set it, and where)."""
+    if spec.dims is None:
+        return
+    name = spec.name
+    where = f"input {name!r} expects dims {spec.dims_text()}, got {_dims(shape)}"
+    if len(spec.dims) != len(shape):
+        raise CaseFailure(f"{where} (rank {len(spec.dims)}, got rank {len(shape)})", input=name)
+    for axis, (want, got) in enumerate(zip(spec.dims, shape, strict=True)):
+        if isinstance(want, int) and want != got:
+            raise CaseFailure(
+                f"{where}: axis {axis} is fixed at {want}, got {got}",
+                input=name,
+                axis=axis,
+                declared=want,
+            )
+        if isinstance(want, str):
+            seen = symbols.setdefault(want, (int(got), f"{name!r} axis {axis}"))
+            if seen[0] != got:
+                raise CaseFailure(
+                    f"{where}: axis {axis} is {want!r} = {got}, but {seen[1]} "
+                    f"set {want!r} = {seen[0]}",
+                    input=name,
+                    axis=axis,
+                    declared=want,
+                )
 
 
 #: The spellings of NAME:DIMS every parser error shows (ours, onnxsim/onnxslim's, Polygraphy's).

@@ -60,7 +60,8 @@ def compare_models(
     None, ``cases`` random sets of the dtypes model a declares, at the sizes in ``shapes``
     (``{"x": [3, 3, 224, 224]}``; a symbolic dim not given there is taken from model b's
     declaration, else it is an error), floats standard normal, integers in [0, 4), drawn from
-    ``numpy.random.default_rng(seed)``.
+    ``numpy.random.default_rng(seed)``. Where model a was merged by concat-outputs and b is the
+    model before the merge, b's outputs are merged as a's layout record says before comparing.
     """
     check_global_tolerances(atol, rtol)
     if not isinstance(cases, int) or isinstance(cases, bool) or cases < 1:
@@ -109,9 +110,22 @@ def compare_models(
         def expected(feeds: Mapping[str, np.ndarray] = feeds) -> Mapping[str, np.ndarray]:
             try:
                 checked, _ = check_inputs(runner_b.specs, feeds)
-                return runner_b.run(checked)
+                return _as_merged(runner_a, runner_b.run(checked))
             except CaseFailure as exc:
                 raise CaseFailure(f"reference model {label_b}: {exc}", node=exc.node) from None
 
         runs.append((name, feeds, expected))
     return run_cases(runner_a, runs, choice, atol, rtol, tols, label_b)
+
+
+def _as_merged(runner_a: ModelRunner, outputs: dict[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+    """Model b's outputs as model a gives them: merged the way its layout record says where a
+    was merged by concat-outputs and b was not (the model before the merge)."""
+    if runner_a.layout is None:
+        return outputs
+    from onnxsurgery.merged_outputs import merge_references  # imported already: a has a layout
+
+    try:
+        return merge_references(runner_a.layout, outputs)
+    except ReferenceDataError as exc:
+        raise CaseFailure(f"merging its outputs as {runner_a.label} does failed: {exc}") from None

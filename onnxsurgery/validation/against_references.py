@@ -91,7 +91,12 @@ def validate(
     ``output_map`` maps each case's reference outputs onto the model's current outputs (the
     pipeline passes ``PassContext.map_outputs``; its cases come already bound to the input
     model's outputs, so only inputs are bound here then). Tensors stored without a name are
-    bound by position (:func:`~onnxsurgery.validation.references.bind_cases`). ``label`` names
+    bound by position (:func:`~onnxsurgery.validation.references.bind_cases`). A model merged
+    by concat-outputs (its layout record in ``metadata_props``) is compared with references of
+    the model before the merge as the pipeline compares it after the pass: a case's outputs
+    (after ``output_map``) are merged the same way
+    (:func:`~onnxsurgery.merged_outputs.merge_references`); unnamed ones bind to the outputs
+    before the merge; a case holding the merged output already is compared as it is. ``label`` names
     the references in the report when they are given as cases. Raises ProviderError when the
     provider cannot run, ModelLoadError when ONNX Runtime cannot load the model,
     ReferenceDataError when the references cannot be read or bound to the model; everything
@@ -110,6 +115,8 @@ def validate(
     runner = ModelRunner(model, choice)
     required = [s.name for s in runner.specs if not s.optional]
     outputs = runner.output_names if output_map is None else None
+    if runner.layout is not None:  # merged by concat-outputs: as the pipeline maps after it
+        outputs, output_map = _onto_merged(runner, outputs, output_map)
     reference = reference if reference is not None else label
     if loaders is not None and set(tolerances or {}) <= set(runner.output_names):
         # each case is read when it runs, so one case is held at a time (the tolerances name
@@ -124,6 +131,25 @@ def validate(
     tols = check_tolerances(tolerances, known)
     runs = [_run_of(case, output_map) for case in cases]
     return run_cases(runner, runs, choice, atol, rtol, tols, reference, progress)
+
+
+def _onto_merged(
+    runner: ModelRunner, outputs: Sequence[str] | None, output_map: OutputMapFn | None
+) -> tuple[Sequence[str] | None, OutputMapFn]:
+    """For a model merged by concat-outputs: the names a case's unnamed outputs bind to (the
+    outputs before the merge) and the map that merges a case's outputs as the model does
+    (:func:`~onnxsurgery.merged_outputs.merge_references`, after ``output_map``)."""
+    from onnxsurgery.merged_outputs import merge_references, original_names
+
+    layout = runner.layout
+    if outputs is not None:
+        outputs = original_names(layout, list(outputs))
+    first = output_map
+
+    def merged(case_outputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        return merge_references(layout, first(case_outputs) if first is not None else case_outputs)
+
+    return outputs, merged
 
 
 def _bound_run(

@@ -8,9 +8,11 @@ outputs another model computes.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import onnx
@@ -43,6 +45,8 @@ class ModelRunner:
         self.label = str(model) if not isinstance(model, onnx.ModelProto) else "model"
         self.specs = model_inputs(proto)
         self.output_names = [o.name for o in proto.graph.output]
+        #: concat-outputs' layout record (a merged_outputs.Layout), or None
+        self.layout: Any = _layout_of(proto, self.label)
         try:
             self.session = create_session(
                 proto if isinstance(model, onnx.ModelProto) else model, choice, spin=False
@@ -72,6 +76,43 @@ class ModelRunner:
         return dict(zip(self.output_names, values, strict=True))
 
 
+def _layout_of(proto: onnx.ModelProto, label: str) -> Any:
+    """The model's concat-outputs layout record, or None. merged_outputs is imported only for a
+    model with metadata at all (one as exported has none; tests/test_import_cost.py)."""
+    if not proto.metadata_props:
+        return None
+    from onnxsurgery.merged_outputs import find_layout
+
+    return find_layout({p.key: p.value for p in proto.metadata_props}, label)
+
+
+def _merged_part(runner: ModelRunner, comparison: OutputComparison) -> OutputComparison:
+    """A failing comparison of a merged output, saying which original output its worst element
+    belongs to (from the layout record)."""
+    layout = runner.layout
+    if layout is None or comparison.name != layout.name or comparison:
+        return comparison
+    if comparison.worst_index is None or comparison.shape is None:
+        return comparison
+    from onnxsurgery.merged_outputs import locate  # imported already: the runner has a layout
+
+    where = locate(layout, comparison.shape, comparison.worst_index)
+    if where is None:
+        return comparison
+    said = f"worst element is {where} of the original outputs"
+    problem = f"{said}; {comparison.problem}" if comparison.problem else said
+    return dataclasses.replace(comparison, problem=problem)
+
+
+def _merged_note(layout: Any) -> str:
+    """The note a report carries for a merged model: which original outputs its merged output
+    holds, so a row for it says what it compares."""
+    return (
+        f"output {layout.name!r} holds {', '.join(map(repr, layout.part_names))} merged by "
+        "concat-outputs (its layout record); what it is compared with is merged the same way"
+    )
+
+
 def run_case(
     runner: ModelRunner,
     name: str,
@@ -98,6 +139,8 @@ def run_case(
         return result
     t0 = time.perf_counter()
     produced = runner.output_names
+    if runner.layout is not None:
+        result.notes.append(_merged_note(runner.layout))
     for out_name in produced:
         if out_name not in expected:
             result.outputs.append(
@@ -109,7 +152,8 @@ def run_case(
             continue
         ref = np.asarray(expected[out_name])
         a, r = tolerance_for(out_name, ref, atol, rtol, tolerances)
-        result.outputs.append(compare_arrays(actual[out_name], ref, atol=a, rtol=r, name=out_name))
+        compared = compare_arrays(actual[out_name], ref, atol=a, rtol=r, name=out_name)
+        result.outputs.append(_merged_part(runner, compared))
     for ref_name in expected:
         if ref_name not in actual:
             result.outputs.append(

@@ -47,6 +47,7 @@ from onnx import numpy_helper
 
 from onnxsurgery.errors import ReferenceDataError
 from onnxsurgery.model.dtypes import np_dtype
+from onnxsurgery.model.signature import no_value_text
 from onnxsurgery.model.wire import varint
 
 __all__ = [
@@ -368,9 +369,7 @@ def bind_cases(
         missing = [n for n in input_names if n not in inputs]
         if missing:
             raise ReferenceDataError(
-                f"reference case {where!r} gives no value for model input "
-                f"{', '.join(map(repr, missing))} (the case has {', '.join(inputs) or 'none'}; "
-                f"the model's inputs are {', '.join(input_names)})"
+                no_value_text(f"reference case {where!r}", missing, inputs, input_names)
             )
         bound.append(
             Case(name=case.name, inputs=inputs, outputs=outputs, source=case.source)

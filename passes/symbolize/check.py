@@ -26,7 +26,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from onnxsurgery.errors import OnnxSurgeryError, PassError
+from onnxsurgery.errors import OnnxSurgeryError, PassError, ReferenceDataError
+from onnxsurgery.model.signature import CaseFailure, InputSpec, check_inputs, model_inputs
 from onnxsurgery.passes.symbolize.feeds import case_sizes, check_feeds, shape_inputs, unsized_axes
 from onnxsurgery.passes.symbolize.ort_failure import ort_failure
 from onnxsurgery.passes.symbolize.row_checks import (
@@ -41,7 +42,7 @@ from onnxsurgery.passes.symbolize.row_checks import (
 )
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.validation.arrays import compare_arrays
-from onnxsurgery.validation.references import Case
+from onnxsurgery.validation.references import Case, bind_cases
 from onnxsurgery.validation.runtime import (
     create_session,
     run_many,
@@ -246,7 +247,9 @@ def check_dynamic(
         run.heads[sym] = said_all[k]
     del said_all
     try:
-        claimed, floor = _claimed_cases(reference, axes, base, fixed, references, output_map)
+        claimed, floor = _claimed_cases(
+            reference, axes, base, fixed, references, output_map, model_inputs(model)
+        )
     except PassError as exc:
         claimed, floor, unmapped = [], {}, exc
     else:
@@ -415,7 +418,9 @@ def reference_mismatch(
         reference = create_session(
             original, provider, threads=1, prepack=False, bare=bare, mapped=True
         )
-        claimed, floor = _claimed_cases(reference, axes, traced, frozenset(), references, output_map)
+        claimed, floor = _claimed_cases(
+            reference, axes, traced, frozenset(), references, output_map, model_inputs(model)
+        )
         shared = session_weights(reference)
         del reference
         session = create_session(model, provider, threads=1, prepack=False, share_with=shared)
@@ -464,15 +469,19 @@ def _claimed_cases(
     fixed: Set[str],
     references: Sequence[Case],
     output_map: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None,
+    specs: Sequence[InputSpec],
 ) -> tuple[list[tuple[Case, dict[str, int], Mapping[str, np.ndarray]]], dict[str, float]]:
     """The reference cases the model claims (none moving a symbol in ``fixed``), each with its
     sizes and its outputs mapped onto the model's; and per output, the original model's own
-    error at the traced size where the default tolerance is too tight (:func:`_export_error`)."""
+    error at the traced size where the default tolerance is too tight (:func:`_export_error`).
+    Each case is checked against the rewritten model's inputs (``specs``) before any runs
+    (:func:`_fitting`)."""
     claimed = []
     for case in references:
         sizes = case_sizes(axes, case.inputs)
         if any(sizes.get(s, base[s]) != base[s] for s in fixed):
             continue
+        case = _fitting(specs, case, references)
         try:
             want = output_map(case.outputs) if output_map is not None else case.outputs
         except (KeyError, ValueError, OnnxSurgeryError) as exc:
@@ -482,6 +491,44 @@ def _claimed_cases(
         claimed.append((case, sizes, want))
     traced = [(c, w) for c, sizes, w in claimed if all(sizes.get(s, v) == v for s, v in base.items())]
     return claimed, _export_error(original, traced)
+
+
+def _fitting(specs: Sequence[InputSpec], case: Case, references: Sequence[Case]) -> Case:
+    """``case`` with its inputs bound to the model's and checked against what the rewritten
+    model declares (``specs``), as validation checks a case, before ONNX Runtime runs it; a case
+    that does not fit is a PassError in validation's words, naming the axis to symbolize where a
+    fixed axis is what the references vary."""
+    required = [s.name for s in specs if not s.optional]
+    try:
+        bound = bind_cases([case], required, None)[0]
+        feeds, _ = check_inputs(specs, bound.inputs)
+    except ReferenceDataError as exc:
+        raise PassError(f"check: {exc}") from None
+    except CaseFailure as exc:
+        hint = _unsymbolized(exc, bound, references)
+        raise PassError(f"check at reference case {case.name}: {exc}{hint}") from None
+    return Case(name=case.name, inputs=feeds, outputs=case.outputs, source=case.source)
+
+
+def _unsymbolized(exc: CaseFailure, case: Case, references: Sequence[Case]) -> str:
+    """What to add to symbolize when ``case`` moves an axis the model keeps fixed: ``"; axis 1
+    of 'x' varies in the references (8, 12) but is not symbolized: add x:1=NAME to symbolize"``."""
+    name, axis = exc.input, exc.axis
+    if name is None or axis is None or not isinstance(exc.declared, int):
+        return ""
+    seen = {int(np.shape(case.inputs[name])[axis])}
+    for other in references:
+        value = other.inputs.get(name)
+        if value is not None and np.ndim(value) > axis:
+            seen.add(int(np.shape(value)[axis]))
+    add = f"add {name}:{axis}=NAME to symbolize"
+    if len(seen) > 1:
+        sizes = ", ".join(map(str, sorted(seen)))
+        return f"; axis {axis} of {name!r} varies in the references ({sizes}) but is not symbolized: {add}"
+    return (
+        f"; axis {axis} of {name!r} is {seen.pop()} in the references, {exc.declared} in the "
+        f"model, and is not symbolized: {add}"
+    )
 
 
 def _check_references(
