@@ -48,8 +48,16 @@ FUZZ_SEED    ?= 0
 fuzz: install
 	$(BIN)/python tests/fuzzing.py --inputs $(FUZZ_INPUTS) --minutes $(FUZZ_MINUTES) --seed $(FUZZ_SEED)
 
+# ruff, then mypy over the package as installed (passes/ is onnxsurgery.passes: mypy reads a tree
+# of links that puts it there, and its messages name the files in this repository).
+TYPECHECK := build/typecheck
 lint: install
 	$(BIN)/ruff check onnxsurgery passes tests fixtures bench
+	@rm -rf $(TYPECHECK) && mkdir -p $(TYPECHECK)/onnxsurgery
+	@ln -s $(CURDIR)/onnxsurgery/* $(TYPECHECK)/onnxsurgery/ && ln -s $(CURDIR)/passes $(TYPECHECK)/onnxsurgery/passes
+	@cd $(TYPECHECK) && $(CURDIR)/$(BIN)/python -m mypy --config-file $(CURDIR)/pyproject.toml \
+		--cache-dir $(CURDIR)/$(TYPECHECK)/.mypy_cache -p onnxsurgery > mypy.out; \
+		status=$$?; sed -e 's#^onnxsurgery/passes/#passes/#' mypy.out; exit $$status
 
 fixtures: install
 	$(BIN)/python fixtures/generate.py
