@@ -94,7 +94,7 @@ ProviderOpt = Annotated[
 
 
 VerboseOpt = Annotated[
-    bool, typer.Option("-v", "--verbose", help="Show every detail: options, notes, every column.")
+    bool, typer.Option("-v", "--verbose", help="Show the detail: each pass's options and notes, the whole validation table, min atol of every row.")
 ]
 
 
