@@ -93,6 +93,11 @@ ProviderOpt = Annotated[
 ]
 
 
+VerboseOpt = Annotated[
+    bool, typer.Option("-v", "--verbose", help="Show the detail: each pass's options and notes, the whole validation table, min atol of every row.")
+]
+
+
 @app.command()
 def run(
     model: Annotated[Path, typer.Argument(help="The exported .onnx model (never modified).")],
@@ -158,6 +163,7 @@ def run(
         ),
     ] = True,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print nothing but errors.")] = False,
+    verbose: VerboseOpt = False,
     limit: Annotated[
         list[str] | None,
         typer.Option(
@@ -178,7 +184,7 @@ def run(
     not do its job. Nothing is written unless every pass and the validation succeeded.
     """
     terminal.state["traceback"] = terminal.state["traceback"] or traceback
-    with terminal.boundary(report, quiet):
+    with terminal.boundary(report, quiet, verbose):
         target = output if output is not None else default_output_path(model)
         # before anything runs: no output onto an input, no two outputs onto one file
         check_targets(
@@ -209,7 +215,7 @@ def run(
         if report is not None:
             write_json(result.to_dict(), report)
         if not quiet:
-            terminal.out.print(result)
+            terminal.show(result, verbose)
 
 
 @app.command("passes")
@@ -261,6 +267,7 @@ def inspect(
     ] = None,
     no_plan: Annotated[bool, typer.Option("--no-plan", help="Describe the model only.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Describe MODEL: opset, producer, inputs/outputs with dims, op counts, weights, and what
     symbolize would change in it. Nothing is written."""
@@ -291,7 +298,7 @@ def inspect(
         if as_json:
             terminal.out.print_json(json.dumps(summary.to_dict()))
         else:
-            terminal.out.print(summary)
+            terminal.show(summary, verbose)
 
 
 def _default_plan(summary) -> str | None:
@@ -355,6 +362,7 @@ def validate_command(
         typer.Option("--report", help="Write every case and output as JSON here.", rich_help_panel=_PANEL_IO),
     ] = None,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print nothing but errors.")] = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Check MODEL on ONNX Runtime against stored torch outputs (--ref) or another model (--against).
 
@@ -362,7 +370,7 @@ def validate_command(
     not accept. Exit 2: bad options, or a model or reference that cannot be read.
     """
 
-    with terminal.boundary(None, quiet):
+    with terminal.boundary(None, quiet, verbose):
         tolerances = dict(parse_tolerance_spec(t) for t in tol or [])
         shapes = dict(parse_shape_spec(s) for s in shape or [])
         if against is None:
@@ -402,7 +410,7 @@ def validate_command(
         if not result:
             raise ValidationMismatch(f"validation against {what} failed: {result.summary}", report=result)
         if not quiet:
-            terminal.out.print(result)
+            terminal.show(result, verbose)
 
 
 reference_app = typer.Typer(

@@ -19,7 +19,7 @@ from onnxsurgery._version import __version__
 from onnxsurgery.errors import OnnxSurgeryError, ValidationMismatch
 from onnxsurgery.pipeline.report import write_json
 
-__all__ = ["LazyConsole", "boundary", "err", "out", "progress_line", "say_error", "state"]
+__all__ = ["LazyConsole", "boundary", "err", "out", "progress_line", "say_error", "show", "state"]
 
 
 class LazyConsole:
@@ -62,11 +62,20 @@ def say_error(message: str) -> None:
     err.print(Text("error: ", style="red") + Text(message), soft_wrap=True, highlight=False)
 
 
+def show(report: Any, verbose: bool = False) -> None:
+    """Print a report on stdout: its short form, or with ``verbose`` (``-v``) its detail, where
+    it has both (``view(verbose)``)."""
+    out.print(report.view(verbose) if hasattr(report, "view") else report)
+
+
 @contextlib.contextmanager
-def boundary(report_path: Path | None = None, quiet: bool = False) -> Iterator[None]:
+def boundary(
+    report_path: Path | None = None, quiet: bool = False, verbose: bool = False
+) -> Iterator[None]:
     """The one place errors become a red line and an exit code: an OnnxSurgeryError exits
     with its code (2 bad input, 1 validation mismatch), anything else is a bug of ours and
-    exits 3 with one line. ``--traceback`` adds the stack. numpy's warnings stay off stderr."""
+    exits 3 with one line. ``--traceback`` adds the stack. numpy's warnings stay off stderr.
+    A validation mismatch shows its report first (in detail with ``verbose``)."""
     for console in (out, err):
         if isinstance(console, LazyConsole):  # (a test may have put a Console of its own there)
             console.reset()
@@ -84,7 +93,7 @@ def boundary(report_path: Path | None = None, quiet: bool = False) -> Iterator[N
         if isinstance(exc, ValidationMismatch) and not quiet:
             shown = pipeline_report if pipeline_report is not None else exc.report
             if shown is not None:
-                out.print(shown)
+                show(shown, verbose)
         if state["traceback"]:
             err.print_exception(show_locals=False)
         message = str(exc).strip() or type(exc).__name__

@@ -95,11 +95,18 @@ class ModelSummary:
         return out
 
     def __rich__(self) -> Group:
+        return self.view()
+
+    def view(self, verbose: bool = False) -> Group:
+        """The terminal form; ``verbose`` is handed to the analyses in ``extra`` that take it
+        (symbolize's preview). Names, dims and metadata wrap, never cut."""
         from rich.console import Group
         from rich.table import Table
         from rich.text import Text
 
         head = Table.grid(padding=(0, 2))
+        head.add_column(no_wrap=True)
+        head.add_column(overflow="fold")
         # every cell is Text: paths, names and metadata are user text, never markup
         head.add_row("model", Text(str(self.path or "(in memory)")))
         head.add_row("producer", Text(self.producer or "?"))
@@ -112,26 +119,26 @@ class ModelSummary:
         )
         io = Table(title="signature", title_justify="left")
         io.add_column("")
-        io.add_column("name", style="bold")
+        io.add_column("name", style="bold", overflow="fold")
         io.add_column("dtype")
-        io.add_column("dims")
+        io.add_column("dims", overflow="fold")
         for kind, items in (("input", self.inputs), ("output", self.outputs)):
             for t in items:
                 io.add_row(kind, Text(t.name), Text(t.dtype), Text(_fmt_dims(t.dims)))
         ops = Table(title="ops", title_justify="left")
-        ops.add_column("op")
+        ops.add_column("op", overflow="fold")
         ops.add_column("count", justify="right")
         for op, n in sorted(self.op_counts.items(), key=lambda kv: (-kv[1], kv[0])):
             ops.add_row(Text(op), str(n))
         parts: list[Any] = [head, io, ops]
         if self.metadata:
             meta = Table(title="metadata", title_justify="left")
-            meta.add_column("key")
+            meta.add_column("key", overflow="fold")
             meta.add_column("value", overflow="fold")
             for k, v in self.metadata.items():
                 meta.add_row(Text(k), Text(v))
             parts.append(meta)
-        parts.extend(self.extra)
+        parts.extend(x.view(verbose) if hasattr(x, "view") else x for x in self.extra)
         if not self.extra:
             parts.append(Text(""))
         return Group(*parts)

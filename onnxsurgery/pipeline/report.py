@@ -116,51 +116,103 @@ class PipelineReport:
         }
 
     def __rich__(self) -> Group:
+        return self.view()
+
+    def view(self, verbose: bool = False) -> Group:
+        """The terminal form: one line per pass (seconds, nodes, what it changed), each warning
+        once, the validation's verdict with its worst case, where the model went. ``verbose``
+        adds each pass's options and notes and the validation's whole table; a failed
+        validation shows its table either way."""
         from rich.console import Group
-        from rich.table import Table
         from rich.text import Text
 
-        # short columns only, so the table reads at 80 columns; options and notes go below it,
-        # one paragraph per pass that wraps as a paragraph (all of it is in --report too)
-        table = Table(title=Text(f"onnxsurgery: {self.source or 'model'}"), title_justify="left")
-        table.add_column("pass", style="bold", no_wrap=True)
-        table.add_column("seconds", justify="right", no_wrap=True)
-        table.add_column("nodes", justify="right", no_wrap=True)
-        table.add_column("changed", no_wrap=True)
-        notes: list[Text] = []
-        for rec in self.passes:
-            table.add_row(
-                rec.name,
-                f"{rec.seconds:.3f}",
-                f"{rec.nodes_before} -> {rec.nodes_after}",
-                Text("failed", style="red") if rec.error else ("yes" if rec.modified else "no"),
-            )
-            opts = ", ".join(f"{k}={v}" for k, v in rec.options.items() if v is not None)
-            line = Text(rec.name, style="bold") + Text(f"({opts})" if opts else "", style="dim")
-            if rec.error:
-                line += Text(": ") + Text(rec.error, style="red")
-            elif rec.diagnostics:
-                text = "; ".join(str(d) for d in rec.diagnostics[:4])
-                if len(rec.diagnostics) > 4:
-                    text += f"; ... {len(rec.diagnostics) - 4} more (see --report)"
-                line += Text(": " + text)
-            else:
-                continue
-            notes.append(line)
-        parts: list[Any] = [table, *notes]
-        blockers = [
-            (rec.name, d) for rec in self.passes for d in rec.diagnostics if d.level != "info"
-        ]
-        for name, diag in blockers:
+        parts: list[Any] = [_pass_table(self), *(_notes(self) if verbose else [])]
+        for name, diag in self.warnings():
             colour = "red" if diag.level == "blocker" else "yellow"
-            parts.append(Text.from_markup(f"[{colour}]{name} {diag.level}:[/{colour}] ") + Text(str(diag)))
-        if self.validation is not None and hasattr(self.validation, "__rich__"):
-            parts.append(self.validation)  # it says which runtime it ran on
+            parts.append(Text(f"{name} {diag.level}: ", style=colour) + Text(str(diag)))
+        validation = self.validation
+        if validation is not None and hasattr(validation, "view"):
+            # it says which runtime it ran on
+            if verbose or not validation:
+                parts.append(validation.view(verbose))
+            else:
+                parts.append(Text(validation.verdict, style="green"))
+                parts.append(Text(f"runtime: {validation.provider}", style="dim"))
+        elif validation is not None and hasattr(validation, "__rich__"):
+            parts.append(validation)
         elif self.provider:
             parts.append(Text(f"runtime: {self.provider}", style="dim"))
         if self.output and self.ok:
             parts.append(Text(f"wrote {self.output}", style="green"))
         return Group(*parts)
+
+    def warnings(self) -> list[tuple[str, Diagnostic]]:
+        """(pass name, diagnostic) of every warning and blocker, each said once."""
+        seen: set[tuple[str, str]] = set()
+        out = []
+        for rec in self.passes:
+            for diag in rec.diagnostics:
+                key = (rec.name, str(diag))
+                if diag.level != "info" and key not in seen:
+                    seen.add(key)
+                    out.append((rec.name, diag))
+        return out
+
+
+def _changed(rec: PassRecord) -> str:
+    """What a pass changed, in a few words: its first note where it changed the model."""
+    if rec.error:
+        return "failed"
+    if not rec.modified:
+        return "unchanged"
+    first = next((d for d in rec.diagnostics if d.level == "info"), None)
+    return first.message if first is not None else "changed"
+
+
+def _pass_table(report: PipelineReport) -> Any:
+    """One row per pass; the last column wraps, the others never need to."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(
+        title=Text(f"onnxsurgery: {report.source or 'model'}"),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    table.add_column("pass", style="bold", no_wrap=True)
+    table.add_column("seconds", justify="right", no_wrap=True)
+    table.add_column("nodes", justify="right", no_wrap=True)
+    table.add_column("what changed", overflow="fold")
+    for rec in report.passes:
+        what = Text(_changed(rec), style="red" if rec.error else "")
+        nodes = f"{rec.nodes_before} -> {rec.nodes_after}"
+        table.add_row(Text(rec.name), f"{rec.seconds:.3f}", nodes, what)
+    return table
+
+
+def _notes(report: PipelineReport) -> list[Any]:
+    """``-v``: each pass's options and every note it made (warnings are listed apart, once),
+    one paragraph per pass that wraps as a paragraph."""
+    from rich.text import Text
+
+    notes = []
+    for rec in report.passes:
+        opts = ", ".join(f"{k}={v}" for k, v in rec.options.items() if v is not None)
+        line = Text(rec.name, style="bold") + Text(f"({opts})" if opts else "", style="dim")
+        infos = [str(d) for d in rec.diagnostics if d.level == "info"]
+        if rec.error:
+            line += Text(": ") + Text(rec.error, style="red")
+        elif infos:
+            text = "; ".join(infos[:4])
+            if len(infos) > 4:
+                text += f"; ... {len(infos) - 4} more (see --report)"
+            line += Text(": " + text)
+        notes.append(line)
+    return notes
 
 
 def write_json(data: Any, path: str | os.PathLike) -> Path:

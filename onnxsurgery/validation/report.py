@@ -150,11 +150,46 @@ class ValidationReport:
         """The terminal form: a table, worst outputs first, failing rows red; fits the width."""
         return _ReportView(self)
 
-    def render(self, width: int = 200) -> Group:
+    def view(self, verbose: bool = False) -> _ReportView:
+        """The terminal form; ``verbose`` adds the smallest passing atol of passing rows."""
+        return _ReportView(self, verbose)
+
+    @property
+    def verdict(self) -> str:
+        """One line: PASS or FAIL with the summary, and on a pass the closest output."""
+        if not self:
+            return "FAIL: " + self.summary
+        rows = [(c, o) for c in self.cases for o in c.outputs if o.max_abs is not None]
+        if not rows:
+            return "PASS: " + self.summary
+        case, out = max(rows, key=lambda r: (r[1].severity, r[1].max_abs or 0.0))
+        worst = f"worst max abs {format_number(out.max_abs)} ({case.name} {out.name})"
+        return f"PASS: {self.summary}; {worst}"
+
+    def _columns(self, width: int, verbose: bool) -> list[tuple[str, str]]:
+        """The columns shown: from 110 columns on every statistic; the smallest passing atol
+        only where a row fails (or with ``verbose``)."""
+        wide = width >= 110
+        columns: list[tuple[str, str]] = [("case", "left"), ("output", "left")]
+        if wide:
+            columns.append(("shape", "left"))
+        columns.append(("max abs", "right"))
+        if wide:
+            columns += [("max rel", "right"), ("mean abs", "right")]
+        columns += [("out of tol", "right"), ("worst at", "left")]
+        if verbose or self.failures:
+            columns.append(("min atol", "right"))
+        if wide and self.tolerances:
+            columns.append(("tolerance", "left"))
+        columns.append(("result", "left"))
+        return columns
+
+    def render(self, width: int = 200, verbose: bool = False) -> Group:
         """The table and its footer for a terminal ``width`` columns wide.
 
-        From 110 columns on every statistic has a column; narrower terminals drop shape, max rel
-        and mean abs (the JSON report always has them). Why a row failed is listed under the
+        From 110 columns on every statistic has a column; narrower terminals leave out shape,
+        max rel and mean abs (the JSON report always has them). Every cell wraps rather than
+        lose a digit or a letter; ``verbose`` shows the smallest passing atol of passing rows too. Why a row failed is listed under the
         table, where a long message does not squeeze the columns.
         """
         from rich import box
@@ -162,7 +197,6 @@ class ValidationReport:
         from rich.table import Table
         from rich.text import Text
 
-        wide = width >= 110
         title = "validation" + (f" against {self.reference}" if self.reference else "")
         table = Table(
             title=Text(title),
@@ -171,20 +205,9 @@ class ValidationReport:
             pad_edge=False,
             collapse_padding=True,
         )
-        uniform = not self.tolerances  # else show each row's tolerance
-        columns: list[tuple[str, str]] = [("case", "left"), ("output", "left")]
-        if wide:
-            columns.append(("shape", "left"))
-        columns.append(("max abs", "right"))
-        if wide:
-            columns += [("max rel", "right"), ("mean abs", "right")]
-        columns += [("out of tol", "right"), ("worst at", "left"), ("min atol", "right")]
-        if wide and not uniform:
-            columns.append(("tolerance", "left"))
-        columns.append(("result", "left"))
+        columns = self._columns(width, verbose)
         for name, justify in columns:
-            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-
+            table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
         rows: list[tuple[CaseResult, OutputComparison | None]] = []
         rows += [(c, None) for c in self.cases if c.error]
         rows += self.failures
@@ -194,40 +217,22 @@ class ValidationReport:
         shown_passing = passing[: max(0, self.max_rows - len(rows))]
         details: list[str] = []
         for case, out in rows + shown_passing:
-            cells: dict[str, str] = {"case": case.name}
             if out is None:
-                cells.update(output="-", result="did not run")
                 details.append(f"{case.name}: did not run: {case.error}")
-                table.add_row(*(Text(cells.get(n, "")) for n, _ in columns), style="red")
-                continue
-            shape = "x".join(map(str, out.shape)) if out.shape is not None else "-"
-            if out.shape == ():
-                shape = "scalar"
-            percent = f"{out.mismatches} ({out.mismatch_percent:.2g}%)" if out.mismatches else "0"
-            if out.max_abs is None and out.problem:
-                percent = "-"
-            cells.update(
-                {
-                    "output": out.name,
-                    "shape": shape,
-                    "max abs": format_number(out.max_abs),
-                    "max rel": format_number(out.max_rel),
-                    "mean abs": format_number(out.mean_abs),
-                    "out of tol": percent,
-                    "worst at": "[" + ",".join(map(str, out.worst_index)) + "]"
-                    if out.worst_index is not None
-                    else "-",
-                    "min atol": format_number(out.min_atol, up=True),
-                    "tolerance": out.tolerance_text(),
-                    "result": "ok" if out else "FAIL",
-                }
-            )
-            if not out:
-                details.append(f"{case.name} {out.describe()}")
+                cells = {"case": case.name, "output": "-", "result": "did not run"}
+            else:
+                cells = _cells(case, out, verbose)
+                if not out:
+                    details.append(f"{case.name} {out.describe()}")
             # Text, not markup: names are user text and "worst at" reads [1,2]
-            table.add_row(*(Text(cells[n]) for n, _ in columns), style=None if out else "red")
-        parts: list[Any] = [table]
-        hidden = len(passing) - len(shown_passing)
+            style = None if out else "red"
+            table.add_row(*(Text(cells.get(n, "")) for n, _ in columns), style=style)
+        return Group(table, *self._footer(len(passing) - len(shown_passing), details))
+
+    def _footer(self, hidden: int, details: list[str]) -> list[Any]:
+        from rich.text import Text
+
+        parts: list[Any] = []
         if hidden:
             parts.append(
                 Text(
@@ -247,14 +252,40 @@ class ValidationReport:
         parts.append(Text(f"runtime: {self.provider}", style="dim"))
         for note in self.notes:
             parts.append(Text(f"note: {note}", style="yellow"))
-        return Group(*parts)
+        return parts
+
+
+def _cells(case: CaseResult, out: OutputComparison, verbose: bool) -> dict[str, str]:
+    """One row's cells; the smallest passing atol only on a failing row (or with ``verbose``):
+    beside a passing row's max abs it says nothing."""
+    shape = "x".join(map(str, out.shape)) if out.shape is not None else "-"
+    if out.shape == ():
+        shape = "scalar"
+    percent = f"{out.mismatches} ({out.mismatch_percent:.2g}%)" if out.mismatches else "0"
+    if out.max_abs is None and out.problem:
+        percent = "-"
+    worst = "[" + ",".join(map(str, out.worst_index)) + "]" if out.worst_index is not None else "-"
+    return {
+        "case": case.name,
+        "output": out.name,
+        "shape": shape,
+        "max abs": format_number(out.max_abs),
+        "max rel": format_number(out.max_rel),
+        "mean abs": format_number(out.mean_abs),
+        "out of tol": percent,
+        "worst at": worst,
+        "min atol": format_number(out.min_atol, up=True) if verbose or not out else "",
+        "tolerance": out.tolerance_text(),
+        "result": "ok" if out else "FAIL",
+    }
 
 
 class _ReportView:
     """Renders a ValidationReport at the width of wherever it is printed."""
 
-    def __init__(self, report: ValidationReport) -> None:
+    def __init__(self, report: ValidationReport, verbose: bool = False) -> None:
         self.report = report
+        self.verbose = verbose
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield self.report.render(options.max_width)
+        yield self.report.render(options.max_width, self.verbose)

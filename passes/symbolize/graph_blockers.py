@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 
 from onnxsurgery.passes.symbolize.blockers import Blocker
-from onnxsurgery.passes.symbolize.wording import fix_text, sym_tuple, symbol_hint
+from onnxsurgery.passes.symbolize.wording import fix_text, fixed_text, sym_tuple, symbol_hint
 from onnxsurgery.shapes.analysis import ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.solver import Solution
@@ -50,10 +50,19 @@ def conflict_blockers(plan_a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
                     "one tensor between them, as dynamo does with T5's encoder mask in its "
                     "cross-attention)"
                 )
-        blockers.append(
-            Blocker(c.node, c.op, None, tv, why, fix_text(plan_a, syms), sym_tuple(syms))
-        )
+        fixed = _fixed_size(lhs, rhs, plan_a)
+        fix = fix_text(plan_a, syms) if fixed is None else fixed_text(plan_a, syms, fixed)
+        blockers.append(Blocker(c.node, c.op, None, tv, why, fix, sym_tuple(syms)))
     return blockers
+
+
+def _fixed_size(lhs: Dim, rhs: Dim, plan_a: ShapeAnalysis) -> int | None:
+    """The size the model pins an input axis to, where a constraint reads ``symbol == N`` (a
+    weight's channels, a Gemm's features: no export makes that vary); else None."""
+    for sym, const in ((lhs, rhs), (rhs, lhs)):
+        if const.is_const() and len(sym.atoms()) == 1 and str(sym) in plan_a.symbols:
+            return const.value
+    return None
 
 
 def _cancel(lhs: Dim, rhs: Dim) -> tuple[Dim, Dim]:

@@ -39,6 +39,7 @@ from onnxsurgery.passes.symbolize.wording import (
     input_symbols,
     sym_tuple,
     symbol_hint,
+    values_text,
 )
 from onnxsurgery.shapes.analysis import Constraint, ConstUse, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
@@ -170,36 +171,23 @@ class SymbolizePlan:
         }
 
     def __rich__(self):
-        from rich.console import Group
-        from rich.table import Table
-        from rich.text import Text
+        return self.view()
 
-        def row(*cells: object) -> list[Text]:  # plain text: shapes like [batch, -1] are no markup
-            return [Text(str(c)) for c in cells]
+    def view(self, verbose: bool = False):
+        """The terminal form (``inspect``): what would change, one table row per constant, and
+        each blocker in a few lines; ``verbose`` adds the constants' input names. Cells wrap
+        (node names fold whole), never cut."""
+        from rich.console import Group
+        from rich.text import Text
 
         syms = ", ".join(f"{s} (traced {v})" for s, v in self.symbols.items())
         parts: list[Any] = [Text(f"symbolize: {syms}", style="bold")]
         if self.changes:
-            table = Table(title="would change", title_justify="left")
-            for col in ("node", "op", "input", "old", "new"):
-                table.add_column(col)
-            for c in self.changes:
-                table.add_row(*row(c.node, c.op, f"{c.input_index}: {c.input}", c.old, c.new))
-            parts.append(table)
+            parts.append(_changes_table(self.changes, verbose))
         else:
             parts.append(Text("no constant carries a traced size"))
         if self.blockers:
-            table = Table(title="blockers", title_justify="left", style="red")
-            for col in ("node", "op", "input", "traced", "why", "what to do"):
-                table.add_column(col)
-            for g in group_blockers(self.blockers):
-                b = g.blockers[0]
-                nodes = g.nodes[0] if len(g.nodes) == 1 else (
-                    f"{len(g.nodes)} alike: {', '.join(g.nodes[:3])}"
-                    + (", ..." if len(g.nodes) > 3 else "")
-                )
-                table.add_row(*row(nodes, b.op, b.input or "", b.traced, b.why, b.fix))
-            parts.append(table)
+            parts += _blocker_lines(group_blockers(self.blockers))
         outs = "; ".join(
             f"{name} [{', '.join('?' if d is None else str(d) for d in dims)}]"
             if dims is not None
@@ -208,16 +196,66 @@ class SymbolizePlan:
         )
         parts.append(Text(f"outputs: {outs}"))
         if self.verification is not None:
-            table = Table(title="verified", title_justify="left")
-            for col in ("symbol", "traced", "level", "oracle"):
-                table.add_column(col)
-            for sym, level in self.verification.levels.items():
-                oracle = self.verification.oracles.get(sym, "")
-                table.add_row(*row(sym, self.symbols.get(sym, ""), level, oracle))
-            parts.append(table)
+            parts.append(_verified_table(self))
         for note in self.notes:
             parts.append(Text(f"note: {note}", style="dim"))
         return Group(*parts)
+
+
+def _table(title: str, columns: list[str], **style: Any) -> Any:
+    """A plan table whose cells wrap and fold (a node name is never cut short)."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", **style)
+    for col in columns:
+        table.add_column(col, overflow="fold", no_wrap=col == "op")
+    return table
+
+
+def _changes_table(changes: list[Change], verbose: bool) -> Any:
+    from rich.text import Text
+
+    table = _table("would change", ["node", "op", *(["input"] if verbose else []), "old -> new"])
+    for c in changes:
+        cells = [c.node, c.op, *([f"{c.input_index}: {c.input}"] if verbose else [])]
+        # plain text: shapes like [batch, -1] are no markup
+        table.add_row(*(Text(x) for x in cells), Text(f"{c.old} -> {c.new}"))
+    return table
+
+
+def _blocker_lines(groups: list) -> list[Any]:
+    """Each kind of blocker in a few lines: where (nodes, op, input, traced value), why, what to
+    do; every blocker with its node is in the JSON report."""
+    from rich.padding import Padding
+    from rich.table import Table
+    from rich.text import Text
+
+    parts: list[Any] = [Text(f"blockers ({len(groups)} kind(s))", style="bold red")]
+    for g in groups:
+        b = g.blockers[0]
+        nodes = g.nodes[0] or "(unnamed)"
+        if len(g.nodes) > 1:
+            nodes = f"{len(g.nodes)} alike: {', '.join(g.nodes[:3])}" + (", ..." if len(g.nodes) > 3 else "")
+        where = f" ({b.op}" + (f", input {b.input}" if b.input else "") + f", traced {b.traced})"
+        parts.append(Text(nodes, style="red") + Text(where))
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(style="dim", no_wrap=True)
+        grid.add_column(overflow="fold")
+        grid.add_row("why", Text(b.why))
+        grid.add_row("fix", Text(b.fix))
+        parts.append(Padding(grid, (0, 0, 0, 2)))
+    return parts
+
+
+def _verified_table(plan: SymbolizePlan) -> Any:
+    from rich.text import Text
+
+    table = _table("verified", ["symbol", "traced", "level", "oracle"])
+    for sym, level in plan.verification.levels.items():
+        oracle = plan.verification.oracles.get(sym, "")
+        cells = (sym, plan.symbols.get(sym, ""), level, oracle)
+        table.add_row(*(Text(str(x)) for x in cells))
+    return table
 
 
 # ------------------------------------------------------------------------------------------------
@@ -280,7 +318,7 @@ def _changes(
                 for r, v in zip(resolved, flat, strict=True)
             ]
             old = fmt_values([int(v) for v in flat]) if use.array.ndim else str(int(flat[0]))
-            new = fmt_values(values) if use.array.ndim else str(values[0])
+            new = values_text(a, sol, values) if use.array.ndim else dim_text(a, sol, values[0])
             changes.append(_change(use, "size", old, new, values))
             continue
         dims = [
@@ -370,7 +408,7 @@ def _changes(
             )  # fmt: skip
             continue
         assert gen is not None
-        new = f"{dtype_name(elem_type_of(use.array))}{fmt_values(dims)} ({gen.describe()})"
+        new = f"{dtype_name(elem_type_of(use.array))}{values_text(a, sol, dims)} ({gen.describe()})"
         changes.append(_change(use, "data", old, new, dims, gen))
     return changes, blockers
 

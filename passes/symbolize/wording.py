@@ -17,11 +17,19 @@ __all__ = [
     "dim_text",
     "axes_text",
     "fix_text",
+    "fixed_text",
+    "values_text",
 ]
 
 
 def fmt_values(values: list[Dim | int]) -> str:
     return "[" + ", ".join(str(v) for v in values) + "]"
+
+
+def values_text(a: ShapeAnalysis, sol: Solution, values: list[Dim]) -> str:
+    """``values`` as :func:`fmt_values` writes them, each dim in the input symbols
+    (:func:`dim_text`): the solver's own unknowns (``$o1``) never reach the user."""
+    return "[" + ", ".join(dim_text(a, sol, v) for v in values) + "]"
 
 
 def symbol_hint(plan_syms: dict[str, list[tuple[str, int]]], atoms: set[str]) -> str:
@@ -97,11 +105,21 @@ def axes_text(analysis: ShapeAnalysis, syms: str) -> str:
 
 
 def fix_text(analysis: ShapeAnalysis, syms: str) -> str:
+    """What to do about a size the trace fixed: re-export with dynamic axes, or leave them out."""
     if not syms:
         return "this size is data-dependent or fixed by the model; no renaming of constants generalizes it"
     axes = axes_text(analysis, syms)
     return (
-        f"re-export with dynamic axes for {syms} (torch.onnx.export dynamic_axes=..., or "
-        f"dynamic_shapes=... with dynamo=True) so the exporter keeps this size symbolic, "
-        f"or leave {axes} out of the symbolized axes"
+        f"re-export with dynamic axes for {syms} (dynamic_axes= in torch.onnx.export, or "
+        f"dynamic_shapes= with dynamo=True), or leave {axes} out of the symbolized axes"
+    )
+
+
+def fixed_text(analysis: ShapeAnalysis, syms: str, size: int) -> str:
+    """What to do about an axis the model itself fixes (a channel or feature axis that a weight's
+    shape pins): re-exporting cannot help, only leaving the axis out."""
+    axes = axes_text(analysis, syms)
+    return (
+        f"the model fixes {syms} at {size} (a weight's or attribute's size, a channel or feature "
+        f"axis), so no export can make it vary: leave {axes} out of the symbolized axes"
     )
