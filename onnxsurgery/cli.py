@@ -603,8 +603,7 @@ def script() -> None:
 
     Before the command runs, every object the imports made so far (typer, rich, click, onnx,
     numpy) is frozen (``gc.freeze``): Python's shutdown otherwise runs full garbage collections
-    over all of them, ~60 ms of a 0.5 s ``run --passes cleanup`` on a 50 MB model
-    (bench/bench_pipeline.py), and the collections the command itself triggers skip them too.
+    over all of them (bench/bench_pipeline.py measures what that costs), and the collections the command itself triggers skip them too.
     What the command makes stays with the collector: freezing it as well (at exit) kept
     onnxsim's nanobind executor alive past its module, which then printed "nanobind: leaked
     ..." on every fold-constants run. Only here, where the process ends after :func:`main`:
