@@ -89,7 +89,10 @@ def test_passes_name_describes_every_option(name):
     for option in describe(discover()[name].cls).options:
         assert f"{option.name} " in text
         assert " ".join(f"{option.text} [default: {option.default}]".split()) in text
+        assert f"[default: {option.default}]" in result.stdout, "a default is never cut in two"
     assert f'onnxsurgery run model.onnx --passes "{name}' in text
+    examples = result.stdout.split("\nExamples\n")[1].split("\n\n")[0].splitlines()
+    assert examples and all(line.startswith("  ") for line in examples), "wrapped examples stay indented"
 
 
 def test_passes_name_of_an_unknown_pass_suggests_one():

@@ -86,6 +86,7 @@ class PassHelp:
 
     def __rich__(self) -> Group:
         from rich.console import Group
+        from rich.padding import Padding
         from rich.table import Table
         from rich.text import Text
 
@@ -101,10 +102,13 @@ class PassHelp:
             table.add_column("type", style="dim", overflow="fold")
             table.add_column("what it does", overflow="fold")
             for o in self.options:
-                table.add_row(o.name, o.kind, Text(o.text + (f" [default: {o.default}]" if o.default else "")))
+                table.add_row(o.name, o.kind, Text(o.text + (f"\n[default: {o.default}]" if o.default else "")))
             parts.append(table)
         parts += [Text(""), Text("Examples", style="bold")]
-        parts += [Text(f"  onnxsurgery run model.onnx --passes {_quoted(chain)}") for chain in self.examples]
+        parts += [
+            Padding(Text(f"onnxsurgery run model.onnx --passes {_quoted(chain)}"), (0, 0, 0, 2))
+            for chain in self.examples
+        ]
         parts += [Text(""), Text(f"from {self.source}", style="dim")]
         return Group(*parts)
 
