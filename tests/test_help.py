@@ -68,6 +68,21 @@ def test_doc_problems_names_a_missing_an_extra_and_a_wrong_default():
     assert any("'a'" in p and "default" in p for p in problems)
 
 
+def test_an_undocumented_plugin_pass_still_shows_its_options():
+    class Plain(Pass):
+        """Give the graph a new name."""
+
+        name = "plain"
+
+        def __init__(self, to: str = "renamed", **extra) -> None:  # no annotations import: a real class
+            super().__init__(to=to, **extra)
+
+    Plain.__init__.__annotations__["to"] = str  # as a module without `from __future__` has it
+    described = describe(Plain)
+    assert [(o.name, o.kind, o.default) for o in described.options] == [("to", "str", "renamed")]
+    assert described.examples == ["plain"]
+
+
 def test_passes_table_fits_80_columns_and_cuts_nothing():
     result = invoke("passes")
     assert result.exit_code == 0

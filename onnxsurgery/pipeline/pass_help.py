@@ -170,7 +170,8 @@ def describe(cls: type[Pass], source: str = "") -> PassHelp:
     documented = {o.name for o in options}
     for info in infos.values():
         if info.name not in documented and not info.variadic:
-            options.append(OptionHelp(info.name, info.annotation, _default(info, None), ""))
+            kind = re.sub(r"<class '(?:builtins\.)?([\w.]+)'>", r"\1", info.annotation)  # a plugin's str
+            options.append(OptionHelp(info.name, kind, _default(info, None), ""))
     examples = [line.strip() for line in sections.get("Example", "").splitlines() if line.strip()]
     return PassHelp(cls.name, summary, details, options, examples or [cls.name], source)
 
