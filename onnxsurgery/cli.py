@@ -14,11 +14,14 @@ from __future__ import annotations
 import gc
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import fields
+from inspect import cleandoc
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer.core import TyperCommand
 
 # What `run` needs (and the options' defaults) comes from the modules that define it; what only
 # another command uses (inspect's summary, --against, reference record) is reached through the
@@ -31,8 +34,8 @@ from onnxsurgery.files import check_targets
 from onnxsurgery.limits import Limits, parse_limit
 from onnxsurgery.model.io import load_model, save_model
 from onnxsurgery.model.signature import parse_shape_spec
-from onnxsurgery.pipeline.chain import build_passes, load_recipe, parse_passes
-from onnxsurgery.pipeline.registry import discover
+from onnxsurgery.pipeline.chain import build_passes, format_value, load_recipe, parse_passes
+from onnxsurgery.pipeline.registry import discover, get_pass
 from onnxsurgery.pipeline.report import write_json
 from onnxsurgery.pipeline.runner import Pipeline, default_output_path, pass_failure
 from onnxsurgery.validation.against_references import validate
@@ -42,10 +45,39 @@ from onnxsurgery.validation.tolerances import DEFAULT_ATOL, DEFAULT_RTOL, parse_
 
 __all__ = ["app", "main", "script"]
 
+def reflowed(text: str) -> str:
+    """Help text as typer shows it: each paragraph one line, so the terminal wraps it (typer's
+    rich mode keeps a docstring's line breaks, which would break sentences mid-line); indented
+    lines (examples) stay lines of their own."""
+    paragraphs = []
+    for paragraph in cleandoc(text).split("\n\n"):
+        lines: list[str] = []
+        for line in paragraph.splitlines():
+            if lines and not line[:1].isspace() and not lines[-1][:1].isspace():
+                lines[-1] = f"{lines[-1]} {line.strip()}"
+            else:
+                lines.append(line.rstrip())
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
+
+
+def _help(command: Callable[..., None]) -> Callable[..., None]:
+    """Give a command its docstring reflowed (:func:`reflowed`) before typer reads it."""
+    command.__doc__ = reflowed(command.__doc__ or "")
+    return command
+
+
+class _Command(TyperCommand):
+    """A command whose usage line names its arguments as their help does: ``MODEL``, not the
+    ``{MODEL}`` typer 0.2x writes for a required argument."""
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        pieces = super().collect_usage_pieces(ctx)
+        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in pieces]
+
+
 app = typer.Typer(
     name="onnxsurgery",
-    help="Repair ONNX models exported from PyTorch: symbolize traced sizes, merge outputs, "
-    "fold constants, and validate against stored torch outputs.",
     rich_markup_mode="rich",
     context_settings={"help_option_names": ["-h", "--help"]},
     no_args_is_help=True,
@@ -65,6 +97,7 @@ def _version_callback(value: bool) -> None:
 
 
 @app.callback()
+@_help
 def _root(
     version: Annotated[
         bool,
@@ -76,9 +109,17 @@ def _root(
         bool, typer.Option("--traceback", help="On an error, print the Python stack too.")
     ] = False,
 ) -> None:
-    """Repair ONNX models exported from PyTorch.
+    """Repair ONNX models exported from PyTorch: symbolize traced sizes, merge outputs,
+    fold constants, and validate against stored torch outputs.
 
-    [bold]onnxsurgery run[/bold] model.onnx --passes "symbolize, concat-outputs" --ref fixtures/net
+    [bold]onnxsurgery COMMAND -h[/bold] describes a command; [bold]onnxsurgery passes NAME[/bold]
+    describes a pass and its options.
+
+    Examples:
+      onnxsurgery inspect model.onnx
+      onnxsurgery run model.onnx --passes "symbolize, fold-constants" --ref refs
+      onnxsurgery validate model.dyn.onnx --ref refs
+      onnxsurgery passes symbolize
     """
     terminal.state["traceback"] = traceback
 
@@ -98,15 +139,32 @@ VerboseOpt = Annotated[
 ]
 
 
-@app.command()
+AtolOpt = Annotated[
+    float, typer.Option("--atol", help="Absolute tolerance of floating outputs.", rich_help_panel=_PANEL_VALIDATE)
+]
+RtolOpt = Annotated[
+    float, typer.Option("--rtol", help="Relative tolerance of floating outputs.", rich_help_panel=_PANEL_VALIDATE)
+]
+TolOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--tol",
+        help="Tolerance of one output, NAME=ATOL[,RTOL] (repeatable); the only way to loosen bool/int outputs.",
+        rich_help_panel=_PANEL_VALIDATE,
+    ),
+]
+
+
+@app.command(cls=_Command)
+@_help
 def run(
-    model: Annotated[Path, typer.Argument(help="The exported .onnx model (never modified).")],
+    model: Annotated[Path, typer.Argument(metavar="MODEL", help="The exported .onnx model (never modified).")],
     output: Annotated[
         Path | None,
         typer.Option(
             "-o",
             "--output",
-            help="Where to write the repaired model \\[default: MODEL.surgery.onnx beside the input].",
+            help="Where to write the repaired model. \\[default: MODEL.surgery.onnx beside the input]",
             rich_help_panel=_PANEL_IO,
         ),
     ] = None,
@@ -133,14 +191,9 @@ def run(
             rich_help_panel=_PANEL_VALIDATE,
         ),
     ] = None,
-    atol: Annotated[
-        float | None,
-        typer.Option("--atol", help=f"Absolute tolerance of floating outputs (default {DEFAULT_ATOL:g}).", rich_help_panel=_PANEL_VALIDATE),
-    ] = None,
-    rtol: Annotated[
-        float | None,
-        typer.Option("--rtol", help=f"Relative tolerance of floating outputs (default {DEFAULT_RTOL:g}).", rich_help_panel=_PANEL_VALIDATE),
-    ] = None,
+    atol: AtolOpt = DEFAULT_ATOL,
+    rtol: RtolOpt = DEFAULT_RTOL,
+    tol: TolOpt = None,
     provider: ProviderOpt = "auto",
     keep_failed: Annotated[
         Path | None,
@@ -168,8 +221,8 @@ def run(
         list[str] | None,
         typer.Option(
             "--limit",
-            help="Change a resource limit, NAME=VALUE (repeatable): "
-            + ", ".join(f"{f.name} (default {getattr(Limits(), f.name):g})" for f in fields(Limits))
+            help="Change a resource limit, NAME=VALUE (repeatable); the limits and their defaults: "
+            + ", ".join(f"{f.name}={format_value(getattr(Limits(), f.name))}" for f in fields(Limits))
             + ".",
             rich_help_panel=_PANEL_CHAIN,
         ),
@@ -180,8 +233,13 @@ def run(
 ) -> None:
     """Run a pass chain on MODEL, validate it, and write the result atomically.
 
-    Exit 0: done. Exit 1: validation found a mismatch. Exit 2: bad input or a pass that could
-    not do its job. Nothing is written unless every pass and the validation succeeded.
+    Nothing is written unless every pass and the validation succeeded. Exit 0: done. Exit 1:
+    validation found a mismatch. Exit 2: bad input or a pass that could not do its job.
+
+    Examples:
+      onnxsurgery run model.onnx -o model.dyn.onnx --passes symbolize
+      onnxsurgery run model.onnx --passes "symbolize(x:0=batch), fold-constants"
+      onnxsurgery run model.onnx --recipe passes.toml --ref refs --tol logits=1e-3
     """
     terminal.state["traceback"] = terminal.state["traceback"] or traceback
     with terminal.boundary(report, quiet, verbose):
@@ -198,8 +256,16 @@ def run(
             raise UsageError(f"no passes given: use --passes \"...\" or --recipe FILE (passes: {names})")
         specs = load_recipe(recipe) if recipe else parse_passes(passes or "")
         limits = dict(parse_limit(text) for text in limit or [])
+        tolerances = dict(parse_tolerance_spec(t) for t in tol or [])
         pipeline = Pipeline(
-            specs, check=check, references=ref, provider=provider, atol=atol, rtol=rtol, limits=limits
+            specs,
+            check=check,
+            references=ref,
+            provider=provider,
+            atol=atol,
+            rtol=rtol,
+            tolerances=tolerances,
+            limits=limits,
         )
         try:
             with terminal.progress_line(quiet) as progress:
@@ -218,45 +284,57 @@ def run(
             terminal.show(result, verbose)
 
 
-@app.command("passes")
+@app.command("passes", cls=_Command)
+@_help
 def list_passes(
-    as_json: Annotated[bool, typer.Option("--json", help="Print the registry as JSON.")] = False,
+    name: Annotated[
+        str | None,
+        typer.Argument(metavar="[NAME]", help="Describe this pass: every option, its default, examples."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the registry (or the pass) as JSON.")] = False,
 ) -> None:
-    """List the registered passes with their one-line help and options."""
-    entries = discover()
-    if as_json:
-        data = [
-            {
-                "name": e.name,
-                "available": e.available,
-                "help": e.cls.summary() if e.cls else None,
-                "options": [str(o) for o in e.cls.option_infos()] if e.cls else [],
-                "source": e.source,
-                "error": e.error,
-            }
-            for e in entries.values()
-        ]
-        terminal.out.print_json(json.dumps(data))
-        return
-    from rich.table import Table
+    """List the registered passes with their one-line help and options, or describe one.
 
-    table = Table(title="passes (entry-point group onnxsurgery.passes)", title_justify="left")
-    table.add_column("pass", style="bold")
-    table.add_column("what it does")
-    table.add_column("options")
-    table.add_column("from", style="dim")
-    for e in entries.values():
-        if e.cls is None:
-            table.add_row(f"[red]{e.name}[/red]", f"[red]unavailable: {e.error}[/red]", "", e.source)
-        else:
-            options = ", ".join(str(o) for o in e.cls.option_infos())
-            table.add_row(e.name, e.cls.summary(), options, e.source)
-    terminal.out.print(table)
+    With NAME: what the pass does, every option with its type, default and meaning, and
+    example chains.
+
+    Examples:
+      onnxsurgery passes
+      onnxsurgery passes symbolize
+      onnxsurgery passes fold-constants --json
+    """
+    from onnxsurgery.pipeline.pass_help import describe, passes_table
+
+    with terminal.boundary():
+        entries = discover()
+        if name is not None:
+            described = describe(get_pass(name, entries), entries[name].source)
+            if as_json:
+                terminal.out.print_json(json.dumps(described.to_dict()))
+            else:
+                terminal.out.print(described)
+            return
+        if as_json:
+            data = [
+                {
+                    "name": e.name,
+                    "available": e.available,
+                    "help": e.cls.summary() if e.cls else None,
+                    "options": [str(o) for o in e.cls.option_infos()] if e.cls else [],
+                    "source": e.source,
+                    "error": e.error,
+                }
+                for e in entries.values()
+            ]
+            terminal.out.print_json(json.dumps(data))
+            return
+        terminal.out.print(passes_table(entries))
 
 
-@app.command()
+@app.command(cls=_Command)
+@_help
 def inspect(
-    model: Annotated[Path, typer.Argument(help="The .onnx model to describe.")],
+    model: Annotated[Path, typer.Argument(metavar="MODEL", help="The .onnx model to describe.")],
     plan: Annotated[
         str | None,
         typer.Option(
@@ -269,8 +347,16 @@ def inspect(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Describe MODEL: opset, producer, inputs/outputs with dims, op counts, weights, and what
-    symbolize would change in it. Nothing is written."""
+    """Describe MODEL: opset, producer, inputs/outputs with dims, op counts and weights.
+
+    On a model with a fixed-shape input, it also shows what symbolize would change and what would
+    block it (--plan previews other passes). Nothing is written.
+
+    Examples:
+      onnxsurgery inspect model.onnx
+      onnxsurgery inspect model.onnx --plan "symbolize(x:0=batch, x:1=seq)"
+      onnxsurgery inspect model.onnx --no-plan --json
+    """
     with terminal.boundary():
         summary = onnxsurgery.summarize(model)
         if not no_plan:
@@ -308,9 +394,10 @@ def _default_plan(summary) -> str | None:
     return "symbolize" if static and entry is not None and entry.available else None
 
 
-@app.command("validate")
+@app.command("validate", cls=_Command)
+@_help
 def validate_command(
-    model: Annotated[Path, typer.Argument(help="The .onnx model to check.")],
+    model: Annotated[Path, typer.Argument(metavar="MODEL", help="The .onnx model to check.")],
     ref: Annotated[
         Path | None,
         typer.Option(
@@ -342,20 +429,9 @@ def validate_command(
         int,
         typer.Option("--cases", min=1, help="Number of random input sets for --against.", rich_help_panel=_PANEL_VALIDATE),
     ] = 1,
-    atol: Annotated[
-        float, typer.Option("--atol", help="Absolute tolerance of floating outputs.", rich_help_panel=_PANEL_VALIDATE)
-    ] = DEFAULT_ATOL,
-    rtol: Annotated[
-        float, typer.Option("--rtol", help="Relative tolerance of floating outputs.", rich_help_panel=_PANEL_VALIDATE)
-    ] = DEFAULT_RTOL,
-    tol: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--tol",
-            help="Tolerance of one output, NAME=ATOL[,RTOL] (repeatable); the only way to loosen bool/int outputs.",
-            rich_help_panel=_PANEL_VALIDATE,
-        ),
-    ] = None,
+    atol: AtolOpt = DEFAULT_ATOL,
+    rtol: RtolOpt = DEFAULT_RTOL,
+    tol: TolOpt = None,
     provider: ProviderOpt = "auto",
     report: Annotated[
         Path | None,
@@ -368,8 +444,12 @@ def validate_command(
 
     Exit 0: every case and output within tolerance. Exit 1: a mismatch, or a case the model does
     not accept. Exit 2: bad options, or a model or reference that cannot be read.
-    """
 
+    Examples:
+      onnxsurgery validate model.dyn.onnx --ref refs
+      onnxsurgery validate model.dyn.onnx --ref refs --tol logits=1e-3,1e-2
+      onnxsurgery validate model.dyn.onnx --against model.onnx --shape x:2x3x32x32
+    """
     with terminal.boundary(None, quiet, verbose):
         tolerances = dict(parse_tolerance_spec(t) for t in tol or [])
         shapes = dict(parse_shape_spec(s) for s in shape or [])
@@ -414,18 +494,29 @@ def validate_command(
 
 
 reference_app = typer.Typer(
-    help="Reference cases: torch outputs stored in the ONNX test-data layout.",
+    help=reflowed(
+        """Reference cases: torch outputs stored in the ONNX test-data layout.
+
+        record makes them from a torch module; show lists what a folder holds. validate --ref and
+        run --ref check a model against them.
+
+        Examples:
+          onnxsurgery reference record net.py:Net -m model.onnx -o refs --case x:2x8
+          onnxsurgery reference show refs
+        """
+    ),
     rich_markup_mode="rich",
     no_args_is_help=True,
 )
 app.add_typer(reference_app, name="reference")
 
 
-@reference_app.command("record")
+@reference_app.command("record", cls=_Command)
+@_help
 def reference_record(
     module: Annotated[
         str,
-        typer.Argument(help="The torch module: package.module:attr or path/to/file.py:attr (instance, class or factory)."),
+        typer.Argument(metavar="MODULE", help="The torch module: package.module:attr or path/to/file.py:attr (instance, class or factory)."),
     ],
     model: Annotated[
         Path, typer.Option("--model", "-m", help="The exported .onnx model: gives input names, dtypes and output names.")
@@ -451,8 +542,8 @@ def reference_record(
         list[str] | None,
         typer.Option(
             "--val-range",
-            help="Range of an input's random values, NAME:LOW,HIGH (both ends included for integers; repeatable). "
-            "\\[default: floats normal, ids over the table they index, other integers 0/1 (masks)]",
+            help="An input's random values, NAME:LOW,HIGH, both ends included (repeatable). "
+            "\\[default: ids over their table, other integers 0/1, floats normal]",
         ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs.")] = 0,
@@ -468,10 +559,18 @@ def reference_record(
 ) -> None:
     """Run a torch module in eager mode on random inputs and store its outputs as reference cases.
 
+    Each --case becomes one test_data_set_N folder under --out; --model gives the inputs' names
+    and dtypes.
+
     Before anything is written, the ONNX model runs on ONNX Runtime at its traced size and must
     match the module there (a module built with fresh weights records references the model can
     never match). Exit 2: bad options, a case the model cannot take, an error in the module, or
     that mismatch.
+
+    Examples:
+      onnxsurgery reference record net.py:Net -m model.onnx -o refs --case x:2x8
+      onnxsurgery reference record nets.py:make_net -m model.onnx -o refs \\
+          --case "ids:2x8; mask:2x8" --case "ids:1x16; mask:1x16" --val-range ids:0,30521
     """
     from rich.text import Text
 
@@ -499,11 +598,19 @@ def reference_record(
             terminal.out.print(Text(f"wrote {out_dir / c.name}  ({dims})"), soft_wrap=True)
 
 
-@reference_app.command("show")
+@reference_app.command("show", cls=_Command)
+@_help
 def reference_show(
-    path: Annotated[Path, typer.Argument(help="A folder of test_data_set_N, one such folder, or .npz.")],
+    path: Annotated[Path, typer.Argument(metavar="PATH", help="A folder of test_data_set_N, one such folder, or .npz.")],
 ) -> None:
-    """List the cases under PATH with their inputs and outputs."""
+    """List the cases under PATH with their inputs and outputs.
+
+    PATH is a folder of test_data_set_N folders, one such folder, or an .npz file.
+
+    Examples:
+      onnxsurgery reference show refs
+      onnxsurgery reference show refs/test_data_set_0
+    """
     from rich.table import Table
     from rich.text import Text
 
@@ -522,13 +629,19 @@ def main() -> None:
     """The command line (the ``onnxsurgery`` executable runs it through :func:`script`). A
     command line that does not parse (an option value of the wrong type, a missing argument,
     an unknown command) is one ``error:`` line and exit 2, not a usage box; ``-h`` shows the
-    help."""
+    help, and so does a bare ``onnxsurgery`` (or ``onnxsurgery reference``), exiting 0."""
     try:
         code = app(prog_name="onnxsurgery", standalone_mode=False)
     except typer.Abort:
         terminal.say_error("interrupted; nothing was written")
         sys.exit(130)
     except typer.TyperException as exc:  # click's UsageError and friends
+        # a group called with no arguments (click 8.2+, or the click typer vendors): its help,
+        # already made, is the answer (older click printed it and exited 0 by itself)
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            if exc.format_message().strip():  # typer's rich help printed itself already
+                print(exc.format_message())
+            sys.exit(0)
         ctx = getattr(exc, "ctx", None)
         hint = f"; see '{ctx.command_path} -h'" if ctx is not None else ""
         terminal.say_error(f"{exc.format_message().rstrip('.')}{hint}")
@@ -542,8 +655,7 @@ def script() -> None:
 
     Before the command runs, every object the imports made so far (typer, rich, click, onnx,
     numpy) is frozen (``gc.freeze``): Python's shutdown otherwise runs full garbage collections
-    over all of them, ~60 ms of a 0.5 s ``run --passes cleanup`` on a 50 MB model
-    (bench/bench_pipeline.py), and the collections the command itself triggers skip them too.
+    over all of them (bench/bench_pipeline.py measures what that costs), and the collections the command itself triggers skip them too.
     What the command makes stays with the collector: freezing it as well (at exit) kept
     onnxsim's nanobind executor alive past its module, which then printed "nanobind: leaked
     ..." on every fold-constants run. Only here, where the process ends after :func:`main`:

@@ -2,12 +2,12 @@
 
 Python runs a package's ``__init__`` before any module in it, so a package that imports its whole
 API there makes every process that uses one module of it pay for all of them: ``import
-onnxsurgery`` cost ~0.2 s of CPU (onnx, numpy, rich and every module of the API) for a script
-that needed one function, and every command imported shapes, merged outputs and model equality
+onnxsurgery`` imported onnx, numpy, rich and every module of the API for a script that needed
+one function, and every command imported shapes, merged outputs and model equality
 whether it ran them or not. The packages (``onnxsurgery``, ``onnxsurgery.model``,
 ``onnxsurgery.validation``) therefore say which module defines each name they offer; ``from
 onnxsurgery import run`` imports ``onnxsurgery.pipeline.runner`` at that moment (``import
-onnxsurgery`` alone: ~3 ms), and the name is then kept in the package, so later reads are plain
+onnxsurgery`` alone imports next to nothing), and the name is then kept in the package, so later reads are plain
 attribute reads (and ``monkeypatch.setattr`` on the package works as before). Modules
 themselves import what they need at their top, as everywhere in the project.
 """

@@ -24,7 +24,7 @@ __all__ = ["LazyConsole", "boundary", "err", "out", "progress_line", "say_error"
 
 class LazyConsole:
     """A rich Console made when first used: a run that prints nothing (``-q``, success in a
-    pipe) never imports rich (~15 ms of a short run). Each command starts with a new one
+    pipe) never imports rich. Each command starts with a new one
     (:meth:`reset`), made for the environment it runs in (``COLUMNS`` sets the width)."""
 
     def __init__(self, **options: Any) -> None:

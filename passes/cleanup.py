@@ -1,4 +1,17 @@
-"""Remove dead nodes and unused inputs/initializers, then sort the graph topologically."""
+"""Remove dead nodes and unused inputs/initializers, then sort the graph topologically.
+
+Rules (onnx-graphsurgeon's ``cleanup`` and ``toposort``):
+- a node none of whose outputs reaches a graph output is removed, in subgraphs too;
+- an initializer no node reads is removed;
+- a graph input no node reads is removed (``inputs=false`` keeps the signature as it is);
+- nodes are put in topological order.
+
+    x ─ Relu ─ y            x ─ Relu ─ y
+      └ Neg ─ (unused)  =>
+
+A sorted graph with nothing to remove is recognized by a walk over its names
+(:func:`_nothing_to_clean`) and comes back unchanged without a round trip through graphsurgeon.
+"""
 
 from __future__ import annotations
 
@@ -15,14 +28,14 @@ __all__ = ["Cleanup"]
 class Cleanup(Pass):
     """Remove dead nodes and unused inputs/initializers; sort nodes topologically.
 
-    Rules (onnx-graphsurgeon's ``cleanup`` and ``toposort``):
-    - a node none of whose outputs reaches a graph output is removed, in subgraphs too;
-    - an initializer no node reads is removed;
-    - a graph input no node reads is removed (``inputs=false`` keeps the signature as it is);
-    - nodes are put in topological order.
+    A node whose outputs reach no graph output is removed, in subgraphs too, and so are the
+    initializers and graph inputs that no node reads; the nodes are then sorted topologically.
 
-        x ─ Relu ─ y            x ─ Relu ─ y
-          └ Neg ─ (unused)  =>
+    Options:
+        inputs (bool): Remove graph inputs that no node reads; false keeps the signature as is.
+
+    Example:
+        cleanup(inputs=false)
     """
 
     name = "cleanup"
@@ -84,8 +97,7 @@ def _nothing_to_clean(graph: onnx.GraphProto, *, inputs: bool) -> bool:
     """Whether onnx-graphsurgeon's cleanup would find nothing to remove in a sorted ``graph``,
     decided from the graph itself: every node feeds a graph output, every initializer (and,
     with ``inputs``, every graph input) is read on the way. Graphsurgeon's import and export
-    cost a weightless copy of the model and a second graph (0.1 s on BERT-base); this walk
-    costs a set of names. Only for the plain case: a graph with subgraphs, sparse
+    cost a weightless copy of the model and a second graph; this walk costs a set of names. Only for the plain case: a graph with subgraphs, sparse
     initializers, repeated or empty output names, an initializer listed as an input, or an
     output that no node makes goes to graphsurgeon, which decides (False)."""
     if graph.sparse_initializer or any(subgraphs(node) for node in graph.node):

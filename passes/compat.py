@@ -1,4 +1,23 @@
-"""Make a model loadable by the installed ONNX Runtime: lower its IR version, convert its opset."""
+"""Make a model loadable by the installed ONNX Runtime: lower its IR version, convert its opset.
+
+Rules:
+- ORT's limits are asked of onnxruntime itself (one probe per process): the newest IR version
+  and ai.onnx opset it loads;
+- an IR version above ORT's is lowered to ORT's when nothing in the model needs the newer one
+  (element types such as FLOAT6E2M3 or INT4, optional/sparse types, local functions, metadata on
+  nodes, ...); otherwise the pass fails naming each thing that needs it;
+- an opset above ORT's is converted down to ORT's with ``onnx.version_converter``;
+- while ORT has no kernel for an op at the model's opset (``BatchNormalization(6)``,
+  ``Gemm(6)``, ``AveragePool(1)``: ORT dropped opsets below 7), the model is converted with
+  ``onnx.version_converter`` to the lowest opset that gives that op a newer version, until ORT
+  loads it; ``opset=N`` converts to N instead;
+- every change is listed. With no ``--ref``, the result is run on ORT and compared with the
+  original run on ``onnx.reference`` on random inputs (symbolic dims at 1; ``check=false`` skips
+  this); with ``--ref``, the run's validation after the last pass is the check.
+
+    IR 14, opset 28 (onnx 1.23's make_model)        =>  IR 13, opset 26
+    IR 3, opset 6 BatchNormalization(6) Gemm(6)     =>  IR 3, opset 7
+"""
 
 from __future__ import annotations
 
@@ -158,23 +177,18 @@ def _channel_slopes(model: onnx.ModelProto) -> onnx.ModelProto:
 class Compat(Pass):
     """Make the model load on the installed ONNX Runtime: lower its IR version, convert its opset.
 
-    Rules:
-    - ORT's limits are asked of onnxruntime itself (one probe per process): the newest IR
-      version and ai.onnx opset it loads (onnxruntime 1.31: IR 13, opset 26);
-    - an IR version above ORT's is lowered to ORT's when nothing in the model needs the newer
-      one (element types such as FLOAT6E2M3 or INT4, optional/sparse types, local functions,
-      metadata on nodes, ...); otherwise the pass fails naming each thing that needs it;
-    - an opset above ORT's is converted down to ORT's with ``onnx.version_converter``;
-    - while ORT has no kernel for an op at the model's opset (``BatchNormalization(6)``,
-      ``Gemm(6)``, ``AveragePool(1)``: ORT dropped opsets below 7), the model is converted with
-      ``onnx.version_converter`` to the lowest opset that gives that op a newer version, until
-      ORT loads it; ``opset=N`` converts to N instead;
-    - every change is listed. With no ``--ref``, the result is run on ORT and compared with the
-      original run on ``onnx.reference`` on random inputs (symbolic dims at 1; ``check=false``
-      skips this); with ``--ref``, the run's validation after the last pass is the check.
+    An IR version newer than ONNX Runtime takes is lowered when nothing in the model needs it
+    (else the pass names what does); the opset is converted with ``onnx.version_converter`` when
+    it is newer than ONNX Runtime's or ONNX Runtime has no kernel for an op at it. Every change
+    is listed and the result is checked against the original.
 
-        IR 14, opset 28 (onnx 1.23's make_model)        =>  IR 13, opset 26
-        IR 3, opset 6 BatchNormalization(6) Gemm(6)     =>  IR 3, opset 7
+    Options:
+        opset (int, default: the lowest that loads): Convert the ai.onnx opset to this version.
+        check (bool): Without --ref, compare the result on ONNX Runtime with the original on
+            ``onnx.reference`` on random inputs.
+
+    Example:
+        compat(opset=17)
     """
 
     name = "compat"

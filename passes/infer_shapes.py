@@ -1,4 +1,14 @@
-"""ONNX shape inference with data propagation, stale intermediate value_info dropped first."""
+"""ONNX shape inference with data propagation, stale intermediate value_info dropped first.
+
+Rules:
+- every intermediate ``value_info`` is dropped first: after surgery, stale entries (a batch of 4
+  recorded before symbolize) would otherwise contradict inference or be trusted by runtimes;
+- shapes are inferred by ``onnx.shape_inference`` in strict mode with ``data_prop``, so shape
+  arithmetic (Shape -> Gather -> Concat) propagates;
+- graph inputs and outputs keep their declared types.
+
+    value_info: t1 [4, 16]  (stale)   =>   value_info: t1 [batch, 16]
+"""
 
 from __future__ import annotations
 
@@ -20,15 +30,15 @@ def _shape_text(vi: onnx.ValueInfoProto) -> str:
 class InferShapes(Pass):
     """Re-run ONNX shape inference (with data propagation) on a clean slate.
 
-    Rules:
-    - every intermediate ``value_info`` is dropped first: after surgery, stale entries (a batch
-      of 4 recorded before symbolize) would otherwise contradict inference or be trusted by
-      runtimes;
-    - shapes are inferred by ``onnx.shape_inference`` in strict mode with ``data_prop``, so shape
-      arithmetic (Shape -> Gather -> Concat) propagates;
-    - graph inputs and outputs keep their declared types.
+    Every intermediate ``value_info`` is dropped, then inferred again by ONNX's strict shape
+    inference, so entries left stale by surgery (a batch of 4 recorded before symbolize) cannot
+    contradict the graph; graph inputs and outputs keep their declared types.
 
-        value_info: t1 [4, 16]  (stale)   =>   value_info: t1 [batch, 16]
+    Options:
+        data_prop (bool): Propagate values through shape arithmetic (Shape -> Gather -> Concat).
+
+    Example:
+        infer-shapes(data_prop=false)
     """
 
     name = "infer-shapes"

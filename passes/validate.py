@@ -1,4 +1,19 @@
-"""Check the model on ONNX Runtime against stored torch outputs; the model is left as it is."""
+"""Check the model on ONNX Runtime against stored torch outputs; the model is left as it is.
+
+Rules:
+- every case under ``ref`` (default: the run's ``--ref``) runs on one session; each output,
+  mapped through any earlier output-changing pass (concat-outputs), must satisfy
+  ``|ort - torch| <= atol + rtol * |torch|`` element-wise, NaN/Inf placed alike;
+- floating outputs default to ``atol=1e-4, rtol=1e-3``; bool/int outputs are exact unless
+  ``atol.NAME=`` / ``rtol.NAME=`` loosen that output;
+- a case the model does not accept (missing input, wrong dtype, fixed dim) fails;
+- on any failure the pass raises ValidationMismatch (exit 1) with the report attached;
+  otherwise the model comes back unchanged.
+
+    validate(atol=1e-3, atol.logits=1e-2)      model  ->  same model, plus a report:
+    case             output  max abs  out of tol  result
+    test_data_set_0  logits  1.5e-8   0           ok
+"""
 
 from __future__ import annotations
 
@@ -29,19 +44,20 @@ def _tolerance(what: str, value: Any) -> float:
 class Validate(Pass):
     """Run the model on ONNX Runtime over the reference cases and compare with torch's outputs.
 
-    Rules:
-    - every case under ``ref`` (default: the run's ``--ref``) runs on one session; each output,
-      mapped through any earlier output-changing pass (concat-outputs), must satisfy
-      ``|ort - torch| <= atol + rtol * |torch|`` element-wise, NaN/Inf placed alike;
-    - floating outputs default to ``atol=1e-4, rtol=1e-3``; bool/int outputs are exact unless
-      ``atol.NAME=`` / ``rtol.NAME=`` loosen that output;
-    - a case the model does not accept (missing input, wrong dtype, fixed dim) fails;
-    - on any failure the pass raises ValidationMismatch (exit 1) with the report attached;
-      otherwise the model comes back unchanged.
+    Each output of each case must satisfy ``|ort - torch| <= atol + rtol * |torch|`` element-wise
+    (bool and int outputs exactly, unless loosened per output); any mismatch, or a case the model
+    does not accept, fails the run with exit 1. The model comes back unchanged.
 
-        validate(atol=1e-3, atol.logits=1e-2)      model  ->  same model, plus a report:
-        case             output  max abs  out of tol  result
-        test_data_set_0  logits  1.5e-8   0           ok
+    Options:
+        ref (path, default: the run's --ref): Folder or .npz file of reference cases.
+        atol (float): Absolute tolerance of floating outputs.
+        rtol (float): Relative tolerance of floating outputs.
+        provider (str, default: the run's --provider): ONNX Runtime provider: auto, cuda or cpu.
+        atol.NAME (float): Absolute tolerance of output NAME, for bool/int outputs too.
+        rtol.NAME (float): Relative tolerance of output NAME.
+
+    Example:
+        validate(atol=1e-3, atol.logits=1e-2)
     """
 
     name = "validate"

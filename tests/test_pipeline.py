@@ -158,7 +158,7 @@ def test_report_table_shows_bracketed_values_verbatim(tiny_model):
     from rich.console import Console
 
     console = Console(record=True, width=200)
-    console.print(run(tiny_model, [Bracketed()]))
+    console.print(run(tiny_model, [Bracketed()]).view(verbose=True))  # notes show with -v
     assert "[4, -1] -> [batch, -1]" in console.export_text()
 
 

@@ -407,7 +407,7 @@ def test_limits_apply_and_are_stated(tmp_path):
     "argv, fragment",
     [
         (["run", "m.onnx", "-p", "cleanup", "--atol", "abc"], "Invalid value for '--atol'"),
-        (["run"], "Missing argument 'model'"),
+        (["run"], "Missing argument 'MODEL'"),  # as the usage line names it
         (["nope"], "No such command 'nope'"),
     ],
 )

@@ -152,8 +152,7 @@ def bad_text(message: Message, path: str) -> str | None:
     parses such bytes, but onnx, onnx-graphsurgeon and ORT fail on them later.
 
     Only text and message fields are read: ``ListFields`` would also hand over every bytes
-    field, and reading ``raw_data`` copies the weight (the whole model once more, 65 ms on
-    BERT-base)."""
+    field, and reading ``raw_data`` copies the weight (the whole model once more)."""
     for name, repeated, text in _text_fields(message.DESCRIPTOR):
         if repeated:
             items = getattr(message, name)

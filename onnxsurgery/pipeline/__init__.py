@@ -2,6 +2,7 @@
 
     contract.py   Pass, PassResult, PassContext, Diagnostic: what a pass is, gets and gives back
     registry.py   passes found through the ``onnxsurgery.passes`` entry points
+    pass_help.py  a pass's help read from its docstring: ``onnxsurgery passes [NAME]``
     chain.py      the ``--passes`` grammar (``NAME(key=value, ...)``) and TOML recipes
     runner.py     Pipeline and run(): order, checks after each pass, validation, atomic write
     report.py     what a run reports: per pass options, seconds, node counts, diagnostics

@@ -2,7 +2,9 @@
 
 A pass is a small class with a registry ``name``, keyword options validated in ``__init__`` (a
 wrong option fails before any model is touched) and a docstring whose first line is its one-line
-help. Calling it on a model returns a :class:`PassResult`::
+help, followed by a short paragraph and an ``Options:`` entry per option (the one place its help
+comes from: :mod:`onnxsurgery.pipeline.pass_help`). Calling it on a model returns a
+:class:`PassResult`::
 
     class Cleanup(Pass):
         \"\"\"Remove dead nodes and unused inputs/initializers; sort nodes topologically.\"\"\"

@@ -12,6 +12,7 @@ a :class:`~onnxsurgery.errors.PluginError`.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -125,8 +126,12 @@ def get_pass(name: str, entries: Mapping[str, PassEntry] | None = None) -> type[
     entries = discover() if entries is None else entries
     entry = entries.get(name)
     if entry is None:
-        valid = ", ".join(n for n, e in entries.items() if e.available) or "(none installed)"
-        raise PassOptionError(f"unknown pass {shown(name)}; available passes: {valid}")
+        names = [n for n, e in entries.items() if e.available]
+        close = difflib.get_close_matches(str(name), names, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise PassOptionError(
+            f"unknown pass {shown(name)}; {hint}available passes: {', '.join(names) or '(none installed)'}"
+        )
     if entry.cls is None:
         raise PluginError(f"pass {name!r} is unavailable: {entry.error}")
     return entry.cls

@@ -115,7 +115,9 @@ class Pipeline:
     ``passes`` may hold Pass instances, :class:`PassSpec` objects or chain text
     (``"cleanup, symbolize(x:0=batch)"``); every option of every pass is checked here, before any
     model is read. ``check`` runs the ONNX checker and shape inference after each pass.
-    ``references`` (a folder/file of reference cases) validates the result after the last pass.
+    ``references`` (a folder/file of reference cases) validates the result after the last pass,
+    within ``atol``/``rtol`` and per output ``tolerances`` (``{name: (atol, rtol)}``, either
+    None to keep the default), as ``validate`` does.
     """
 
     def __init__(
@@ -128,6 +130,7 @@ class Pipeline:
         atol: float | None = None,
         rtol: float | None = None,
         limits: Limits | Mapping[str, Any] | None = None,
+        tolerances: Mapping[str, tuple[float | None, float | None]] | None = None,
     ) -> None:
         self.limits = limits if isinstance(limits, Limits) else current_limits().updated(limits)
         items = parse_passes(passes) if isinstance(passes, str) else list(passes)
@@ -141,6 +144,7 @@ class Pipeline:
         self.provider = provider
         self.atol = atol
         self.rtol = rtol
+        self.tolerances = dict(tolerances or {})
 
     def __repr__(self) -> str:
         return f"Pipeline([{', '.join(map(repr, self.passes))}])"
@@ -338,6 +342,8 @@ class Pipeline:
             kwargs["atol"] = self.atol
         if self.rtol is not None:
             kwargs["rtol"] = self.rtol
+        if self.tolerances:
+            kwargs["tolerances"] = self.tolerances
         try:
             result = validate(
                 model,
@@ -381,6 +387,7 @@ def run(
     external_data: bool | None = None,
     base_dir: str | os.PathLike | None = None,
     limits: Limits | Mapping[str, Any] | None = None,
+    tolerances: Mapping[str, tuple[float | None, float | None]] | None = None,
 ) -> PipelineReport:
     """Run ``passes`` on ``model`` and write ``output``: the Python form of ``onnxsurgery run``.
     A ModelProto with external data needs ``base_dir``, the folder its data files are in."""
@@ -392,5 +399,6 @@ def run(
         atol=atol,
         rtol=rtol,
         limits=limits,
+        tolerances=tolerances,
     )
     return pipeline.run(model, output, external_data=external_data, base_dir=base_dir)

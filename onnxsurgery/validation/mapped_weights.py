@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 #: From this many bytes of tensors a session asked for with ``mapped=True`` maps its weights
-#: from a file: BERT-base's check, peak RSS 1359 -> 944 MiB. Below, the file's fixed costs (a
+#: from a file, which lowers the peak RSS of checking a large model. Below, the file's fixed costs (a
 #: folder, a file per session) outweigh the copies it saves.
 MAPPED_BYTES = 64 * 2**20
 
@@ -109,8 +109,7 @@ def point_at_disk(tensors: list[tuple[onnx.TensorProto, DiskWeight]]) -> str:
 
 
 #: Memory-backed temporary files where the system has them: the weights' file there is written
-#: at memory speed and never reaches a disk (BERT-base, 420 MB: 0.23-0.29 s, against 0.28-0.79 s
-#: to /tmp on ext4, alternated). Its pages cannot be evicted as a disk file's can, so it is used
+#: at memory speed and never reaches a disk (faster than /tmp on ext4). Its pages cannot be evicted as a disk file's can, so it is used
 #: only where it has room for the file with a quarter to spare and twice the file's size of
 #: memory is free; the system's temporary folder otherwise.
 _MEMORY_FOLDER = "/dev/shm"

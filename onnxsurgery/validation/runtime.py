@@ -74,7 +74,7 @@ _CPU = "CPUExecutionProvider"
 
 
 #: ONNX Runtime, imported when first used, not when onnxsurgery is: a chain that never runs a
-#: model (``run --passes cleanup``) never pays its import (~0.1 s of a 0.7 s run). The project's
+#: model (``run --passes cleanup``) never pays its import. The project's
 #: one deferred import (``validation/session_weights.py`` takes the same module); every other
 #: module imports what it needs at its top.
 ort = lazy_module("onnxruntime")
@@ -104,7 +104,7 @@ class ProviderChoice:
 
 
 #: The file fd 2 is sent to while quiet, by process id: one per process, reused (making a
-#: temporary file per ORT run cost a validation case 0.1-0.5 ms).
+#: temporary file per ORT run slowed every validation case).
 _sinks: dict[int, IO[bytes]] = {}
 
 
@@ -165,8 +165,8 @@ _DRIVER_LIBRARY = {"linux": "libcuda.so.1", "win32": "nvcuda.dll"}
 
 def _no_driver() -> str | None:
     """Why CUDA cannot run here before anything is tried (no NVIDIA driver), or None. A
-    machine without one learns it in well under a millisecond, not from the ~10-20 ms of
-    loading the CUDA libraries and a probe session."""
+    machine without one learns it at once, not from loading the CUDA libraries and a probe
+    session."""
     import ctypes
     import sys
 

@@ -3,7 +3,7 @@
 One daemon thread watches every armed deadline. Arming a run starts no thread and, in steady
 state, wakes none: the watcher sleeps until the earliest deadline it knows of, or a minute at
 most, and a run armed with a later deadline than that waits for the next
-wake-up. A ``threading.Timer`` per run cost 1-4 ms of a validation case on a busy machine
+wake-up. A ``threading.Timer`` per run slowed every validation case on a busy machine
 (starting a thread blocks until the OS schedules it)::
 
     token = arm(seconds, lambda: setattr(options, "terminate", True))

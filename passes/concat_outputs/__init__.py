@@ -5,6 +5,29 @@
 
 The layout record itself (metadata, ``split_outputs``) is in the engine,
 :mod:`onnxsurgery.merged_outputs`, so users undo a merge without importing the pass.
+
+Rules:
+- ``outputs=[a, b]`` picks the outputs (default: all, in graph order); fewer than two is nothing
+  to do. The merged output takes the place of the first one; the merged ones leave the outputs
+  unless ``keep=true``. ``name`` (default ``merged``) must be a new tensor name.
+- Every part is cast to ``dtype=`` when given (outputs of different dtypes need it; a cast that
+  loses information, such as int64 to float32 or float to int, also needs ``lossy=true``),
+  reshaped to rank N+1 keeping its first N axes with ``flatten=N``, and unsqueezed at the end up
+  to the largest rank. ``axis`` (default: the last; negative counts from the end) is the concat
+  axis in that rank.
+- The other dims must agree: ``batch`` with ``batch``, 5 with 5; ``batch`` vs ``seq`` or 5 vs 4
+  is an error naming both outputs, the axis and both dims, unless ``pad=VALUE`` pads every part
+  at the end up to the largest (amounts computed in the graph when dims are symbolic). An
+  unknown dim is allowed; ONNX Runtime's Concat checks it when the model runs.
+- The layout (parts, dtypes, dims, start/stop on the axis) goes to metadata_props
+  ``onnxsurgery.concat-outputs``; ``onnxsurgery.split_outputs`` gives the outputs back. When the
+  merged shape alone cannot tell the parts' sizes, an int64 output ``<name>_shapes`` holding them
+  is added. A model merged already is left as it is when nothing else is asked, and is an error
+  when more outputs would be merged.
+
+    logits [B,5] ─┐                   logits ─────────────────────┐
+    score  [B]   ─┼─ (3 outputs)  =>  score ── Unsqueeze ─────────┼─ Concat(axis=1) ─ merged [B,7]
+    pred   [B] i64┘                   pred ─── Cast ── Unsqueeze ─┘
 """
 
 from __future__ import annotations
@@ -29,28 +52,24 @@ __all__ = ["ConcatOutputs"]
 class ConcatOutputs(Pass):
     """Merge the model's outputs into one tensor (Concat in the graph); split_outputs undoes it.
 
-    Rules:
-    - ``outputs=[a, b]`` picks the outputs (default: all, in graph order); fewer than two is
-      nothing to do. The merged output takes the place of the first one; the merged ones leave
-      the outputs unless ``keep=true``. ``name`` (default ``merged``) must be a new tensor name.
-    - Every part is cast to ``dtype=`` when given (outputs of different dtypes need it; a cast
-      that loses information, such as int64 to float32 or float to int, also needs
-      ``lossy=true``), reshaped to rank N+1 keeping its first N axes with ``flatten=N``, and
-      unsqueezed at the end up to the largest rank. ``axis`` (default: the last; negative counts
-      from the end) is the concat axis in that rank.
-    - The other dims must agree: ``batch`` with ``batch``, 5 with 5; ``batch`` vs ``seq`` or 5 vs
-      4 is an error naming both outputs, the axis and both dims, unless ``pad=VALUE`` pads every
-      part at the end up to the largest (amounts computed in the graph when dims are symbolic).
-      An unknown dim is allowed; ONNX Runtime's Concat checks it when the model runs.
-    - The layout (parts, dtypes, dims, start/stop on the axis) goes to metadata_props
-      ``onnxsurgery.concat-outputs``; ``onnxsurgery.split_outputs`` gives the outputs back.
-      When the merged shape alone cannot tell the parts' sizes, an int64 output
-      ``<name>_shapes`` holding them is added. A model merged already is left as it is when
-      nothing else is asked, and is an error when more outputs would be merged.
+    Each part is cast, flattened and unsqueezed as asked to a common rank and concatenated along
+    one axis, in the graph; the other dims must agree unless ``pad`` is given. The layout goes to
+    the model's metadata_props (``onnxsurgery.concat-outputs``), and reference outputs are mapped
+    the same way, so validation after the pass compares like with like.
 
-        logits [B,5] ─┐                   logits ─────────────────────┐
-        score  [B]   ─┼─ (3 outputs)  =>  score ── Unsqueeze ─────────┼─ Concat(axis=1) ─ merged [B,7]
-        pred   [B] i64┘                   pred ─── Cast ── Unsqueeze ─┘
+    Options:
+        outputs (list of names, default: all, in graph order): The outputs to merge.
+        axis (int, default: the last): The concat axis, in the rank of the largest part.
+        name (str): Name of the merged output; must be a new tensor name.
+        keep (bool): Keep the merged outputs as outputs too.
+        flatten (int, default: no flattening): Reshape each part to its first N axes plus one.
+        dtype (str, default: no cast): Cast every part to this type (float32, int64, ...).
+        pad (float, default: no padding): Pad parts at the end up to the largest with this value.
+        lossy (bool): Allow a cast that loses information (int64 to float32, float to int).
+
+    Example:
+        concat-outputs(axis=1)
+        concat-outputs(outputs=[logits, score], dtype=float32, keep=true)
     """
 
     name = "concat-outputs"

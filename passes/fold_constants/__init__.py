@@ -7,6 +7,45 @@
     held_weights.py   over 2 GB: weights no folding reads go to onnxsim as graph inputs
     graphsurgeon.py   the fallback folder; Constant nodes to initializers
     changes.py        what a fold changed: pinned dims, op counts, sizes
+
+Rules:
+- ``onnxsim.simplify`` folds every subgraph that depends only on constants (shape arithmetic on
+  static shapes included) and runs onnx-optimizer's default fusions and eliminations;
+  ``fuse_bn=false`` keeps BatchNormalization, ``skip=[...]`` names optimizers not to run,
+  ``size_threshold=1MB`` keeps tensors larger than that unfolded (default: onnxsim's 1.5GB).
+  onnxsim's MatMul+Add -> Reshape/Gemm/Reshape rewrite of rank-3 inputs runs only with
+  ``batched_gemm=true``: on a symbolized model it adds Shape/Slice/Concat around every Gemm;
+- input shapes are never overwritten: only ``input_shapes=[x:1x3x224x224]`` pins them.
+  Intermediate ``value_info`` (inside subgraphs too) is dropped before folding (onnxsim
+  re-infers shapes), so a stale static shape cannot be folded into a constant. A result in which
+  a symbolic dim of a graph input or output became a number counts as an onnxsim failure;
+- with ``isolate=true`` onnxsim runs in a forked child process, so a crash in native code is a
+  failure of this pass (then the fallback), not the end of the program; ``isolate=auto``
+  (default) forks only models over 2 GB (below, a fork costs more than onnxsim itself),
+  ``isolate=false`` never. Native console output never reaches the terminal;
+- when onnxsim fails (raises, crashes, pins a dim, fails its own ``check=N``), onnx-graphsurgeon
+  ``fold_constants`` + ``cleanup`` folds instead (never folding random ops) and a warning carries
+  onnxsim's error; ``fallback=false`` makes that failure an error. With If/Loop/Scan subgraphs it
+  tries: everything, then keeping If nodes, then the main graph only, taking the first result
+  that passes the checker; when none does, nothing is folded, a warning says why and the model
+  comes back unchanged (folding never fails a model that runs);
+- on a model over 2 GB, a weight of 1 MiB or more that only nodes also reading a runtime value
+  read (``MatMul(x, W)``) reaches onnxsim as a graph input and comes back afterwards: onnxsim
+  never loads, writes or reads back the bulk of the model, and in a pipeline those weights stay
+  where they are in the input model, which becomes the result (``PassContext.owns_input``).
+  Folding is unchanged (a weight a constant-only node reads, ``Transpose(W)``, ``Mul(W, 0.5)``,
+  still goes to onnxsim); optimizer fusions that rewrite such a weight's values (BatchNorm into
+  Conv, Q/K/V packed into one attention op) are not made on such models: ``hold_weights=false``
+  gives onnxsim every weight (its fusions then run, at the cost of it loading, writing and
+  reading back the whole model);
+- every Constant node of the main graph becomes an initializer (onnxsim writes folded values as
+  Constant nodes), so a model saved with external data keeps them in the data file;
+- ``modified`` is false when the result computes the same graph the same way: renamed tensors or
+  nodes, reordered nodes or new ``value_info`` are no change; a Constant node turned into an
+  initializer is one.
+
+    s = Shape(w) ─ Gather(0) ─ Unsqueeze ─ Concat(-1) ─┐
+    x ──────────────────────────────────────────────── Reshape     =>   x ─ Reshape([16, -1])
 """
 
 from __future__ import annotations
@@ -55,47 +94,29 @@ _MODEL_FIELDS = ("producer_name", "producer_version", "domain", "model_version",
 class FoldConstants(Pass):
     """Fold constant subgraphs and simplify with onnxsim; symbolic dims stay symbolic.
 
-    Rules:
-    - ``onnxsim.simplify`` folds every subgraph that depends only on constants (shape arithmetic
-      on static shapes included) and runs onnx-optimizer's default fusions and eliminations;
-      ``fuse_bn=false`` keeps BatchNormalization, ``skip=[...]`` names optimizers not to run,
-      ``size_threshold=1MB`` keeps tensors larger than that unfolded (default: onnxsim's 1.5GB).
-      onnxsim's MatMul+Add -> Reshape/Gemm/Reshape rewrite of rank-3 inputs runs only with
-      ``batched_gemm=true``: on a symbolized model it adds Shape/Slice/Concat around every Gemm
-      (symbolized attention_block: 38 -> 45 nodes with it, 38 -> 29 without);
-    - input shapes are never overwritten: only ``input_shapes=[x:1x3x224x224]`` pins them.
-      Intermediate ``value_info`` (inside subgraphs too) is dropped before folding (onnxsim
-      re-infers shapes), so a stale static shape cannot be folded into a constant. A result in which a symbolic dim of a graph
-      input or output became a number counts as an onnxsim failure;
-    - with ``isolate=true`` onnxsim runs in a forked child process, so a crash in native code is
-      a failure of this pass (then the fallback), not the end of the program; ``isolate=auto``
-      (default) forks only models over 2 GB (below, a fork costs 2-3.5x onnxsim's own time),
-      ``isolate=false`` never. Native console output never reaches the terminal;
-    - when onnxsim fails (raises, crashes, pins a dim, fails its own ``check=N``), onnx-graphsurgeon
-      ``fold_constants`` + ``cleanup`` folds instead (never folding random ops) and a warning
-      carries onnxsim's error; ``fallback=false`` makes that failure an error. With If/Loop/Scan
-      subgraphs it tries: everything, then keeping If nodes, then the main graph only, taking
-      the first result that passes the checker; when none does, nothing is folded, a warning
-      says why and the model comes back unchanged (folding never fails a model that runs);
-    - on a model over 2 GB, a weight of 1 MiB or more that only nodes also reading a runtime
-      value read (``MatMul(x, W)``) reaches onnxsim as a graph input and comes back afterwards:
-      onnxsim never loads, writes or reads back the bulk of the model, and in a pipeline those
-      weights stay where they are in the input model, which becomes the result
-      (``PassContext.owns_input``; 2.1 GiB attention stack: the pass 46 s -> 4 s, peak RSS
-      3.2x -> 1.2x the model's size). Folding is unchanged (a
-      weight a constant-only node reads, ``Transpose(W)``, ``Mul(W, 0.5)``, still goes to
-      onnxsim); optimizer fusions that rewrite such a weight's values (BatchNorm into Conv, Q/K/V
-      packed into one attention op) are not made on such models: ``hold_weights=false`` gives
-      onnxsim every weight (its fusions then run, at the cost of it loading, writing and reading
-      back the whole model);
-    - every Constant node of the main graph becomes an initializer (onnxsim writes folded values
-      as Constant nodes), so a model saved with external data keeps them in the data file;
-    - ``modified`` is false when the result computes the same graph the same way: renamed tensors
-      or nodes, reordered nodes or new ``value_info`` are no change; a Constant node turned into
-      an initializer is one.
+    onnxsim folds what depends only on constants and runs onnx-optimizer's fusions; input shapes
+    are never overwritten, and a result that pins a symbolic dim counts as a failure. When
+    onnxsim fails, onnx-graphsurgeon folds instead, with a warning carrying onnxsim's error.
+    Models over 2 GB work: weights no folding reads stay where they are.
 
-        s = Shape(w) ─ Gather(0) ─ Unsqueeze ─ Concat(-1) ─┐
-        x ──────────────────────────────────────────────── Reshape     =>   x ─ Reshape([16, -1])
+    Options:
+        fuse_bn (bool): Fuse BatchNormalization into the Conv before it.
+        size_threshold (size, default: onnxsim's 1.5GB): Keep folded tensors larger than this
+            (1MB, 512KB or bytes) unfolded.
+        skip (list of names, default: none): onnx-optimizer passes not to run.
+        check (int): Runs of onnxsim's own comparison on random inputs (0 to 1000).
+        input_shapes (list of NAME:DIMS, default: none): Pin these inputs' shapes, e.g.
+            [x:1x3x224x224]; nothing else pins a dim.
+        fallback (bool): Fold with onnx-graphsurgeon when onnxsim fails; false makes it an error.
+        isolate (true, false or auto): Run onnxsim in a forked child process, so a native crash
+            is a failure of the pass; auto forks for models over 2 GB only.
+        batched_gemm (bool): Let onnxsim rewrite MatMul+Add of rank-3 inputs to
+            Reshape/Gemm/Reshape (adds shape nodes around every Gemm of a symbolized model).
+        hold_weights (bool): Over 2 GB, keep weights no folding reads out of onnxsim; false
+            gives it every weight, so its fusions run on them.
+
+    Example:
+        fold-constants(fuse_bn=false, size_threshold=1MB)
     """
 
     name = "fold-constants"
@@ -357,7 +378,7 @@ def _unusable(model: onnx.ModelProto, folded: onnx.ModelProto) -> str | None:
 
     Checked for models with If/Loop/Scan bodies, where both folders were seen to write such
     results; elsewhere the pipeline's own check follows (this check costs a serialization of
-    the folded model: 2.6 s of light_vgg19's 6.3 s).
+    the folded model).
     """
     if not any(subgraphs(node) for node in model.graph.node):
         return None

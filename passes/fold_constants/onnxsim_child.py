@@ -7,8 +7,9 @@
   as graph inputs (:mod:`~onnxsurgery.passes.fold_constants.held_weights`) and come back after;
   what is still near the 2 GB protobuf limit goes through onnxsim's path-based entry point
   (``simplify(path, output_path=...)``) with external data.
-Isolation uses ``fork``: a spawned interpreter would import onnxsim again on every call (0.5 s
-without torch, see ``onnxsim_import.py``; 1.5 s with it) and read the model from a file. A fork still costs 2-3.5x onnxsim's own time on models up to 100 MB (see
+Isolation uses ``fork``: a spawned interpreter would import onnxsim again on every call (see
+``onnxsim_import.py``) and read the model from a file. A fork still costs more than onnxsim's own
+time on models up to 100 MB (see
 :data:`AUTO_ISOLATE_BYTES`), so by default (``isolate="auto"``) only models over 2 GB fork;
 smaller ones run in-process, where a native crash ends the process (the pipeline's atomic save
 still leaves no output file behind); ``isolate=True`` forks always. Where ``fork`` does not
@@ -58,10 +59,8 @@ __all__ = [
 #: ``isolate="auto"`` forks for models with at least this many bytes of tensors: those that go
 #: to onnxsim by path. There the child writes the input file from its copy-on-write view of the
 #: model, so this process never holds a second copy, and a crash late in a long run costs most.
-#: Below it a fork is not worth its cost (bench/bench_fold_constants.py, 2-core machine): +25-35
-#: ms on a ~12 ms fold of a small fixture (3.4x), +70-100 ms on the ~60 ms fold of a 12 MB
-#: transformer (2x), +0.8-1.2 s on the 1.4 s fold of a 100 MB MLP (1.6-1.9x): first-touch page
-#: faults in the child, and the result serialized back through a file.
+#: Below it a fork is not worth its cost (measured by bench/bench_fold_constants.py): first-touch
+#: page faults in the child, and the result serialized back through a file.
 AUTO_ISOLATE_BYTES = LARGE_MODEL_BYTES
 
 

@@ -2,9 +2,8 @@
 
 ``import onnxsim`` (0.8.1) runs ``onnxsim.ppq_integration``, which tries ``import torch`` and
 then ``import ppq`` and records any failure as "PPQ unavailable". Where ppq is not installed
-that bridge is unusable whatever torch does, yet the torch import is two thirds of
-``import onnxsim``: 1.52 -> 0.49 s, and 359 -> 136 MiB of RSS for the import alone (2-core bench
-machine). While :func:`import_onnxsim` imports onnxsim, a finder refuses ``torch`` to imports
+that bridge is unusable whatever torch does, yet the torch import is most of ``import
+onnxsim``'s time and memory. While :func:`import_onnxsim` imports onnxsim, a finder refuses ``torch`` to imports
 made from that one module (found by the importing frames' module names), so the bridge records
 itself unavailable as it would anyway; the finder stays in ``sys.meta_path``, inactive, after. torch stays importable for everything else, in every
 thread, during the import and after it; where torch is already imported or ppq is installed,

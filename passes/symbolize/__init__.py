@@ -19,6 +19,57 @@ The pass reads as stages, each a module that only reads what the one before it p
     feeds.py            the check's inputs, shaped by the graph (ids, sizes, masks), never by names
 
 :class:`Symbolize` below ties them together: options -> plan -> rewrite -> check.
+
+Options in detail: ``INPUT:AXIS=NAME`` entries (``*`` matches every input), or ``dynamic_axes``
+in torch's format (``{"x": {0: "batch"}}`` or ``{"x": [0]}``); neither means ``*:0=batch``.
+``strict`` (default true) fails listing the blockers (identical ones as one entry, the message
+kept to a screen, every one in the --report JSON); false applies what it can and reports the
+rest. ``check`` (default true) runs the result on ONNX Runtime at the traced size (same outputs
+as the original within 1e-5), at two other sizes per symbol, and on the reference cases given to
+the run (``--ref``). Each symbol ends verified to a level: ``references`` (matched stored torch
+outputs at other sizes), ``rows`` (batch rows shown independent), ``runs`` (ran at other sizes,
+values unverified) or ``traced-only``; ``verify=LEVEL`` makes anything less an error
+(``verify=references`` for builds that must not ship unverified models). ``rows`` names the
+symbols whose rows are independent (``rows=batch``, several separated by ``+``; ``rows=`` for
+none); by default the graph decides (the one symbol on axis 0 of every input, along which no node
+mixes rows), never a symbol's name.
+
+Rules (symbolic shape propagation with provenance, decided by structure, not by value):
+- every tensor gets a symbolic shape (``batch*16``, ``seq + 1``); each constant read as a size
+  (Reshape/Expand/Tile/Slice/Range/Resize/Split/Pad/ConstantOfShape inputs, shape arithmetic)
+  or as data (a zero initial state, a mask) gets unknowns, fixed by the equalities the graph
+  requires (broadcasting, MatMul/Gemm inner dims, Concat, RNN batch, Reshape element count);
+  a 1 that only broadcasts stays 1, a 3 that is the channel count stays 3;
+- constants that must change become ``Shape -> ...`` computations (``0``/``-1`` in Reshape
+  where valid); data constants are regenerated from the pattern their values follow (a
+  broadcast, a Range grid, rotary cos/sin tables, a causal/sliding-window band, a per-head
+  Tile); constant indices into a batch axis enumerate the batch (at batch 1 too);
+- what holds only at the traced size (a table cut to the traced length, a loop unrolled at
+  trace time, a size baked into a weight) is a blocker naming the node and what to do;
+- a pattern is taken only when the traced values pin it down: 3 or more points along a
+  counting axis (two points fit any line), 2 for a repeat, no start or bound equal to a traced
+  size; along a batch, rows are independent by structure, so one row may repeat;
+- the one exception is a cache length: where a graph input axis is grown by a Concat with
+  computed values (``present = Concat(past, new)``), a count, a rotary table or a band bound
+  that starts at that axis's traced size (and at no other symbol's) moves with it
+  (positions past .. past + seq - 1), and the check against references decides; a band
+  over ``[seq, past + seq]`` (queries against keys that add the cache) counts both bounds
+  from past, a sliding window's lower one too (``past - w < j - i <= past``: the window
+  keeps its width, only its offset moves);
+- symbols the graph ties together (``total = past + seq``) become relations, kept by the check;
+- a strided Conv or pool padded by TensorFlow's 'same' rule for the traced size (a Pad before
+  it, or uneven pads of its own) is a blocker: the source may compute that padding from the
+  size (transformers' ``tf_padding``) or pad by fixed amounts. Reference cases decide: the
+  fixed pads are kept, or the op rewritten to ``auto_pad=SAME_UPPER``, whichever alone
+  matches them (MobileNetV2 with one case at 48x64 then matches torch at 40x24);
+- likewise a learned [1, lead + h*w, dim] table added whole over a patch grid (DINOv2 by
+  dynamo: torch interpolates it at other resolutions, in code the export skipped): reference
+  cases at another grid choose a bicubic or bilinear resize of its grid rows (torch's
+  ``F.interpolate(..., align_corners=False)``), whichever alone matches them.
+
+    x[4,3,32,32] ─ ... ─ Reshape(shape=[4, -1]) ─ Gemm
+    =>
+    x[batch,3,32,32] ─ ... ─ Reshape(shape=[0, -1]) ─ Gemm      (logits [batch, 10])
 """
 
 from __future__ import annotations
@@ -57,56 +108,30 @@ _AXIS_KEY = re.compile(r"^(?P<input>\*|[^:]+):(?P<axis>-?\d+)$")
 class Symbolize(Pass):
     """Give input axes symbolic names and rewrite the traced sizes left in the graph.
 
-    Options: ``INPUT:AXIS=NAME`` entries (``*`` matches every input), or ``dynamic_axes`` in
-    torch's format (``{"x": {0: "batch"}}`` or ``{"x": [0]}``); neither means ``*:0=batch``.
-    ``strict`` (default true) fails listing the blockers (identical
-    ones as one entry, the message kept to a screen, every one in the --report JSON); false applies what it can and reports
-    the rest. ``check`` (default true) runs the result on ONNX Runtime at the traced size (same
-    outputs as the original within 1e-5), at two other sizes per symbol, and on the reference
-    cases given to the run (``--ref``). Each symbol ends verified to a level: ``references``
-    (matched stored torch outputs at other sizes), ``rows`` (batch rows shown independent),
-    ``runs`` (ran at other sizes, values unverified) or ``traced-only``; ``verify=LEVEL`` makes
-    anything less an error (``verify=references`` for builds that must not ship unverified
-    models). ``rows`` names the symbols whose rows are independent (``rows=batch``, several
-    separated by ``+``; ``rows=`` for none); by default the graph decides (the one symbol on axis 0 of every input,
-    along which no node mixes rows), never a symbol's name.
+    Every constant the export baked at the traced size (Reshape/Expand/Slice shapes, Range
+    bounds, zero states, masks, position tables) becomes a computation from the inputs' shapes,
+    decided by symbolic shape propagation, not by value. What holds only at the traced size is a
+    blocker naming the node. The result is run on ONNX Runtime at other sizes and against the
+    run's --ref cases, and each symbol is reported as verified to references, rows, runs or
+    traced-only.
 
-    Rules (symbolic shape propagation with provenance, decided by structure, not by value):
-    - every tensor gets a symbolic shape (``batch*16``, ``seq + 1``); each constant read as a size
-      (Reshape/Expand/Tile/Slice/Range/Resize/Split/Pad/ConstantOfShape inputs, shape arithmetic)
-      or as data (a zero initial state, a mask) gets unknowns, fixed by the equalities the graph
-      requires (broadcasting, MatMul/Gemm inner dims, Concat, RNN batch, Reshape element count);
-      a 1 that only broadcasts stays 1, a 3 that is the channel count stays 3;
-    - constants that must change become ``Shape -> ...`` computations (``0``/``-1`` in Reshape
-      where valid); data constants are regenerated from the pattern their values follow (a
-      broadcast, a Range grid, rotary cos/sin tables, a causal/sliding-window band, a per-head
-      Tile); constant indices into a batch axis enumerate the batch (at batch 1 too);
-    - what holds only at the traced size (a table cut to the traced length, a loop unrolled at
-      trace time, a size baked into a weight) is a blocker naming the node and what to do;
-    - a pattern is taken only when the traced values pin it down: 3 or more points along a
-      counting axis (two points fit any line), 2 for a repeat, no start or bound equal to a traced
-      size; along a batch, rows are independent by structure, so one row may repeat;
-    - the one exception is a cache length: where a graph input axis is grown by a Concat with
-      computed values (``present = Concat(past, new)``), a count, a rotary table or a band bound
-      that starts at that axis's traced size (and at no other symbol's) moves with it
-      (positions past .. past + seq - 1), and the check against references decides; a band
-      over ``[seq, past + seq]`` (queries against keys that add the cache) counts both bounds
-      from past, a sliding window's lower one too (``past - w < j - i <= past``: the window
-      keeps its width, only its offset moves);
-    - symbols the graph ties together (``total = past + seq``) become relations, kept by the check;
-    - a strided Conv or pool padded by TensorFlow's 'same' rule for the traced size (a Pad before
-      it, or uneven pads of its own) is a blocker: the source may compute that padding from the
-      size (transformers' ``tf_padding``) or pad by fixed amounts. Reference cases decide: the
-      fixed pads are kept, or the op rewritten to ``auto_pad=SAME_UPPER``, whichever alone
-      matches them (MobileNetV2 with one case at 48x64 then matches torch at 40x24);
-    - likewise a learned [1, lead + h*w, dim] table added whole over a patch grid (DINOv2 by
-      dynamo: torch interpolates it at other resolutions, in code the export skipped): reference
-      cases at another grid choose a bicubic or bilinear resize of its grid rows (torch's
-      ``F.interpolate(..., align_corners=False)``), whichever alone matches them.
+    Options:
+        INPUT:AXIS (str, default: *:0=batch): Name axis AXIS of input INPUT (``*``: every input),
+            e.g. x:0=batch, ids:1=seq.
+        dynamic_axes (dict, default: none): The axes in torch.onnx.export's format instead,
+            e.g. {"x": {0: "batch"}} or {"x": [0]}.
+        strict (bool): Fail listing the blockers; false applies what it can and reports the rest.
+        check (bool): Run the result on ONNX Runtime at the traced size, at two other sizes per
+            symbol and on the --ref cases.
+        verify (str, default: none): Fail when a symbol is verified less than this level:
+            references, rows, runs or traced-only.
+        rows (str, default: decided by the graph): The symbols whose rows are independent (a+b
+            for several; empty for none).
 
-        x[4,3,32,32] ─ ... ─ Reshape(shape=[4, -1]) ─ Gemm
-        =>
-        x[batch,3,32,32] ─ ... ─ Reshape(shape=[0, -1]) ─ Gemm      (logits [batch, 10])
+    Example:
+        symbolize
+        symbolize(x:0=batch, x:1=seq)
+        symbolize(*:0=batch, verify=references)
     """
 
     name = "symbolize"
@@ -216,7 +241,7 @@ class Symbolize(Pass):
         ctx.stage("planning")
         # One weightless copy serves every step that needs the graph without the weights (shape
         # inference, the rewrite, the check's sessions, the report): each copy reads every
-        # weight's bytes once (BERT-base: 0.08 s).
+        # weight's bytes once.
         bare = weightless(model)
         try:
             plan = plan_symbolize(model, axes, self.rows, bare=bare)
@@ -298,10 +323,10 @@ class Symbolize(Pass):
             0, Diagnostic.info(f"symbols {syms}; {len(plan.changes)} constant(s) rewritten")
         )
         # Nothing can fail any more: where the caller drops the input, the result is the input
-        # itself with the rewritten graph, its weights never copied again (BERT-base: 0.18 s).
+        # itself with the rewritten graph, its weights never copied again.
         # Below MAPPED_BYTES the check's sessions copied the weights into the heap, and the
         # copy restore_weights makes reuses that memory as the save reuses the input's: adopting
-        # would leave the save fresh pages (attn-50MB: peak RSS 254 -> 295 MiB).
+        # would leave the save fresh pages (a higher peak RSS).
         adopt = ctx.owns_input and not by_path and held_bytes(model) >= MAPPED_BYTES
         adopted = _adopt_rewrite(model, new) if adopt else None
         return PassResult(
