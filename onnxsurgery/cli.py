@@ -27,7 +27,7 @@ import onnxsurgery
 from onnxsurgery import terminal, validation
 from onnxsurgery._version import __version__
 from onnxsurgery.errors import OnnxSurgeryError, UsageError, ValidationMismatch
-from onnxsurgery.files import check_targets
+from onnxsurgery.files import check_targets, to_stdout
 from onnxsurgery.limits import Limits, parse_limit
 from onnxsurgery.model.io import load_model, save_model
 from onnxsurgery.model.signature import parse_shape_spec
@@ -178,12 +178,13 @@ def run(
     not do its job. Nothing is written unless every pass and the validation succeeded.
     """
     terminal.state["traceback"] = terminal.state["traceback"] or traceback
-    with terminal.boundary(report, quiet):
+    with terminal.boundary(report, quiet, stdout_taken=to_stdout(report) or to_stdout(output)):
         target = output if output is not None else default_output_path(model)
         # before anything runs: no output onto an input, no two outputs onto one file
         check_targets(
             {"input model": model, "--recipe file": recipe, "--ref": ref},
             {"-o": target, "--report": report, "--keep-failed": keep_failed},
+            text=("--report",),
         )
         if passes and recipe:
             raise UsageError("give either --passes or --recipe, not both")
@@ -362,7 +363,7 @@ def validate_command(
     not accept. Exit 2: bad options, or a model or reference that cannot be read.
     """
 
-    with terminal.boundary(None, quiet):
+    with terminal.boundary(None, quiet, stdout_taken=to_stdout(report)):
         tolerances = dict(parse_tolerance_spec(t) for t in tol or [])
         shapes = dict(parse_shape_spec(s) for s in shape or [])
         if against is None:
