@@ -364,6 +364,9 @@ def validate_command(
     """
 
     with terminal.boundary(None, quiet, stdout_taken=to_stdout(report)):
+        check_targets(
+            {"model": model, "--ref": ref, "--against": against}, {"--report": report}, text=("--report",)
+        )
         tolerances = dict(parse_tolerance_spec(t) for t in tol or [])
         shapes = dict(parse_shape_spec(s) for s in shape or [])
         if against is None:

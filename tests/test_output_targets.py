@@ -99,6 +99,18 @@ def test_validate_report_dash_is_json_on_stdout(model_file, tmp_path):
     assert not (tmp_path / "-").exists()
 
 
+@pytest.mark.parametrize("where", ["model", "link"])
+def test_validate_report_never_overwrites_the_model(model_file, tmp_path, where):
+    before = model_file.read_bytes()
+    target = model_file
+    if where == "link":
+        target = tmp_path / "r.json"
+        target.symlink_to(model_file)
+    result = invoke("validate", model_file, "--against", model_file, "--provider", "cpu", "--report", target)
+    refused(result, "would overwrite the model")
+    assert model_file.read_bytes() == before
+
+
 def test_output_dash_writes_the_model_to_stdout(model_file, tmp_path):
     done = run_cli("run", model_file, "-o", "-", *RUN, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
