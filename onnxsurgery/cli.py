@@ -30,7 +30,7 @@ import onnxsurgery
 from onnxsurgery import terminal, validation
 from onnxsurgery._version import __version__
 from onnxsurgery.errors import OnnxSurgeryError, UsageError, ValidationMismatch
-from onnxsurgery.files import check_targets
+from onnxsurgery.files import check_targets, to_stdout
 from onnxsurgery.limits import Limits, parse_limit
 from onnxsurgery.model.io import load_model, save_model
 from onnxsurgery.model.signature import parse_shape_spec
@@ -242,12 +242,13 @@ def run(
       onnxsurgery run model.onnx --recipe passes.toml --ref refs --tol logits=1e-3
     """
     terminal.state["traceback"] = terminal.state["traceback"] or traceback
-    with terminal.boundary(report, quiet, verbose):
+    with terminal.boundary(report, quiet, verbose, stdout_taken=to_stdout(report) or to_stdout(output)):
         target = output if output is not None else default_output_path(model)
         # before anything runs: no output onto an input, no two outputs onto one file
         check_targets(
             {"input model": model, "--recipe file": recipe, "--ref": ref},
             {"-o": target, "--report": report, "--keep-failed": keep_failed},
+            text=("--report",),
         )
         if passes and recipe:
             raise UsageError("give either --passes or --recipe, not both")
@@ -450,7 +451,10 @@ def validate_command(
       onnxsurgery validate model.dyn.onnx --ref refs --tol logits=1e-3,1e-2
       onnxsurgery validate model.dyn.onnx --against model.onnx --shape x:2x3x32x32
     """
-    with terminal.boundary(None, quiet, verbose):
+    with terminal.boundary(None, quiet, verbose, stdout_taken=to_stdout(report)):
+        check_targets(
+            {"model": model, "--ref": ref, "--against": against}, {"--report": report}, text=("--report",)
+        )
         tolerances = dict(parse_tolerance_spec(t) for t in tol or [])
         shapes = dict(parse_shape_spec(s) for s in shape or [])
         if against is None:

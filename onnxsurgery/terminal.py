@@ -29,10 +29,13 @@ class LazyConsole:
 
     def __init__(self, **options: Any) -> None:
         self._options = options
+        self._current = options
         self._console: Any = None
 
-    def reset(self) -> None:
+    def reset(self, **options: Any) -> None:
+        """Forget the console; the next one is made with ``options`` over the defaults."""
         self._console = None
+        self._current = {**self._options, **options}
 
     @property
     def console(self) -> Any:
@@ -41,7 +44,7 @@ class LazyConsole:
         if self._console is None:
             from rich.console import Console
 
-            self._console = Console(highlight=False, **self._options)
+            self._console = Console(highlight=False, **self._current)
         return self._console
 
     def __getattr__(self, name: str) -> Any:
@@ -70,15 +73,17 @@ def show(report: Any, verbose: bool = False) -> None:
 
 @contextlib.contextmanager
 def boundary(
-    report_path: Path | None = None, quiet: bool = False, verbose: bool = False
+    report_path: Path | None = None, quiet: bool = False, verbose: bool = False, *,
+    stdout_taken: bool = False
 ) -> Iterator[None]:
     """The one place errors become a red line and an exit code: an OnnxSurgeryError exits
     with its code (2 bad input, 1 validation mismatch), anything else is a bug of ours and
     exits 3 with one line. ``--traceback`` adds the stack. numpy's warnings stay off stderr.
-    A validation mismatch shows its report first (in detail with ``verbose``)."""
-    for console in (out, err):
+    A validation mismatch shows its report first (in detail with ``verbose``). ``stdout_taken``:
+    an output (``--report -``) is standard output, so ``out`` prints on stderr."""
+    for console, options in ((out, {"stderr": True} if stdout_taken else {}), (err, {})):
         if isinstance(console, LazyConsole):  # (a test may have put a Console of its own there)
-            console.reset()
+            console.reset(**options)
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")

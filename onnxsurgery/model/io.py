@@ -487,7 +487,7 @@ def save_model(
     )
     # A weight still on disk whose file this save replaced (the same data file name) now reads
     # from the new file, where the save copied it.
-    data_file = str((target.parent / (target.name + ".data")).resolve())
+    data_file = str((written.parent / (written.name + ".data")).resolve())  # a link's end
     for index, offset, length in moved:
         tensor = model.graph.initializer[index]
         where = disk_location(tensor)

@@ -216,6 +216,7 @@ def _notes(report: PipelineReport) -> list[Any]:
 
 
 def write_json(data: Any, path: str | os.PathLike) -> Path:
-    """Write a report as JSON atomically (temp file + rename)."""
+    """Write a report as JSON atomically (temp file + rename; ``-``, a device or a FIFO: written
+    through, see files.py)."""
     text = json.dumps(_jsonable(data), indent=2, sort_keys=False) + "\n"
-    return write_atomic(path, lambda staged: staged.write_text(text, encoding="utf-8"), what="report")
+    return write_atomic(path, lambda staged: staged.write_text(text, encoding="utf-8"), what="report", text=True)

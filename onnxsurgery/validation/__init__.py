@@ -1,6 +1,7 @@
 """Checking a model on ONNX Runtime: against stored torch references, or against another model.
 
     runtime.py             providers (auto/cuda/cpu, probed with a real session), sessions, ORT errors
+    ort_installs.py        the distributions that provide onnxruntime; one line when two do
     session_weights.py     the weights a session gets without copies, and what a later one shares
     mapped_weights.py      weights ORT maps from a file (one written once, or the model's own)
     watchdog.py            the run time limit: one watcher thread for every run's deadline
@@ -49,6 +50,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "case_runner",
         "feeds",
         "mapped_weights",
+        "ort_installs",
         "recording",
         "references",
         "report",

@@ -41,6 +41,7 @@ from onnxsurgery.validation.mapped_weights import (
     held_bytes,
     write_mapped,
 )
+from onnxsurgery.validation.ort_installs import warn_if_several
 from onnxsurgery.validation.session_weights import (
     SharedWeight,
     external,
@@ -82,7 +83,9 @@ ort = lazy_module("onnxruntime")
 
 @functools.cache
 def _quiet_ort() -> None:
-    """Keep ONNX Runtime's own log lines (warnings included) off the terminal; before any session."""
+    """Keep ONNX Runtime's own log lines (warnings included) off the terminal; before any session.
+    First, one line on stderr where two ORT distributions share the install (ort_installs.py)."""
+    warn_if_several()
     ort.set_default_logger_severity(3)
 
 
