@@ -298,7 +298,10 @@ class Pass:
     ) -> None:
         """Raise the PassError that says the pass broke its ``in_place`` declaration."""
         if self.in_place and result.model is not model:
-            why = "declares in_place but returned another model than the one it was given"
+            why = (
+                "declares in_place but returned another model than the one it was given; "
+                "return that one, or declare in_place = False"
+            )
         elif not self.in_place and result.model is model and result.modified:
             why = (
                 "declares in_place false (functional) but returned the model it was given as "
