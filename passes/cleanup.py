@@ -18,7 +18,7 @@ from __future__ import annotations
 import onnx
 import onnx_graphsurgeon as gs
 
-from onnxsurgery.model.io import adopt_graph, restore_weights, weightless
+from onnxsurgery.model.handle import ModelHandle
 from onnxsurgery.model.walk import subgraphs
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 
@@ -51,12 +51,15 @@ class Cleanup(Pass):
         unsorted = not _is_sorted(model.graph)
         if not unsorted and _nothing_to_clean(model.graph, inputs=self.inputs):
             return PassResult(model, modified=False, diagnostics=[Diagnostic.info("nothing to clean")])
-        return self._with_graphsurgeon(model, unsorted)
+        return self._with_graphsurgeon(model, unsorted, ctx.handle)
 
-    def _with_graphsurgeon(self, model: onnx.ModelProto, unsorted: bool) -> PassResult:
-        # graphsurgeon works on a weightless copy (its export copies every tensor it is given);
-        # the kept weights are put back from ``model`` afterwards, each copied once.
-        bare = weightless(model)
+    def _with_graphsurgeon(
+        self, model: onnx.ModelProto, unsorted: bool, handle: ModelHandle | None = None
+    ) -> PassResult:
+        # graphsurgeon works on the weightless view (its export copies every tensor it is
+        # given); the handle puts the kept weights back (Pass.__call__).
+        handle = handle if handle is not None else ModelHandle(model)
+        bare = handle.weightless()
         graph = gs.import_onnx(bare)
         graph.cleanup(remove_unused_graph_inputs=self.inputs, recurse_subgraphs=True)
         if unsorted:
@@ -78,7 +81,7 @@ class Cleanup(Pass):
             return PassResult(model, modified=False, diagnostics=[Diagnostic.info("nothing to clean")])
 
         # Keep every model-level field (opsets, metadata, producer) and take only the graph.
-        out = adopt_graph(model, restore_weights(cleaned, model))
+        out = handle.with_graph(cleaned)
         diagnostics = []
         if removed_nodes:
             diagnostics.append(Diagnostic.info(f"removed {removed_nodes} dead node(s)"))

@@ -17,6 +17,7 @@ class Breaker(Pass):
     """Points the first node at a tensor that does not exist."""
 
     name = "breaker"
+    in_place = True  # it edits the model it is given
 
     def run(self, model, ctx):
         model.graph.node[0].input[0] = "nowhere"

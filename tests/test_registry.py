@@ -26,6 +26,7 @@ class RenameGraph(Pass):
     """Give the graph a new name."""
 
     name = "rename-graph"
+    in_place = True  # it renames the graph of the model it is given
 
     def __init__(self, *, to: str = "renamed") -> None:
         super().__init__(to=to)

@@ -10,6 +10,7 @@ from fixture_manifest import load_manifest
 
 import onnxsurgery
 from onnxsurgery.errors import PassError
+from onnxsurgery.model.handle import ModelHandle
 from onnxsurgery.passes.symbolize import Symbolize
 from onnxsurgery.validation.references import load_cases
 from onnxsurgery.validation.runtime import create_session, run_model
@@ -86,20 +87,20 @@ def test_blocked_fixture_symbolizes_on_batch_alone(entry):
 def test_symbolize_on_an_input_it_owns_writes_the_same_bytes_without_copying_weights(
     entry, monkeypatch
 ):
-    """Where the caller drops the input (the pipeline) and the model reaches MAPPED_BYTES
-    (lowered here to every size), symbolize turns the input itself into its result, weights
-    left in place: byte for byte what the copying path makes."""
-    import onnxsurgery.passes.symbolize as symbolize_module
+    """Where the caller drops the input (the pipeline: its handle owns the model) and the model
+    reaches MAPPED_BYTES (lowered here to every size), the handle turns the input itself into
+    symbolize's result, weights left in place: byte for byte what the copying path makes."""
+    import onnxsurgery.model.handle as handle_module
 
-    copied = Symbolize(dynamic_axes=entry.dynamic_axes)(
-        onnx.load(entry.model_path), onnxsurgery.PassContext(provider="cpu", owns_input=True)
-    ).model
-    monkeypatch.setattr(symbolize_module, "MAPPED_BYTES", 0)
+    def owned_run(model):
+        ctx = onnxsurgery.PassContext(provider="cpu", handle=ModelHandle(model, owned=True))
+        return Symbolize(dynamic_axes=entry.dynamic_axes)(model, ctx).model
+
+    copied = owned_run(onnx.load(entry.model_path))
+    monkeypatch.setattr(handle_module, "MAPPED_BYTES", 0)
     model = onnx.load(entry.model_path)
     weights = {t.name: t for t in model.graph.initializer if len(t.raw_data) >= 1024}
-    owned = Symbolize(dynamic_axes=entry.dynamic_axes)(
-        model, onnxsurgery.PassContext(provider="cpu", owns_input=True)
-    ).model
+    owned = owned_run(model)
     assert owned.SerializeToString() == copied.SerializeToString()
     if weights:  # adopted: the input itself, its weight messages the ones it had
         assert owned is model

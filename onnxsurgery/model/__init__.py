@@ -1,5 +1,6 @@
 """Models as files and graphs: what every pass and the CLI need to read, walk and write a model.
 
+    handle.py      the model a run holds and where its weights lie (weightless views, adopt)
     io.py          load/save with external data (atomic, byte-identical), checker, shape inference
     file_checks.py every way a model file can be wrong that onnx's checker lets through
     tensors.py     what tensors weigh (from dims, never data), is_large, the weight placeholders,
@@ -29,6 +30,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "parse_dtype",
         ),
         "onnxsurgery.model.equality": ("same_graph",),
+        "onnxsurgery.model.handle": ("ModelHandle", "adopt_in_place"),
         "onnxsurgery.model.io": (
             "ModelFile",
             "as_model",
@@ -62,6 +64,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "dtypes",
         "equality",
         "file_checks",
+        "handle",
         "io",
         "signature",
         "summary",

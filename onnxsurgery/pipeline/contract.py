@@ -25,10 +25,20 @@ comes from: :mod:`onnxsurgery.pipeline.pass_help`). Calling it on a model return
 :class:`~onnxsurgery.errors.PassOptionError` naming the pass. A pass that validates the model
 sets ``validates = True`` and returns its validation report as ``PassResult.report``.
 
-A pass never edits the model it was given in place (the pipeline hands it the model it holds, not
-a copy: copying every weight per pass cost more than the passes themselves), unless
-``PassContext.owns_input`` says the caller drops that model once the pass returns; and never
-returns a half-edited graph as success: when it cannot do its job it raises
+A pass declares how it treats the model it is given (the pipeline hands it the model it holds,
+not a copy: copying every weight per pass cost more than the passes themselves): ``in_place =
+True``, it edits that model and returns it; ``in_place = False`` (the default, for a pass that
+declares nothing), it returns a new model and leaves its input untouched, or returns its input
+itself with ``modified=False``. :meth:`Pass.__call__` checks the declaration after every run (as
+onnx-ir's ``passes/_pass_infra.py`` does): an in-place pass that returns another model, or a
+functional pass that returns its input as modified or changed it (its nodes, initializers,
+inputs or outputs differ), is a :class:`~onnxsurgery.errors.PassError` naming the pass.
+
+Weights are the handle's, not the pass's: ``PassContext.handle``
+(:class:`~onnxsurgery.model.handle.ModelHandle`) holds the model and where its weights lie. A pass
+that edits structure works on ``ctx.handle.weightless()`` and returns what it made of it,
+placeholders and all; ``__call__`` has the handle fill them (in place where the pipeline owns the
+model). A pass never returns a half-edited graph as success: when it cannot do its job it raises
 :class:`~onnxsurgery.errors.PassError` naming the node and the reason.
 """
 
@@ -46,6 +56,7 @@ import onnx
 from onnxsurgery.errors import PassError, PassOptionError
 
 if TYPE_CHECKING:
+    from onnxsurgery.model.handle import ModelHandle
     from onnxsurgery.validation.references import Case
 
 __all__ = [
@@ -118,11 +129,10 @@ class PassContext:
     source: Path | None = None
     #: ``(stage, done, total)``: where a long pass is, for a progress line (the CLI's, on a terminal).
     progress: Callable[[str, int | None, int | None], None] | None = None
-    #: True when the caller drops the model it hands the pass once the pass returns (the
-    #: pipeline does): the pass may then build its result from that model's own messages instead
-    #: of copying them (fold-constants keeps a 2 GB model's weights where they are). Only once
-    #: nothing can fail any more: a pass that raises leaves its input as it was given.
-    owns_input: bool = False
+    #: The model the pass is given and where its weights lie (:class:`ModelHandle`): set by the
+    #: pipeline (``owned``: it drops the pass's input), else by :meth:`Pass.__call__` for the
+    #: model it is called on.
+    handle: ModelHandle | None = None
 
     def stage(self, text: str, done: int | None = None, total: int | None = None) -> None:
         """Say which stage the pass is in (``done`` of ``total`` steps where it counts them)."""
@@ -191,10 +201,15 @@ class Pass:
     validates: ClassVar[bool] = False
     #: True for a pass that takes a model whose large weights may still lie in the data file it
     #: was loaded from (``model.tensors.on_disk``): it reads a weight's values only through
-    #: ``model.tensors.tensor_array``, runs the model only through
-    #: ``validation.runtime.create_session``, and sees the graph through weightless copies. The
-    #: pipeline reads every weight into the model before a pass that leaves this False.
+    #: ``ctx.handle.array`` (or ``model.weights_on_disk.tensor_array``), runs the model only
+    #: through ``validation.runtime.create_session``, and sees the graph through
+    #: ``ctx.handle.weightless()``. The pipeline reads every weight into the model
+    #: (``ModelHandle.full``) before a pass that leaves this False.
     weights_on_disk: ClassVar[bool] = False
+    #: True for a pass that edits the model it is given and returns it; False (default) for one
+    #: that returns a new model (or, changing nothing, its input) and leaves its input as it
+    #: was. :meth:`__call__` checks it.
+    in_place: ClassVar[bool] = False
 
     def __init__(self, **options: Any) -> None:
         self.options: dict[str, Any] = dict(options)
@@ -259,12 +274,49 @@ class Pass:
         raise NotImplementedError(f"pass {self.name!r} does not implement run()")
 
     def __call__(self, model: onnx.ModelProto, ctx: PassContext | None = None) -> PassResult:
-        result = self.run(model, ctx or PassContext())
-        if not isinstance(result, PassResult):
-            raise PassError(
-                f"returned {type(result).__name__}, not a PassResult", pass_name=self.name
-            )
+        """Run the pass on ``model``, check its ``in_place`` declaration, and give its result
+        the weights its placeholders stand for (``ctx.handle``'s, or those of ``model``)."""
+        from onnxsurgery.model.handle import ModelHandle  # the model's modules, once a pass runs
+
+        ctx = ctx or PassContext()
+        given = ctx.handle
+        handle = given if given is not None and given.model is model else ModelHandle(model)
+        ctx.handle = handle
+        try:
+            before = None if self.in_place else _fingerprint(model)
+            result = self.run(model, ctx)
+            if not isinstance(result, PassResult):
+                raise PassError(
+                    f"returned {type(result).__name__}, not a PassResult", pass_name=self.name
+                )
+            self._check_declaration(model, before, result)
+            result.model = handle.adopt(result.model)
+        finally:
+            ctx.handle = given
         return result
+
+    def _check_declaration(
+        self, model: onnx.ModelProto, before: int | None, result: PassResult
+    ) -> None:
+        """Raise the PassError that says the pass broke its ``in_place`` declaration."""
+        if self.in_place and result.model is not model:
+            why = (
+                "declares in_place but returned another model than the one it was given; "
+                "return that one, or declare in_place = False"
+            )
+        elif not self.in_place and result.model is model and result.modified:
+            why = (
+                "declares in_place false (functional) but returned the model it was given as "
+                "modified; return a new model, or declare in_place = True"
+            )
+        elif before is not None and _fingerprint(model) != before:
+            why = (
+                "declares in_place false (functional) but changed the model it was given; "
+                "edit a copy, or declare in_place = True"
+            )
+        else:
+            return
+        raise PassError(f"broke the pass contract: {why}", pass_name=self.name)
 
     def fail(
         self,
@@ -281,3 +333,20 @@ class Pass:
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
         return f"{type(self).__name__}({opts})"
+
+
+def _fingerprint(model: onnx.ModelProto) -> int:
+    """What tells, without reading a weight's bytes, whether a model changed: its main graph's
+    nodes (op, inputs, outputs), initializers (name, type, dims), inputs and outputs by name,
+    and how many value_info, metadata and opset entries it has. An edit of an attribute or of a
+    weight's values goes unseen (``ByteSize()`` would serialize every weight to tell)."""
+    graph = model.graph
+    return hash(
+        (
+            tuple((n.op_type, tuple(n.input), tuple(n.output)) for n in graph.node),
+            tuple((t.name, t.data_type, tuple(t.dims)) for t in graph.initializer),
+            tuple(i.name for i in graph.input),
+            tuple(o.name for o in graph.output),
+            (len(graph.value_info), len(model.metadata_props), len(model.opset_import)),
+        )
+    )

@@ -3,9 +3,10 @@
     Pipeline([Symbolize(dynamic_axes={"x": {0: "batch"}}), ConcatOutputs()]).run("in.onnx", "out.onnx")
     onnxsurgery.run("in.onnx", passes="symbolize, concat-outputs", output="out.onnx", references="fixtures/net")
 
-After every pass the model goes through ``onnx.checker`` and strict shape inference (on a copy
-without the weights' data, see ``model.io.weightless``); each pass is
-timed and its node counts recorded. On any failure the pipeline stops, names the pass and the
+The run holds the model in a :class:`~onnxsurgery.model.handle.ModelHandle` (large weights left
+on disk until read; each pass's result takes the place of its input). After every pass the model
+goes through ``onnx.checker`` and strict shape inference (on the handle's weightless view); each
+pass is timed and its node counts recorded. On any failure the pipeline stops, names the pass and the
 cause, and writes nothing. With references, the model is validated on ONNX Runtime after the
 last pass (unless the chain already ends in a validating pass); the output is written only when
 everything passed, so a failed run never leaves a file ``make`` would take as up to date.
@@ -33,18 +34,17 @@ from onnxsurgery.errors import (
 from onnxsurgery.files import check_targets, shown
 from onnxsurgery.limits import LimitExceeded, Limits, check_sizes, use_limits
 from onnxsurgery.limits import current as current_limits
+from onnxsurgery.model.handle import ModelHandle
 from onnxsurgery.model.io import (
     check_model,
-    has_weights_on_disk,
     infer_shapes,
-    load_weights,
     prepare_model,
     read_model_file,
     save_model,
     sync_initializer_inputs,
-    weightless,
 )
 from onnxsurgery.model.walk import count_nodes
+from onnxsurgery.model.weights_on_disk import has_weights_on_disk
 from onnxsurgery.pipeline.chain import PassSpec, build_passes, format_value, parse_passes
 from onnxsurgery.pipeline.contract import Pass, PassContext
 from onnxsurgery.pipeline.report import PassRecord, PipelineReport
@@ -243,54 +243,59 @@ class Pipeline:
             source=str(source_path) if source_path else None,
             output=str(out_path) if out_path else None,
         )
+        # The handle owns the model: each pass's input is dropped for its result.
+        handle = ModelHandle(current, owned=True, external_data=source_external, path=source_path)
         ctx = PassContext(
             provider=self.provider,
             references=self.references,
             source=source_path,
             progress=stage,
-            owns_input=True,  # `current` is dropped for each pass's result
+            handle=handle,
         )
+        del current  # the handle's reference is the one the run keeps
         try:
             if self.references is not None:
-                ctx.cases = _bound_cases(self.references, current)
+                ctx.cases = _bound_cases(self.references, handle.model)
             for p in self.passes:
                 where[0] = p.name
-                current = self._run_pass(p, current, ctx, report)
+                self._run_pass(p, handle, ctx, report)
             if self.references is not None and not any(p.validates for p in self.passes):
                 where[0] = "validate"
-                self._validate(current, ctx, report)
-            _stamp(current, self.chain)
+                self._validate(handle.model, ctx, report)
+            _stamp(handle.model, self.chain)
             if out_path is not None:
                 where[0] = "write"
                 stage(str(out_path))
-                use_external = True if source_external and external_data is None else external_data
-                save_model(current, out_path, external_data=use_external)
+                use_external = True if handle.external_data and external_data is None else external_data
+                save_model(handle.model, out_path, external_data=use_external)
         except OnnxSurgeryError as exc:
             report.error = str(exc)
             report.seconds = time.perf_counter() - start
             report.output = None
-            report.model = current
+            report.model = handle.model
             exc.pipeline_report = report
             raise
         report.seconds = time.perf_counter() - start
-        report.model = current
+        report.model = handle.model
         return report
 
     def _run_pass(
-        self, p: Pass, model: onnx.ModelProto, ctx: PassContext, report: PipelineReport
-    ) -> onnx.ModelProto:
-        before = count_nodes(model)
+        self, p: Pass, handle: ModelHandle, ctx: PassContext, report: PipelineReport
+    ) -> None:
+        """Run ``p`` on the model ``handle`` holds; its result takes the model's place there."""
+        before = count_nodes(handle.model)
         t0 = time.perf_counter()
         record = PassRecord(p.name, dict(p.options), 0.0, before, before, False)
         report.passes.append(record)
         try:
-            if not p.weights_on_disk and has_weights_on_disk(model):
+            if not p.weights_on_disk and has_weights_on_disk(handle.model):
                 ctx.stage("reading the weights it needs from the data file")
-                load_weights(model)
+                handle.full()
             ctx.stage("running")
             # Passes get the model itself: the pipeline keeps no other reference to it, and a
             # failed pass ends the run, so a copy per pass would only cost time and memory.
-            result = p(model, ctx)
+            result = p(handle.model, ctx)
+            handle.model = result.model
             # IR < 4 lists initializers as inputs; passes need not know (one place restores it)
             sync_initializer_inputs(result.model)
             try:
@@ -301,7 +306,7 @@ class Pipeline:
                 ctx.stage("checking its output (ONNX checker, shape inference)")
                 where = "its output model"
                 # One weightless copy for both: they see every weight's type and shape, not its data.
-                bare = weightless(result.model)
+                bare = handle.weightless()
                 check_model(bare, where=where, error=PassError)
                 try:
                     infer_shapes(bare, data_prop=True)
@@ -334,7 +339,6 @@ class Pipeline:
             report.provider = result.report.provider
         if result.output_map is not None:
             ctx.output_maps.append(result.output_map)
-        return result.model
 
     def _validate(self, model: onnx.ModelProto, ctx: PassContext, report: PipelineReport) -> None:
         kwargs: dict[str, Any] = {}

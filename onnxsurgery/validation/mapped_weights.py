@@ -28,12 +28,11 @@ import onnx
 from onnxsurgery.model.io import (
     is_large,
     is_placeholder,
-    iter_tensors,
     save_model,
-    tensor_nbytes,
     weightless,
 )
 from onnxsurgery.model.tensors import disk_location, on_disk
+from onnxsurgery.model.weights_on_disk import MAPPED_BYTES, held_bytes
 
 __all__ = [
     "MAPPED_BYTES",
@@ -47,10 +46,6 @@ __all__ = [
     "write_mapped",
 ]
 
-#: From this many bytes of tensors a session asked for with ``mapped=True`` maps its weights
-#: from a file, which lowers the peak RSS of checking a large model. Below, the file's fixed costs (a
-#: folder, a file per session) outweigh the copies it saves.
-MAPPED_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -124,11 +119,6 @@ def _folder_for(size: int) -> str | None:
     except (OSError, ValueError):
         return None
     return _MEMORY_FOLDER if room >= size + size // 4 and free >= 2 * size else None
-
-
-def held_bytes(model: onnx.ModelProto) -> int:
-    """Bytes of the tensors ``model`` holds itself (a weightless copy's placeholders hold none)."""
-    return sum(tensor_nbytes(t) for t in iter_tensors(model.graph) if not is_placeholder(t))
 
 
 def filled_from_file(model: onnx.ModelProto, shared: Mapping[str, object]) -> bool:

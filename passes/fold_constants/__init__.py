@@ -32,7 +32,7 @@ Rules:
 - on a model over 2 GB, a weight of 1 MiB or more that only nodes also reading a runtime value
   read (``MatMul(x, W)``) reaches onnxsim as a graph input and comes back afterwards: onnxsim
   never loads, writes or reads back the bulk of the model, and in a pipeline those weights stay
-  where they are in the input model, which becomes the result (``PassContext.owns_input``).
+  where they are in the input model, which becomes the result (the model's handle, ``model/handle.py``).
   Folding is unchanged (a weight a constant-only node reads, ``Transpose(W)``, ``Mul(W, 0.5)``,
   still goes to onnxsim); optimizer fusions that rewrite such a weight's values (BatchNorm into
   Conv, Q/K/V packed into one attention op) are not made on such models: ``hold_weights=false``
@@ -56,7 +56,7 @@ import onnx
 
 from onnxsurgery.errors import PassError
 from onnxsurgery.model.equality import same_graph
-from onnxsurgery.model.io import check_model, infer_shapes, tensor_bytes, weightless
+from onnxsurgery.model.io import check_model, infer_shapes, tensor_bytes
 from onnxsurgery.model.walk import graphs_by_path, subgraphs
 from onnxsurgery.passes.fold_constants.capture import first_line
 from onnxsurgery.passes.fold_constants.changes import format_bytes, op_delta, pinned_dims
@@ -65,7 +65,7 @@ from onnxsurgery.passes.fold_constants.graphsurgeon import (
     constants_to_initializers,
     fold_with_graphsurgeon,
 )
-from onnxsurgery.passes.fold_constants.held_weights import adopt_held, held_view
+from onnxsurgery.passes.fold_constants.held_weights import held_read, held_view
 from onnxsurgery.passes.fold_constants.onnxsim_child import (
     FolderFailed,
     fork_available,
@@ -199,10 +199,9 @@ class FoldConstants(Pass):
         original = model
         model = _without_subgraph_value_info(model)
         ctx.stage(f"onnxsim {onnxsim_version()}")
-        # Held weights may stay where they are in `model` (never copied into the result) when
-        # this pass may edit it: the caller drops it, or it is this pass's own copy.
-        owned = ctx.owns_input or model is not original
-        folded, failure, log, held = self._onnxsim(model, pinned_inputs, diagnostics, owned)
+        # Held weights come back as placeholders: the handle gives them back (in a pipeline,
+        # where they are in the input model, never copied).
+        folded, failure, log, held = self._onnxsim(model, pinned_inputs, diagnostics)
         if folded is None:
             if not self.fallback:
                 self.fail(f"onnxsim failed: {failure}", details=log)
@@ -221,7 +220,9 @@ class FoldConstants(Pass):
                 Diagnostic.warning(f"onnxsim failed ({failure}); folded with onnx-graphsurgeon {how}")
             )
         ctx.stage("comparing the folded graph")
-        return self._result(original, folded, diagnostics, model, held)
+        assert ctx.handle is not None  # Pass.__call__ sets it
+        before = ctx.handle.weightless() if held else original
+        return self._result(original, before, folded, diagnostics, model, held)
 
     def _graphsurgeon(
         self, model: onnx.ModelProto, pinned_inputs: set[str]
@@ -265,11 +266,9 @@ class FoldConstants(Pass):
         model: onnx.ModelProto,
         pinned_inputs: set[str],
         diagnostics: list[Diagnostic],
-        owned: bool,
     ) -> tuple[onnx.ModelProto | None, str, list[str], list[str]]:
         """``(onnxsim's result, "", its log, held weights it still has as inputs)``, or
-        ``(None, why it failed, its log, [])``. ``owned``: held weights may stay inputs (for
-        :func:`adopt_held` to give back from ``model`` itself)."""
+        ``(None, why it failed, its log, [])``."""
         if not fork_available() and wants_isolation(model, self.isolate):
             diagnostics.append(Diagnostic.info("onnxsim ran in-process: no fork on this platform"))
         try:
@@ -278,7 +277,7 @@ class FoldConstants(Pass):
                 self.settings,
                 isolate=self.isolate,
                 hold_weights=self.hold_weights,
-                restore=not owned,
+                restore=False,
             )
         except FolderFailed as exc:
             return None, str(exc), exc.log, []
@@ -294,24 +293,27 @@ class FoldConstants(Pass):
         unusable = _unusable(model, result.model)
         if unusable:
             return None, unusable, result.log, []
-        diagnostics.append(
-            Diagnostic.info(f"folded with onnxsim {onnxsim_version()} ({result.where})")
-        )
+        where = result.where
+        if result.held:  # as onnxsim_child says it where it gives them back itself
+            where += f", {len(held_read(result.model, result.held))} came back"
+        diagnostics.append(Diagnostic.info(f"folded with onnxsim {onnxsim_version()} ({where})"))
         return result.model, "", result.log, result.held
 
     def _result(
         self,
         model: onnx.ModelProto,
+        before: onnx.ModelProto,
         folded: onnx.ModelProto,
         diagnostics: list[Diagnostic],
         source: onnx.ModelProto,
         held: list[str],
     ) -> PassResult:
         """The pass's result from ``folded``. ``held``: weights ``folded`` still has as inputs;
-        they come back from ``source`` (``model``, or this pass's copy of it) in place, so the
-        comparisons below see them as :func:`weightless` placeholders on both sides."""
+        they come back as placeholders (of ``source``'s: ``model``, or this pass's copy of it)
+        for the handle to fill, so the comparisons below see them as placeholders on both
+        sides (``before``: ``model``, or its weightless view where weights were held)."""
         constants_to_initializers(folded)
-        before, after = (weightless(model), held_view(folded, source, held)) if held else (model, folded)
+        after = held_view(folded, source, held) if held else folded
         if same_graph(before, after, constant_storage=True):
             diagnostics.append(
                 Diagnostic.info(
@@ -322,9 +324,9 @@ class FoldConstants(Pass):
             return PassResult(model, modified=False, diagnostics=diagnostics)
         # The folder's graph, opsets and functions; the model's own identity and metadata.
         for name in _MODEL_FIELDS:
-            setattr(folded, name, getattr(model, name))
-        del folded.metadata_props[:]
-        folded.metadata_props.extend(model.metadata_props)
+            setattr(after, name, getattr(model, name))
+        del after.metadata_props[:]
+        after.metadata_props.extend(model.metadata_props)
         diagnostics.append(
             Diagnostic.info(f"nodes: {len(model.graph.node)} -> {len(folded.graph.node)}")
         )
@@ -348,9 +350,7 @@ class FoldConstants(Pass):
                 f"{format_bytes(tensor_bytes(after))}"
             )
         )
-        if held:  # nothing can fail any more: the weights stay where they are
-            folded = adopt_held(source, folded, held)
-        return PassResult(folded, modified=True, diagnostics=diagnostics)
+        return PassResult(after, modified=True, diagnostics=diagnostics)
 
 
 def _without_subgraph_value_info(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -25,7 +25,7 @@ from onnxsurgery.shapes.rules import op_traits
 
 __all__ = [
     "HELD_MIN_BYTES",
-    "adopt_held",
+    "held_read",
     "held_view",
     "held_weights",
     "restore_held",
@@ -114,18 +114,23 @@ def restore_held(folded: onnx.ModelProto, model: onnx.ModelProto, held: list[str
     return len(read)
 
 
-def _read_held(folded: onnx.ModelProto, held: list[str]) -> set[str]:
+def held_read(folded: onnx.ModelProto, held: list[str]) -> set[str]:
+    """The ``held`` weights a node of ``folded`` still reads (those that come back)."""
     return _names_read_in(folded.graph) & set(held)
 
 
 def held_view(folded: onnx.ModelProto, model: onnx.ModelProto, held: list[str]) -> onnx.ModelProto:
-    """A copy of ``folded`` with its held weights back as :func:`~onnxsurgery.model.io.weightless`
-    placeholders (a real copy only for a weight that has none): compared with
-    ``weightless(model)``, it tells what folding changed without a copy of any held weight."""
+    """``folded`` (onnxsim's result for ``without_held(model, held)``) with its held weights back
+    as :func:`~onnxsurgery.model.io.weightless` placeholders (a real copy only for a weight that
+    has none), ahead of its own initializers in ``model``'s order, no held name left an input:
+    the model's handle fills them (``ModelHandle.adopt``: in a pipeline, in place). Compared
+    with ``weightless(model)``, it tells what folding changed without a copy of any held weight.
+    ``folded``'s initializers are copied; it is left as it was."""
     view = onnx.ModelProto()
-    view.CopyFrom(folded)
+    copy_fields(folded, view, skip="graph")
+    copy_fields(folded.graph, view.graph, skip="initializer")
     names = set(held)
-    read = _read_held(folded, held)
+    read = held_read(folded, held)
     kept = [i for i in view.graph.input if i.name not in names]
     del view.graph.input[:]
     view.graph.input.extend(kept)
@@ -133,31 +138,5 @@ def held_view(folded: onnx.ModelProto, model: onnx.ModelProto, held: list[str]) 
         if tensor.name in read:
             stub = weight_stub(tensor)
             view.graph.initializer.append(tensor if stub is None else stub)
+    view.graph.initializer.extend(folded.graph.initializer)
     return view
-
-
-def adopt_held(model: onnx.ModelProto, folded: onnx.ModelProto, held: list[str]) -> onnx.ModelProto:
-    """``model`` turned, in place, into ``folded`` with its held weights back: the held weights a
-    node still reads stay where they are in ``model`` (never copied), everything else (nodes,
-    inputs, outputs, other initializers, opsets, functions, model fields) comes from ``folded``.
-    Only for a model whose caller drops it (``PassContext.owns_input``); returns ``model``."""
-    names = set(held)
-    read = _read_held(folded, held)
-    inits = model.graph.initializer
-    for i in reversed(range(len(inits))):
-        if inits[i].name not in read:
-            del inits[i]
-    inits.extend(folded.graph.initializer)
-    for field in onnx.GraphProto.DESCRIPTOR.fields:
-        if field.name != "initializer":
-            model.graph.ClearField(field.name)
-    copy_fields(folded.graph, model.graph, skip="initializer")
-    kept = [i for i in model.graph.input if i.name not in names]
-    if len(kept) != len(model.graph.input):
-        del model.graph.input[:]
-        model.graph.input.extend(kept)
-    for field in onnx.ModelProto.DESCRIPTOR.fields:
-        if field.name != "graph":
-            model.ClearField(field.name)
-    copy_fields(folded, model, skip="graph")
-    return model

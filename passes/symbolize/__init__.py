@@ -81,8 +81,6 @@ from typing import Any
 import onnx
 
 from onnxsurgery.errors import OnnxSurgeryError
-from onnxsurgery.model.io import copy_fields, is_placeholder, restore_weights, weightless
-from onnxsurgery.model.walk import subgraphs
 from onnxsurgery.passes.symbolize.blockers import blocker_summary, group_blockers
 from onnxsurgery.passes.symbolize.check import (
     LEVELS,
@@ -96,7 +94,6 @@ from onnxsurgery.passes.symbolize.readings import GRID_RESIZES, resize_tables, s
 from onnxsurgery.passes.symbolize.rewrite import apply_plan
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 from onnxsurgery.shapes.dims import Dim
-from onnxsurgery.validation.mapped_weights import MAPPED_BYTES, held_bytes
 from onnxsurgery.validation.references import load_cases
 from onnxsurgery.validation.runtime import goes_by_path
 
@@ -239,10 +236,10 @@ class Symbolize(Pass):
                 model, modified=False, diagnostics=[Diagnostic.info("no input axis to symbolize")]
             )
         ctx.stage("planning")
-        # One weightless copy serves every step that needs the graph without the weights (shape
-        # inference, the rewrite, the check's sessions, the report): each copy reads every
-        # weight's bytes once.
-        bare = weightless(model)
+        # One weightless view serves every step that needs the graph without the weights (shape
+        # inference, the rewrite, the check's sessions, the report).
+        assert ctx.handle is not None  # Pass.__call__ sets it
+        bare = ctx.handle.weightless()
         try:
             plan = plan_symbolize(model, axes, self.rows, bare=bare)
         except ValueError as exc:
@@ -266,9 +263,10 @@ class Symbolize(Pass):
                 for g in group_blockers(plan.blockers)
             ]
         ctx.stage("rewriting")
-        # The rewrite changes the graph, not the weights: it edits a weightless copy, which the
-        # check runs with the original's weights, and which gets them back only at the end, so
-        # two full copies of the weights never sit beside the check's sessions.
+        # The rewrite changes the graph, not the weights: it edits the weightless view, which
+        # the check runs with the original's weights, and which gets them back from the handle
+        # once the pass returns, so two full copies of the weights never sit beside the
+        # check's sessions.
         # (Over 2 GB even so, ORT reads it from a file, weights and all: a full copy, then.)
         by_path = goes_by_path(bare)
         new = apply_plan(model if by_path else bare, plan)
@@ -322,19 +320,8 @@ class Symbolize(Pass):
         diagnostics.insert(
             0, Diagnostic.info(f"symbols {syms}; {len(plan.changes)} constant(s) rewritten")
         )
-        # Nothing can fail any more: where the caller drops the input, the result is the input
-        # itself with the rewritten graph, its weights never copied again.
-        # Below MAPPED_BYTES the check's sessions copied the weights into the heap, and the
-        # copy restore_weights makes reuses that memory as the save reuses the input's: adopting
-        # would leave the save fresh pages (a higher peak RSS).
-        adopt = ctx.owns_input and not by_path and held_bytes(model) >= MAPPED_BYTES
-        adopted = _adopt_rewrite(model, new) if adopt else None
-        return PassResult(
-            adopted if adopted is not None else restore_weights(new, model),
-            modified=True,
-            diagnostics=diagnostics,
-            report=plan,
-        )
+        # The rewritten view, placeholders and all: the handle gives it its weights.
+        return PassResult(new, modified=True, diagnostics=diagnostics, report=plan)
 
     def _decide_by_references(
         self, model: onnx.ModelProto, bare: onnx.ModelProto, plan: SymbolizePlan, ctx: PassContext
@@ -429,45 +416,6 @@ class Symbolize(Pass):
                 "--ref with cases at other sizes (record them with `onnxsurgery reference record`)"
             )
         ]
-
-
-def _adopt_rewrite(model: onnx.ModelProto, new: onnx.ModelProto) -> onnx.ModelProto | None:
-    """``model`` turned, in place, into ``new`` (the rewrite of its weightless copy) with its
-    weights where they are: the very model ``restore_weights(new, model)`` makes, byte for byte,
-    without a copy of any weight. Only where ``new`` keeps ``model``'s initializers it keeps in
-    their order, every initializer it adds after them, and its placeholders in the main graph
-    only, each naming one of ``model``'s; else None, ``model`` untouched."""
-    inits = model.graph.initializer
-    rewritten = {t.name: t for t in new.graph.initializer}
-    kept = [t.name for t in inits if t.name in rewritten]
-    order = [t.name for t in new.graph.initializer]
-    if len(rewritten) != len(order) or order[: len(kept)] != kept:
-        return None
-    if any(is_placeholder(t) for t in new.graph.initializer[len(kept) :]):
-        return None
-    nodes = list(new.graph.node)
-    while nodes:
-        for sub in subgraphs(nodes.pop()):
-            if any(is_placeholder(t) for t in sub.initializer):
-                return None
-            nodes.extend(sub.node)
-    for i in reversed(range(len(inits))):
-        if inits[i].name not in rewritten:
-            del inits[i]
-    for tensor in inits:
-        source = rewritten[tensor.name]
-        if not is_placeholder(source):
-            tensor.CopyFrom(source)
-    inits.extend(new.graph.initializer[len(kept) :])
-    for field in onnx.GraphProto.DESCRIPTOR.fields:
-        if field.name != "initializer":
-            model.graph.ClearField(field.name)
-    copy_fields(new.graph, model.graph, skip="initializer")
-    for field in onnx.ModelProto.DESCRIPTOR.fields:
-        if field.name != "graph":
-            model.ClearField(field.name)
-    copy_fields(new, model, skip="graph")
-    return model
 
 
 def _size_steps(plan: SymbolizePlan) -> dict[str, int]:
