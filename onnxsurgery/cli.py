@@ -199,8 +199,9 @@ def run(
         specs = load_recipe(recipe) if recipe else parse_passes(passes or "")
         limits = dict(parse_limit(text) for text in limit or [])
         pipeline = Pipeline(
-            specs, check=check, references=ref, provider=provider, atol=atol, rtol=rtol, limits=limits
-        )
+            specs, check=check, references=ref, provider=provider, atol=atol, rtol=rtol, limits=limits,
+            diffs=report is not None,  # what each pass changed goes into the JSON
+        )  # fmt: skip
         try:
             with terminal.progress_line(quiet) as progress:
                 result = pipeline.run(model, target, progress=progress)
@@ -308,6 +309,28 @@ def _default_plan(summary) -> str | None:
     return "symbolize" if static and entry is not None and entry.available else None
 
 
+@app.command("diff")
+def diff_command(
+    model_a: Annotated[Path, typer.Argument(help="The model before (e.g. as exported).")],
+    model_b: Annotated[Path, typer.Argument(help="The model after (e.g. repaired).")],
+    report: Annotated[
+        Path | None,
+        typer.Option("--report", help="Write the diff as JSON here.", rich_help_panel=_PANEL_IO),
+    ] = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Show what changed from MODEL_A to MODEL_B: nodes added, removed and rewired by op; each
+    rewritten constant with its old value and what replaced it, sizes spelled in the input
+    symbols; inputs and outputs with their dims before and after. Exit 0 whether or not they
+    differ; 2 for a file that is not a model."""
+    with terminal.boundary():
+        check_targets({"model a": model_a, "model b": model_b}, {"--report": report})
+        result = onnxsurgery.diff(model_a, model_b)
+        if report is not None:
+            write_json(result.to_dict(), report)
+        terminal.show(result, verbose)
+
+
 @app.command("validate")
 def validate_command(
     model: Annotated[Path, typer.Argument(help="The .onnx model to check.")],
@@ -357,6 +380,25 @@ def validate_command(
         ),
     ] = None,
     provider: ProviderOpt = "auto",
+    localize: Annotated[
+        bool,
+        typer.Option(
+            "--localize",
+            help="On a mismatch, find the first node whose output differs: against --against on the "
+            "failing inputs, or with --ref against --original (the model as exported) on the failing "
+            "case, or on the first case the original takes (its traced size).",
+            rich_help_panel=_PANEL_VALIDATE,
+        ),
+    ] = False,
+    original: Annotated[
+        Path | None,
+        typer.Option(
+            "--original",
+            help="The model as exported, for --ref --localize (a repaired model does not record "
+            "where it came from).",
+            rich_help_panel=_PANEL_VALIDATE,
+        ),
+    ] = None,
     report: Annotated[
         Path | None,
         typer.Option("--report", help="Write every case and output as JSON here.", rich_help_panel=_PANEL_IO),
@@ -373,6 +415,13 @@ def validate_command(
     with terminal.boundary(None, quiet, verbose):
         tolerances = dict(parse_tolerance_spec(t) for t in tol or [])
         shapes = dict(parse_shape_spec(s) for s in shape or [])
+        if original is not None and (against is not None or not localize):
+            raise UsageError("--original is for --ref with --localize (with --against, that model is the reference)")
+        if localize and against is None and original is None:
+            raise UsageError(
+                "--localize with --ref needs the model as exported: give --original ORIG.onnx "
+                "(or compare with --against ORIG.onnx)"
+            )
         if against is None:
             if ref is None:
                 raise UsageError("nothing to validate against: give --ref PATH or --against OTHER.onnx")
@@ -405,10 +454,24 @@ def validate_command(
                 tolerances=tolerances,
             )
             what = str(against)
+        shown = result
+        if localize and not result:
+            from onnxsurgery import divergence
+
+            if against is not None:
+                found = divergence.localize_comparison(
+                    model, against, result, feeds_or_cases=ref, shapes=shapes, seed=seed, cases=cases,
+                    provider=provider, atol=atol, rtol=rtol,
+                )  # fmt: skip
+            else:
+                found = divergence.localize_references(
+                    model, original, ref, result, provider=provider, atol=atol, rtol=rtol
+                )
+            shown = divergence.LocalizedFailure(result, found)
         if report is not None:
-            write_json(result.to_dict(), report)
+            write_json(shown.to_dict(), report)
         if not result:
-            raise ValidationMismatch(f"validation against {what} failed: {result.summary}", report=result)
+            raise ValidationMismatch(f"validation against {what} failed: {result.summary}", report=shown)
         if not quiet:
             terminal.show(result, verbose)
 

@@ -115,7 +115,9 @@ class Pipeline:
     ``passes`` may hold Pass instances, :class:`PassSpec` objects or chain text
     (``"cleanup, symbolize(x:0=batch)"``); every option of every pass is checked here, before any
     model is read. ``check`` runs the ONNX checker and shape inference after each pass.
-    ``references`` (a folder/file of reference cases) validates the result after the last pass.
+    ``references`` (a folder/file of reference cases) validates the result after the last pass;
+    a mismatch there is localized against the input model where it takes a failing case
+    (``report.localized``). ``diffs`` records what each pass changed (``PassRecord.diff``).
     """
 
     def __init__(
@@ -128,6 +130,7 @@ class Pipeline:
         atol: float | None = None,
         rtol: float | None = None,
         limits: Limits | Mapping[str, Any] | None = None,
+        diffs: bool = False,
     ) -> None:
         self.limits = limits if isinstance(limits, Limits) else current_limits().updated(limits)
         items = parse_passes(passes) if isinstance(passes, str) else list(passes)
@@ -141,6 +144,8 @@ class Pipeline:
         self.provider = provider
         self.atol = atol
         self.rtol = rtol
+        #: record what each pass changed (``PassRecord.diff``; ``run --report`` asks for it)
+        self.diffs = diffs
 
     def __repr__(self) -> str:
         return f"Pipeline([{', '.join(map(repr, self.passes))}])"
@@ -254,7 +259,7 @@ class Pipeline:
                 current = self._run_pass(p, current, ctx, report)
             if self.references is not None and not any(p.validates for p in self.passes):
                 where[0] = "validate"
-                self._validate(current, ctx, report)
+                self._validate(current, ctx, report, original=model)
             _stamp(current, self.chain)
             if out_path is not None:
                 where[0] = "write"
@@ -276,6 +281,8 @@ class Pipeline:
         self, p: Pass, model: onnx.ModelProto, ctx: PassContext, report: PipelineReport
     ) -> onnx.ModelProto:
         before = count_nodes(model)
+        # the pass edits `model` itself: what it was, without the weights' data (cheap)
+        kept = weightless(model) if self.diffs else None
         t0 = time.perf_counter()
         record = PassRecord(p.name, dict(p.options), 0.0, before, before, False)
         report.passes.append(record)
@@ -330,9 +337,17 @@ class Pipeline:
             report.provider = result.report.provider
         if result.output_map is not None:
             ctx.output_maps.append(result.output_map)
+        if kept is not None:
+            record.diff = _pass_diff(kept, result.model)
         return result.model
 
-    def _validate(self, model: onnx.ModelProto, ctx: PassContext, report: PipelineReport) -> None:
+    def _validate(
+        self,
+        model: onnx.ModelProto,
+        ctx: PassContext,
+        report: PipelineReport,
+        original: onnx.ModelProto | str | os.PathLike,
+    ) -> None:
         kwargs: dict[str, Any] = {}
         if self.atol is not None:
             kwargs["atol"] = self.atol
@@ -355,9 +370,32 @@ class Pipeline:
         report.validation = result
         report.provider = result.provider
         if not result:
+            from onnxsurgery.divergence import localize_failure  # only a failing run needs it
+
+            ctx.stage("localizing the mismatch against the input model")
+            failing = [c.name for c in result.cases if not c]
+            report.localized = localize_failure(
+                model, original, ctx.cases or [], failing, provider=ctx.provider,
+                fallback=False, **kwargs,
+            )  # fmt: skip
+            if report.localized.reason is None and not report.localized:
+                report.localized.notes.append(
+                    "the input model computes the same there: the passes did not cause the mismatch"
+                )
             raise ValidationMismatch(
                 f"validation against {ctx.references} failed: {result.summary}", report=result
             )
+
+
+def _pass_diff(before: onnx.ModelProto, after: onnx.ModelProto) -> Any:
+    """What a pass changed (a graphdiff.ModelDiff); a diff that fails says so in the report and
+    never fails the run it describes."""
+    from onnxsurgery.graphdiff import diff  # only a run asked for diffs needs it
+
+    try:
+        return diff(before, after)
+    except Exception as exc:  # noqa: BLE001 - a report's extra, not the run's result
+        return {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"}
 
 
 def _bound_cases(references: Path, model: onnx.ModelProto) -> CaseStream:
