@@ -22,6 +22,8 @@ Everything the README shows is importable from here; each name imports its modul
     shapes/            symbolic dims, shape rules by op family, propagation, solver
     validation/        ONNX Runtime and providers, reference cases, feeds, tolerances, array
                        comparison, model-vs-references and model-vs-model
+    graphdiff/         diff(): what changed between two models (nodes, constants, inputs/outputs)
+    divergence/        localize(): the first node where two models that should agree part ways
 
 The passes live in ``onnxsurgery.passes`` (the ``passes/`` folder of the repository), one module
 or package per pass; the engine never imports them: the pipeline finds them through the
@@ -77,14 +79,19 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "create_session",
             "resolve_provider",
         ),
+        # what changed, and where two models part ways
+        "onnxsurgery.graphdiff": ("diff", "ModelDiff"),
+        "onnxsurgery.divergence": ("localize", "localize_failure", "Localization"),
         # errors: the whole tree
         "onnxsurgery.errors": tuple(errors.__all__),
     },
     modules=(
         "_version",
         "cli",
+        "divergence",
         "errors",
         "files",
+        "graphdiff",
         "limits",
         "merged_outputs",
         "model",

@@ -267,6 +267,7 @@ def run(
             rtol=rtol,
             tolerances=tolerances,
             limits=limits,
+            diffs=report is not None,  # what each pass changed goes into the JSON
         )
         try:
             with terminal.progress_line(quiet) as progress:
@@ -395,6 +396,35 @@ def _default_plan(summary) -> str | None:
     return "symbolize" if static and entry is not None and entry.available else None
 
 
+@app.command("diff", cls=_Command)
+@_help
+def diff_command(
+    model_a: Annotated[Path, typer.Argument(metavar="MODEL_A", help="The model before (e.g. as exported).")],
+    model_b: Annotated[Path, typer.Argument(metavar="MODEL_B", help="The model after (e.g. repaired).")],
+    report: Annotated[
+        Path | None,
+        typer.Option("--report", help="Write the diff as JSON here (- for stdout).", rich_help_panel=_PANEL_IO),
+    ] = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Show what changed from MODEL_A to MODEL_B; nothing is run.
+
+    Nodes added, removed and rewired by op; each rewritten constant with its old value and what
+    replaced it, sizes spelled in the input symbols; inputs and outputs with their dims before
+    and after. Exit 0 whether or not they differ; 2 for a file that is not a model.
+
+    Examples:
+      onnxsurgery diff model.onnx model.dyn.onnx
+      onnxsurgery diff model.onnx model.dyn.onnx -v --report diff.json
+    """
+    with terminal.boundary(stdout_taken=to_stdout(report)):
+        check_targets({"model a": model_a, "model b": model_b}, {"--report": report}, text=("--report",))
+        result = onnxsurgery.diff(model_a, model_b)
+        if report is not None:
+            write_json(result.to_dict(), report)
+        terminal.show(result, verbose)
+
+
 @app.command("validate", cls=_Command)
 @_help
 def validate_command(
@@ -434,6 +464,24 @@ def validate_command(
     rtol: RtolOpt = DEFAULT_RTOL,
     tol: TolOpt = None,
     provider: ProviderOpt = "auto",
+    localize: Annotated[
+        bool,
+        typer.Option(
+            "--localize",
+            help="On a mismatch, find the first node whose output differs from --against, or with "
+            "--ref from --original (on a failing case the original takes).",
+            rich_help_panel=_PANEL_VALIDATE,
+        ),
+    ] = False,
+    original: Annotated[
+        Path | None,
+        typer.Option(
+            "--original",
+            help="The model as exported, for --ref --localize (a repaired model does not record "
+            "where it came from).",
+            rich_help_panel=_PANEL_VALIDATE,
+        ),
+    ] = None,
     report: Annotated[
         Path | None,
         typer.Option("--report", help="Write every case and output as JSON here.", rich_help_panel=_PANEL_IO),
@@ -457,6 +505,13 @@ def validate_command(
         )
         tolerances = dict(parse_tolerance_spec(t) for t in tol or [])
         shapes = dict(parse_shape_spec(s) for s in shape or [])
+        if original is not None and (against is not None or not localize):
+            raise UsageError("--original is for --ref with --localize (with --against, that model is the reference)")
+        if localize and against is None and original is None:
+            raise UsageError(
+                "--localize with --ref needs the model as exported: give --original ORIG.onnx "
+                "(or compare with --against ORIG.onnx)"
+            )
         if against is None:
             if ref is None:
                 raise UsageError("nothing to validate against: give --ref PATH or --against OTHER.onnx")
@@ -489,10 +544,24 @@ def validate_command(
                 tolerances=tolerances,
             )
             what = str(against)
+        shown = result
+        if localize and not result:
+            from onnxsurgery import divergence
+
+            if against is not None:
+                found = divergence.localize_comparison(
+                    model, against, result, feeds_or_cases=ref, shapes=shapes, seed=seed, cases=cases,
+                    provider=provider, atol=atol, rtol=rtol,
+                )  # fmt: skip
+            else:
+                found = divergence.localize_references(
+                    model, original, ref, result, provider=provider, atol=atol, rtol=rtol
+                )
+            shown = divergence.LocalizedFailure(result, found)
         if report is not None:
-            write_json(result.to_dict(), report)
+            write_json(shown.to_dict(), report)
         if not result:
-            raise ValidationMismatch(f"validation against {what} failed: {result.summary}", report=result)
+            raise ValidationMismatch(f"validation against {what} failed: {result.summary}", report=shown)
         if not quiet:
             terminal.show(result, verbose)
 

@@ -24,7 +24,7 @@ from onnxsurgery.validation.references import Case, save_case
 from tests.pty_session import onnxsurgery_argv, run_in_pty
 
 runner = CliRunner()
-COMMANDS = [[], ["run"], ["passes"], ["inspect"], ["validate"], ["reference"], ["reference", "record"], ["reference", "show"]]
+COMMANDS = [[], ["run"], ["passes"], ["inspect"], ["validate"], ["diff"], ["reference"], ["reference", "record"], ["reference", "show"]]
 BUILTIN = [name for name, e in discover().items() if e.source.startswith("onnxsurgery.passes.")]
 
 

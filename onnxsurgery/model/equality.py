@@ -16,7 +16,7 @@ from onnx import numpy_helper
 from onnxsurgery.model.tensors import on_disk
 from onnxsurgery.model.weights_on_disk import tensor_data
 
-__all__ = ["same_graph", "constant_node_tensor"]
+__all__ = ["same_graph", "constant_node_tensor", "tensor_key"]
 
 
 def _tensor_key(tensor: onnx.TensorProto, content: bool) -> str:
@@ -39,6 +39,12 @@ def _tensor_key(tensor: onnx.TensorProto, content: bool) -> str:
         array = np.ascontiguousarray(numpy_helper.to_array(tensor))
         h.update(memoryview(array).cast("B"))
     return "c:" + h.hexdigest()
+
+
+def tensor_key(tensor: onnx.TensorProto) -> str:
+    """A key equal for two tensors of the same type, dims and bytes, whatever their names (the
+    diff of two models matches a renamed constant by it)."""
+    return _tensor_key(tensor, True)
 
 
 def constant_node_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:

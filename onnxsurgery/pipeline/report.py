@@ -51,6 +51,8 @@ class PassRecord:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     report: Any = None
     error: str | None = None
+    #: what the pass changed (a graphdiff.ModelDiff), when the run was asked for diffs
+    diff: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -65,6 +67,8 @@ class PassRecord:
         }
         if self.report is not None:
             out["report"] = _jsonable(self.report)
+        if self.diff is not None:
+            out["diff"] = _jsonable(self.diff)
         return out
 
 
@@ -79,6 +83,9 @@ class PipelineReport:
     provider: str | None = None
     error: str | None = None
     seconds: float = 0.0
+    #: where a failing validation first diverges from the original model (a
+    #: divergence.Localization), when the run could localize it
+    localized: Any = None
     #: The final model as the run holds it: large weights may still lie in the data file they
     #: were loaded from (see :attr:`model`).
     held_model: onnx.ModelProto | None = field(default=None, repr=False)
@@ -113,6 +120,7 @@ class PipelineReport:
             "provider": self.provider,
             "passes": [p.to_dict() for p in self.passes],
             "validation": _jsonable(self.validation) if self.validation is not None else None,
+            "localized": _jsonable(self.localized) if self.localized is not None else None,
         }
 
     def __rich__(self) -> Group:
@@ -142,6 +150,8 @@ class PipelineReport:
             parts.append(validation)
         elif self.provider:
             parts.append(Text(f"runtime: {self.provider}", style="dim"))
+        if self.localized is not None:
+            parts.append(self.localized.view(verbose))
         if self.output and self.ok:
             parts.append(Text(f"wrote {self.output}", style="green"))
         return Group(*parts)

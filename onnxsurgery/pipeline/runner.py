@@ -118,6 +118,8 @@ class Pipeline:
     ``references`` (a folder/file of reference cases) validates the result after the last pass,
     within ``atol``/``rtol`` and per output ``tolerances`` (``{name: (atol, rtol)}``, either
     None to keep the default), as ``validate`` does.
+    A mismatch there is localized against the input model where it takes a failing case
+    (``report.localized``). ``diffs`` records what each pass changed (``PassRecord.diff``).
     """
 
     def __init__(
@@ -131,6 +133,7 @@ class Pipeline:
         rtol: float | None = None,
         limits: Limits | Mapping[str, Any] | None = None,
         tolerances: Mapping[str, tuple[float | None, float | None]] | None = None,
+        diffs: bool = False,
     ) -> None:
         self.limits = limits if isinstance(limits, Limits) else current_limits().updated(limits)
         items = parse_passes(passes) if isinstance(passes, str) else list(passes)
@@ -145,6 +148,8 @@ class Pipeline:
         self.atol = atol
         self.rtol = rtol
         self.tolerances = dict(tolerances or {})
+        #: record what each pass changed (``PassRecord.diff``; ``run --report`` asks for it)
+        self.diffs = diffs
 
     def __repr__(self) -> str:
         return f"Pipeline([{', '.join(map(repr, self.passes))}])"
@@ -261,7 +266,7 @@ class Pipeline:
                 self._run_pass(p, handle, ctx, report)
             if self.references is not None and not any(p.validates for p in self.passes):
                 where[0] = "validate"
-                self._validate(handle.model, ctx, report)
+                self._validate(handle.model, ctx, report, original=model)
             _stamp(handle.model, self.chain)
             if out_path is not None:
                 where[0] = "write"
@@ -284,6 +289,8 @@ class Pipeline:
     ) -> None:
         """Run ``p`` on the model ``handle`` holds; its result takes the model's place there."""
         before = count_nodes(handle.model)
+        # what the model was, without the weights' data (cheap): what the pass changed
+        kept = handle.weightless() if self.diffs else None
         t0 = time.perf_counter()
         record = PassRecord(p.name, dict(p.options), 0.0, before, before, False)
         report.passes.append(record)
@@ -339,15 +346,21 @@ class Pipeline:
             report.provider = result.report.provider
         if result.output_map is not None:
             ctx.output_maps.append(result.output_map)
+        if kept is not None:
+            record.diff = _pass_diff(kept, handle.model)
 
-    def _validate(self, model: onnx.ModelProto, ctx: PassContext, report: PipelineReport) -> None:
+    def _validate(
+        self,
+        model: onnx.ModelProto,
+        ctx: PassContext,
+        report: PipelineReport,
+        original: onnx.ModelProto | str | os.PathLike,
+    ) -> None:
         kwargs: dict[str, Any] = {}
         if self.atol is not None:
             kwargs["atol"] = self.atol
         if self.rtol is not None:
             kwargs["rtol"] = self.rtol
-        if self.tolerances:
-            kwargs["tolerances"] = self.tolerances
         try:
             result = validate(
                 model,
@@ -356,6 +369,7 @@ class Pipeline:
                 output_map=ctx.map_outputs,
                 label=str(ctx.references),
                 progress=ctx.stage,
+                tolerances=self.tolerances,
                 **kwargs,
             )
         except OnnxSurgeryError:
@@ -365,9 +379,33 @@ class Pipeline:
         report.validation = result
         report.provider = result.provider
         if not result:
+            from onnxsurgery.divergence import localize_failure  # only a failing run needs it
+
+            ctx.stage("localizing the mismatch against the input model")
+            failing = [c.name for c in result.cases if not c]
+            # per-output tolerances name outputs, not the intermediate tensors compared here
+            report.localized = localize_failure(
+                model, original, ctx.cases or [], failing, provider=ctx.provider,
+                fallback=False, **kwargs,
+            )  # fmt: skip
+            if report.localized.reason is None and not report.localized:
+                report.localized.notes.append(
+                    "the input model computes the same there: the passes did not cause the mismatch"
+                )
             raise ValidationMismatch(
                 f"validation against {ctx.references} failed: {result.summary}", report=result
             )
+
+
+def _pass_diff(before: onnx.ModelProto, after: onnx.ModelProto) -> Any:
+    """What a pass changed (a graphdiff.ModelDiff); a diff that fails says so in the report and
+    never fails the run it describes."""
+    from onnxsurgery.graphdiff import diff  # only a run asked for diffs needs it
+
+    try:
+        return diff(before, after)
+    except Exception as exc:  # noqa: BLE001 - a report's extra, not the run's result
+        return {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"}
 
 
 def _bound_cases(references: Path, model: onnx.ModelProto) -> CaseStream:
@@ -392,9 +430,11 @@ def run(
     base_dir: str | os.PathLike | None = None,
     limits: Limits | Mapping[str, Any] | None = None,
     tolerances: Mapping[str, tuple[float | None, float | None]] | None = None,
+    diffs: bool = False,
 ) -> PipelineReport:
     """Run ``passes`` on ``model`` and write ``output``: the Python form of ``onnxsurgery run``.
-    A ModelProto with external data needs ``base_dir``, the folder its data files are in."""
+    A ModelProto with external data needs ``base_dir``, the folder its data files are in;
+    ``diffs`` records what each pass changed (``report.passes[i].diff``)."""
     pipeline = Pipeline(
         passes,
         check=check,
@@ -404,5 +444,6 @@ def run(
         rtol=rtol,
         limits=limits,
         tolerances=tolerances,
+        diffs=diffs,
     )
     return pipeline.run(model, output, external_data=external_data, base_dir=base_dir)

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
 
 from onnxsurgery.errors import ReferenceDataError, UsageError
-from onnxsurgery.model.signature import CaseFailure, check_inputs
+from onnxsurgery.model.signature import CaseFailure, InputSpec, check_inputs
 from onnxsurgery.validation.case_runner import Expected, ModelRunner, run_cases
 from onnxsurgery.validation.feeds import random_inputs
 from onnxsurgery.validation.references import Case, bind_cases, load_cases
@@ -33,7 +34,7 @@ from onnxsurgery.validation.tolerances import (
     check_tolerances,
 )
 
-__all__ = ["compare_models"]
+__all__ = ["compare_models", "comparison_inputs"]
 
 def compare_models(
     model_a: onnx.ModelProto | str | os.PathLike,
@@ -77,14 +78,41 @@ def compare_models(
             f"--shape given for {', '.join(map(repr, unknown))}, not an input of the model "
             f"(inputs: {', '.join(s.name for s in runner_a.specs)})"
         )
+    inputs = comparison_inputs(runner_a.specs, runner_b.specs, feeds_or_cases, shapes, seed, cases)
+    known = set(runner_a.output_names) | set(runner_b.output_names)
+    tols = check_tolerances(tolerances, known)
+    runs: list[tuple[str, Mapping[str, np.ndarray], Expected]] = []
+    for name, feeds in inputs:
+
+        def expected(feeds: Mapping[str, np.ndarray] = feeds) -> Mapping[str, np.ndarray]:
+            try:
+                checked, _ = check_inputs(runner_b.specs, feeds)
+                return _as_merged(runner_a, runner_b.run(checked))
+            except CaseFailure as exc:
+                raise CaseFailure(f"reference model {label_b}: {exc}", node=exc.node) from None
+
+        runs.append((name, feeds, expected))
+    return run_cases(runner_a, runs, choice, atol, rtol, tols, label_b)
+
+
+def comparison_inputs(
+    specs_a: Sequence[InputSpec],
+    specs_b: Sequence[InputSpec],
+    feeds_or_cases: Any,
+    shapes: Mapping[str, Sequence[int]],
+    seed: int,
+    cases: int,
+) -> list[tuple[str, Mapping[str, np.ndarray]]]:
+    """The named input sets :func:`compare_models` runs both models on (see its docstring);
+    ``validate --against --localize`` takes the failing one from here again."""
     inputs: list[tuple[str, Mapping[str, np.ndarray]]]
     if feeds_or_cases is None:
         rng = np.random.default_rng(seed)
         inputs = [
-            (f"random_{i}", random_inputs(runner_a.specs, shapes, rng, fallback_specs=runner_b.specs)) for i in range(cases)
+            (f"random_{i}", random_inputs(specs_a, shapes, rng, fallback_specs=specs_b)) for i in range(cases)
         ]
     elif isinstance(feeds_or_cases, (str, os.PathLike)):
-        required = [s.name for s in runner_a.specs if not s.optional]
+        required = [s.name for s in specs_a if not s.optional]
         loaded = bind_cases(load_cases(feeds_or_cases), required, None)
         inputs = [(c.name, c.inputs) for c in loaded]
     elif isinstance(feeds_or_cases, Mapping):
@@ -102,20 +130,7 @@ def compare_models(
                 )
         if not inputs:
             raise ReferenceDataError("no inputs to compare the models on")
-    known = set(runner_a.output_names) | set(runner_b.output_names)
-    tols = check_tolerances(tolerances, known)
-    runs: list[tuple[str, Mapping[str, np.ndarray], Expected]] = []
-    for name, feeds in inputs:
-
-        def expected(feeds: Mapping[str, np.ndarray] = feeds) -> Mapping[str, np.ndarray]:
-            try:
-                checked, _ = check_inputs(runner_b.specs, feeds)
-                return _as_merged(runner_a, runner_b.run(checked))
-            except CaseFailure as exc:
-                raise CaseFailure(f"reference model {label_b}: {exc}", node=exc.node) from None
-
-        runs.append((name, feeds, expected))
-    return run_cases(runner_a, runs, choice, atol, rtol, tols, label_b)
+    return inputs
 
 
 def _as_merged(runner_a: ModelRunner, outputs: dict[str, np.ndarray]) -> Mapping[str, np.ndarray]:

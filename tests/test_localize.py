@@ -1,0 +1,143 @@
+"""The first diverging node (issue 27 item 2): ``onnxsurgery.localize``, ``validate
+--localize`` and a failing ``run``, on both exporters' fixtures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+from typer.testing import CliRunner
+
+import onnxsurgery
+from onnxsurgery.cli import app
+from onnxsurgery.passes.symbolize import Symbolize
+from onnxsurgery.pipeline.contract import Pass, PassResult
+
+ROOT = Path(__file__).resolve().parents[1]
+ALEXNET = ROOT / "fixtures/alexnet_view"
+ATTENTION = ROOT / "fixtures/attention_block/torchscript"
+runner = CliRunner()
+
+
+def _perturbed(src: Path, out: Path, weight_index: int = 2) -> tuple[str, list[str]]:
+    """A copy of ``src`` with one element of one initializer changed; that initializer's name
+    and the names of the nodes that read it."""
+    model = onnx.load(src)
+    floats = [t for t in model.graph.initializer if t.data_type == onnx.TensorProto.FLOAT and len(t.dims) > 1]
+    weight = floats[weight_index]
+    arr = numpy_helper.to_array(weight).copy()
+    arr.flat[0] += 1.0
+    weight.CopyFrom(numpy_helper.from_array(arr, weight.name))
+    onnx.save(model, out)
+    return weight.name, [n.name for n in model.graph.node if weight.name in n.input]
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_perturbed_weight_is_found_at_the_node_that_reads_it(tmp_path: Path, exporter: str) -> None:
+    fixture = ALEXNET / exporter
+    bad = tmp_path / "bad.onnx"
+    weight, readers = _perturbed(fixture / "model.onnx", bad)
+    case = onnxsurgery.load_cases(fixture)[0]
+    found = onnxsurgery.localize(bad, fixture / "model.onnx", case.inputs, provider="cpu", max_tensors=3)
+    assert found and found.node in readers, (found.headline, readers)
+    assert found.batches >= 2  # bounded batches: the search went past the first
+    origin = {o.name: o for o in found.inputs}[weight]
+    assert origin.origin == "initializer" and origin.comparison is not None
+    assert origin.comparison.mismatches == 1
+    assert not found.inputs_agree
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_identical_models_have_no_diverging_node(exporter: str) -> None:
+    fixture = ALEXNET / exporter
+    case = onnxsurgery.load_cases(fixture)[0]
+    found = onnxsurgery.localize(fixture / "model.onnx", fixture / "model.onnx", case.inputs, provider="cpu")
+    assert not found and found.compared > 5
+    assert found.headline.startswith("no diverging node")
+
+
+def _wrong_rewrite(tmp_path: Path) -> Path:
+    """The attention block symbolized, then its first Reshape's shape changed from
+    [0, 0, 3, 2, 8] to [0, 0, 3, 8, 2]: still a valid model, computing something else."""
+    good = tmp_path / "good.onnx"
+    onnxsurgery.run(ATTENTION / "model.onnx", [Symbolize(dynamic_axes={"x": {0: "batch", 1: "seq"}})], output=good)
+    model = onnx.load(good)
+    shape = next(t for t in model.graph.initializer if t.name == "symbolize/const[0,0,3,2,8]")
+    shape.CopyFrom(numpy_helper.from_array(np.array([0, 0, 3, 8, 2], np.int64), shape.name))
+    wrong = tmp_path / "wrong.onnx"
+    onnx.save(model, wrong)
+    return wrong
+
+
+def test_wrong_rewrite_is_found_at_that_reshape(tmp_path: Path) -> None:
+    wrong = _wrong_rewrite(tmp_path)
+    case = onnxsurgery.load_cases(ATTENTION)[0]
+    found = onnxsurgery.localize(wrong, ATTENTION / "model.onnx", case.inputs, provider="cpu")
+    assert (found.op, found.node) == ("Reshape", "/Reshape")
+    assert found.inputs_agree is False  # its shape input differs from the original constant
+    shape_input = found.inputs[1]
+    assert shape_input.origin == "initializer" and shape_input.comparison is not None
+
+
+def test_validate_against_localize_prints_the_node_and_writes_json(tmp_path: Path) -> None:
+    wrong = _wrong_rewrite(tmp_path)
+    report = tmp_path / "v.json"
+    result = runner.invoke(
+        app,
+        ["validate", str(wrong), "--against", str(ATTENTION / "model.onnx"), "--ref", str(ATTENTION),
+         "--localize", "--provider", "cpu", "--report", str(report)],
+        env={"COLUMNS": "80"},
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.output.split())
+    assert "first diverging node on case test_data_set_0: Reshape '/Reshape' (node 7)" in text
+    shown = [line for line in result.output.splitlines() if not line.startswith("error:")]
+    assert all(len(line) <= 80 for line in shown)  # the error line is one line, on stderr
+    assert json.loads(report.read_text())["localized"]["node"] == "/Reshape"
+
+
+def test_validate_ref_localize_needs_the_original(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["validate", str(ATTENTION / "model.onnx"), "--ref", str(ATTENTION), "--localize"])
+    assert result.exit_code == 2
+    assert "--localize with --ref needs the model as exported: give --original ORIG.onnx" in result.output
+
+
+def test_validate_ref_localize_against_original(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.onnx"
+    _, readers = _perturbed(ALEXNET / "torchscript/model.onnx", bad)
+    result = runner.invoke(
+        app,
+        ["validate", str(bad), "--ref", str(ALEXNET / "torchscript"), "--localize",
+         "--original", str(ALEXNET / "torchscript/model.onnx"), "--provider", "cpu"],
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert f"'{readers[0]}'" in result.output and "first diverging node" in result.output
+
+
+class _BreakWeight(Pass):
+    """Test pass: adds 1 to the first element of one weight (a broken rewrite)."""
+
+    name = "break-weight"
+
+    def __call__(self, model: onnx.ModelProto, ctx: object) -> PassResult:
+        weight = next(t for t in model.graph.initializer if len(t.dims) > 1)
+        arr = numpy_helper.to_array(weight).copy()
+        arr.flat[0] += 1.0
+        weight.CopyFrom(numpy_helper.from_array(arr, weight.name))
+        return PassResult(model, True)
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_failing_run_is_localized_against_the_input_model(tmp_path: Path, exporter: str) -> None:
+    fixture = ALEXNET / exporter
+    with pytest.raises(onnxsurgery.ValidationMismatch) as info:
+        onnxsurgery.Pipeline([_BreakWeight()], references=fixture, provider="cpu").run(fixture / "model.onnx")
+    report = info.value.pipeline_report
+    weight = next(t.name for t in onnx.load(fixture / "model.onnx").graph.initializer if len(t.dims) > 1)
+    readers = [n.name for n in onnx.load(fixture / "model.onnx").graph.node if weight in n.input]
+    assert report.localized and report.localized.node in readers
+    assert report.to_dict()["localized"]["case"] == "test_data_set_0"
