@@ -218,4 +218,8 @@ def _notes(report: PipelineReport) -> list[Any]:
 def write_json(data: Any, path: str | os.PathLike) -> Path:
     """Write a report as JSON atomically (temp file + rename)."""
     text = json.dumps(_jsonable(data), indent=2, sort_keys=False) + "\n"
-    return write_atomic(path, lambda staged: staged.write_text(text, encoding="utf-8"), what="report")
+
+    def write(staged: Path) -> None:
+        staged.write_text(text, encoding="utf-8")
+
+    return write_atomic(path, write, what="report")
