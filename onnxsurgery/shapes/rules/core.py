@@ -30,7 +30,7 @@ from onnxsurgery.shapes.analysis import (
     UseKind,
     constant_info,
 )
-from onnxsurgery.shapes.dims import Dim, as_dim
+from onnxsurgery.shapes.dims import Dim, as_dim, const_ints
 from onnxsurgery.shapes.rules.traits import DEFAULT, declare, domain_key, op_traits, traits_from
 
 __all__ = [
@@ -43,7 +43,6 @@ __all__ = [
     "out",
     "fallback",
     "with_shapes",
-    "const_ints",
 ]
 
 Rule = Callable[["NodeCtx"], list[TensorInfo | None]]
@@ -233,12 +232,6 @@ def with_shapes(
     known = [i for i in infos if i is not None]
     shapes = [i.shape for i in known if i.shape is not None]
     return (known, shapes) if len(shapes) == len(infos) else None
-
-
-def const_ints(dims: Sequence[Dim]) -> list[int] | None:
-    """The ints ``dims`` hold when every one is constant, else None."""
-    ints = [v for v in (d.value for d in dims) if v is not None]
-    return ints if len(ints) == len(dims) else None
 
 
 def _const_value(values: list[Dim] | None, dtype: int) -> list[Dim] | None:

@@ -13,8 +13,8 @@ import re
 
 import onnx
 
-from onnxsurgery.shapes.dims import Dim
-from onnxsurgery.shapes.rules.core import NodeCtx, broadcast, const_ints, fallback, out, rule
+from onnxsurgery.shapes.dims import Dim, const_ints
+from onnxsurgery.shapes.rules.core import NodeCtx, broadcast, fallback, out, rule
 from onnxsurgery.shapes.rules.traits import MixAxis, traits
 
 __all__: list[str] = []

@@ -14,11 +14,10 @@ import numpy as np
 import onnx
 
 from onnxsurgery.shapes.analysis import INT_TYPES, MAX_VALUE_ELEMENTS
-from onnxsurgery.shapes.dims import Dim, dim_product, dim_sum
+from onnxsurgery.shapes.dims import Dim, const_ints, dim_product, dim_sum
 from onnxsurgery.shapes.rules.core import (
     NodeCtx,
     broadcast,
-    const_ints,
     fallback,
     out,
     pick,
