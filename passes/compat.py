@@ -149,7 +149,7 @@ def _channel_slopes(model: onnx.ModelProto) -> onnx.ModelProto:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     out_inits = {t.name: t for t in out.graph.initializer}
-    readers = {}
+    readers: dict[str, int] = {}
     for node in model.graph.node:
         for name in node.input:
             readers[name] = readers.get(name, 0) + 1

@@ -325,3 +325,22 @@ def test_a_loop_scan_count_is_an_opaque_dim_of_the_scan_output():
     assert analysis.atoms[atom].kind == "opaque"
     assert analysis.atoms[atom].origin == ("dim", "ys", 0)
     assert analysis.atoms[atom].note == "Loop iteration count"
+
+
+@pytest.mark.parametrize("op", ["Conv", "ConvTranspose"])
+def test_a_conv_whose_kernel_size_is_symbolic_goes_to_onnx_inference_without_a_crash(op):
+    # The weight is a graph input whose spatial axes are named: the kernel size is no int. The
+    # rule read int(None) and failed with a TypeError, whose text became a note.
+    out = "float[2, 3, 6, 6]" if op == "Conv" else "float[2, 3, 10, 10]"
+    model = parse(
+        f"""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[2, 3, 8, 8] x, float[3, 3, 3, 3] w) => ({out} y) {{
+          y = {op} (x, w)
+        }}
+        """
+    )
+    analysis = propagate(model, {"x": {0: "batch"}, "w": {2: "k", 3: "k"}})
+    notes = [text for _, _, text in analysis.notes]
+    assert not [t for t in notes if "failed" in t], notes
+    assert notes == [f"no symbolic rule for {op}; used ONNX shape inference"]

@@ -16,7 +16,7 @@ import numpy as np
 
 from onnxsurgery.errors import UsageError
 from onnxsurgery.model.dtypes import np_dtype, parse_dtype
-from onnxsurgery.shapes.dims import Dim, dim_product, dim_sum
+from onnxsurgery.shapes.dims import Dim, const_ints, dim_product, dim_sum
 
 __all__ = [
     "METADATA_KEY",
@@ -191,8 +191,9 @@ class Layout:
                 dims.append(render_dim(dim_sum(column)))
             elif j in self.padded_axes:
                 distinct = list(dict.fromkeys(column))
-                if all(d.is_const() for d in distinct):
-                    dims.append(max(d.value for d in distinct))
+                sizes = const_ints(distinct)
+                if sizes is not None:
+                    dims.append(max(sizes))
                 else:
                     dims.append("max(" + ",".join(str(render_dim(d)) for d in distinct) + ")")
             else:

@@ -14,7 +14,7 @@ import onnx
 __all__ = ["parse_dtype", "dtype_name", "np_dtype", "elem_type_of", "is_lossless_cast"]
 
 _T = onnx.TensorProto
-_CANONICAL = {
+_CANONICAL: dict[int, str] = {
     _T.FLOAT: "float32",
     _T.DOUBLE: "float64",
     _T.FLOAT16: "float16",
@@ -32,12 +32,12 @@ _CANONICAL = {
     _T.COMPLEX128: "complex128",
     _T.STRING: "string",
 }
-_ALIASES = {"float": _T.FLOAT, "double": _T.DOUBLE, "half": _T.FLOAT16, "long": _T.INT64}
+_ALIASES: dict[str, int] = {"float": _T.FLOAT, "double": _T.DOUBLE, "half": _T.FLOAT16, "long": _T.INT64}
 # (kind, bits): kind "int"/"uint" with width, "float" with significand bits (implicit bit
 # included) and exponent bits.
-_INT_BITS = {_T.INT8: 8, _T.INT16: 16, _T.INT32: 32, _T.INT64: 64}
-_UINT_BITS = {_T.UINT8: 8, _T.UINT16: 16, _T.UINT32: 32, _T.UINT64: 64}
-_FLOAT_BITS = {_T.FLOAT16: (11, 5), _T.BFLOAT16: (8, 8), _T.FLOAT: (24, 8), _T.DOUBLE: (53, 11)}
+_INT_BITS: dict[int, int] = {_T.INT8: 8, _T.INT16: 16, _T.INT32: 32, _T.INT64: 64}
+_UINT_BITS: dict[int, int] = {_T.UINT8: 8, _T.UINT16: 16, _T.UINT32: 32, _T.UINT64: 64}
+_FLOAT_BITS: dict[int, tuple[int, int]] = {_T.FLOAT16: (11, 5), _T.BFLOAT16: (8, 8), _T.FLOAT: (24, 8), _T.DOUBLE: (53, 11)}
 
 
 def parse_dtype(text: str | int) -> int:

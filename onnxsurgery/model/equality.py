@@ -37,7 +37,7 @@ def _tensor_key(tensor: onnx.TensorProto, content: bool) -> str:
             h.update(f"{entry.key}={entry.value};".encode())
     else:
         array = np.ascontiguousarray(numpy_helper.to_array(tensor))
-        h.update(memoryview(array).cast("B"))
+        h.update(array.data.cast("B"))
     return "c:" + h.hexdigest()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import cast
 
 import onnx
 from google.protobuf.descriptor import Descriptor
@@ -153,7 +154,9 @@ def bad_text(message: Message, path: str) -> str | None:
 
     Only text and message fields are read: ``ListFields`` would also hand over every bytes
     field, and reading ``raw_data`` copies the weight (the whole model once more)."""
-    for name, repeated, text in _text_fields(message.DESCRIPTOR):
+    # The stubs add upb's Descriptor class; at run time it is a descriptor.Descriptor (isinstance).
+    descriptor = cast(Descriptor, message.DESCRIPTOR)
+    for name, repeated, text in _text_fields(descriptor):
         if repeated:
             items = getattr(message, name)
             if not len(items):

@@ -75,7 +75,7 @@ class ModelSummary:
     extra: list[Any] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {
+        out: dict[str, Any] = {
             "path": self.path,
             "ir_version": self.ir_version,
             "opsets": self.opsets,

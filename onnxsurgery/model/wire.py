@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import overload
 
 __all__ = ["Buffer", "FileBytes", "fields", "len_field", "varint", "varint_bytes"]
 
@@ -33,6 +34,10 @@ class FileBytes:
     def __len__(self) -> int:
         return self._size
 
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> bytes: ...
     def __getitem__(self, index: int | slice) -> int | bytes:
         if isinstance(index, slice):
             start, stop, step = index.indices(self._size)

@@ -48,7 +48,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NoReturn
 
 import numpy as np
 import onnx
@@ -325,7 +325,7 @@ class Pass:
         node: str | None = None,
         details: list[str] | None = None,
         report: Any = None,
-    ):
+    ) -> NoReturn:
         """Raise the PassError that says this pass could not do its job (``report``: what it
         found, kept in the run's JSON report)."""
         raise PassError(message, pass_name=self.name, node=node, details=details, report=report)

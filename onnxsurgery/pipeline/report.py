@@ -229,4 +229,8 @@ def write_json(data: Any, path: str | os.PathLike) -> Path:
     """Write a report as JSON atomically (temp file + rename; ``-``, a device or a FIFO: written
     through, see files.py)."""
     text = json.dumps(_jsonable(data), indent=2, sort_keys=False) + "\n"
-    return write_atomic(path, lambda staged: staged.write_text(text, encoding="utf-8"), what="report", text=True)
+
+    def write(staged: Path) -> None:
+        staged.write_text(text, encoding="utf-8")
+
+    return write_atomic(path, write, what="report", text=True)

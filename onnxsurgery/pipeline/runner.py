@@ -361,10 +361,12 @@ class Pipeline:
             kwargs["atol"] = self.atol
         if self.rtol is not None:
             kwargs["rtol"] = self.rtol
+        cases = ctx.cases if ctx.cases is not None else ctx.references
+        assert cases is not None  # the run validates only where references were given
         try:
             result = validate(
                 model,
-                ctx.cases if ctx.cases is not None else ctx.references,
+                cases,
                 provider=ctx.provider,
                 output_map=ctx.map_outputs,
                 label=str(ctx.references),

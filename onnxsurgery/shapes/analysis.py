@@ -38,14 +38,17 @@ __all__ = [
     "static_shapes",
     "elem_type",
     "SENTINEL_SIZE",
+    "UseKind",
 ]
 
 AtomKind = Literal["sym", "var", "data", "derived", "opaque"]
+#: How a rule reads a constant input: its elements as sizes, or its dims as data.
+UseKind = Literal["size", "data"]
 #: Stand-in traced size for a symbol whose input axis is already dynamic (matches no constant).
 SENTINEL_SIZE = 1_000_003
 #: Integer tensors with at most this many elements carry symbolic values (shape vectors).
 MAX_VALUE_ELEMENTS = 64
-INT_TYPES = {
+INT_TYPES: set[int] = {
     onnx.TensorProto.INT64,
     onnx.TensorProto.INT32,
     onnx.TensorProto.INT16,
@@ -116,7 +119,7 @@ class ConstUse:
     node_index: int
     input_index: int
     tensor: str
-    kind: Literal["size", "data"]
+    kind: UseKind
     array: np.ndarray
     atoms: list[str | None]
     graph: str = ""
@@ -212,7 +215,7 @@ class ShapeAnalysis:
         return self.consts.get(name) if name else None
 
     def use(
-        self, node_index: int, node: onnx.NodeProto, i: int, kind: str, graph: str = ""
+        self, node_index: int, node: onnx.NodeProto, i: int, kind: UseKind, graph: str = ""
     ) -> TensorInfo | None:
         """The info of input ``i`` of ``node``, with per-use unknowns if it is a constant.
 
@@ -255,7 +258,7 @@ class ShapeAnalysis:
             if not atoms:
                 return base
             info = TensorInfo(dims, base.dtype, base.value)
-        use = ConstUse(node.name, node.op_type, node_index, i, name, kind, arr, atoms, graph)  # type: ignore[arg-type]
+        use = ConstUse(node.name, node.op_type, node_index, i, name, kind, arr, atoms, graph)
         for k, a in enumerate(atoms):
             if a is not None:
                 self.atoms[a].origin = (use, k)

@@ -22,13 +22,13 @@ quotient means (usually a fresh opaque dim).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Union
 
 from onnxsurgery.limits import LimitExceeded
 from onnxsurgery.limits import current as current_limits
 
-__all__ = ["Dim", "DimLike", "as_dim", "dim_product", "dim_sum"]
+__all__ = ["Dim", "DimLike", "as_dim", "const_ints", "dim_product", "dim_sum"]
 
 Monomial = tuple[str, ...]
 DimLike = Union["Dim", int]
@@ -303,3 +303,9 @@ def dim_sum(dims: Iterable[DimLike]) -> Dim:
     for d in dims:
         out = out + d
     return out
+
+
+def const_ints(dims: Sequence[Dim]) -> list[int] | None:
+    """The ints ``dims`` hold when every one is constant, else None."""
+    ints = [v for v in (d.value for d in dims) if v is not None]
+    return ints if len(ints) == len(dims) else None

@@ -30,7 +30,7 @@ equality at every size, and it holds only at the traced one.
 from __future__ import annotations
 
 import math
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 
 from onnxsurgery.shapes.analysis import Constraint, ShapeAnalysis
@@ -61,6 +61,10 @@ class Solution:
     #: symbols the graph ties to others (``total`` -> ``past + seq``), with the constraint
     relations: dict[str, tuple[Dim, Constraint]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self._cache: dict[Dim, Dim] = {}
+        self._cache_size = -1
+
     def resolve(self, d: Dim) -> Dim:
         """``d`` with every decided unknown replaced (cached until the next decision)."""
         if self._cache_size != len(self.values):
@@ -71,10 +75,6 @@ class Solution:
             hit = d.subs(self.values) if d.atoms() & self.values.keys() else d
             self._cache[d] = hit
         return hit
-
-    def __post_init__(self) -> None:
-        self._cache: dict[Dim, Dim] = {}
-        self._cache_size = -1
 
 
 class _Solver:
@@ -167,8 +167,8 @@ class _Solver:
             key = (str(n), str(d), plus)
             if q is not None:
                 self.assign(atom, q + plus, "forced")
-            elif n.is_const() and d.is_const() and d.value:
-                self.assign(atom, Dim.const(int(n.value) // int(d.value) + plus), "forced")  # type: ignore[arg-type]
+            elif n.value is not None and d.value:
+                self.assign(atom, Dim.const(n.value // d.value + plus), "forced")
             elif key in self.floor_atoms and self.floor_atoms[key] != atom:
                 self.assign(atom, Dim.sym(self.floor_atoms[key]), "forced")  # the same division
             elif atom not in self.sol.opaque:
@@ -244,7 +244,7 @@ class _Solver:
                 found = self.solve_for(expr)
                 if found is None or self.breaks_hard(*found):
                     if found is None and c.lhs is not None and c.rhs is not None:
-                        self.factor(c)
+                        self.factor(c.lhs, c.rhs)
                     continue
                 self.assign(found[0], found[1], "hint")
                 self.drain()
@@ -262,8 +262,10 @@ class _Solver:
         symbols is 1 at the traced size (at batch 1, ``batch*seq`` and ``seq`` look alike); the
         middle is left to a product hint, which :meth:`factor` splits symbol by symbol.
         """
-        src = [self.resolve(d) for d in c.src]  # type: ignore[union-attr]
-        dst = [self.resolve(d) for d in c.dst]  # type: ignore[union-attr]
+        if c.src is None or c.dst is None:
+            return
+        src = [self.resolve(d) for d in c.src]
+        dst = [self.resolve(d) for d in c.dst]
         if not any(self.unknowns(d) for d in dst + src):
             return
 
@@ -308,7 +310,7 @@ class _Solver:
                     self.assign(found[0], found[1], "hint")
                     self.drain()
             else:
-                self.factor(Constraint(lhs - rhs, c.node, c.op, c.why, True, lhs, rhs), mid_dst)
+                self.factor(lhs, rhs, mid_dst)
 
     def _order(self, atom: str) -> tuple[int, int, str]:
         """Symbols in the order of the input axes they name; then everything else."""
@@ -317,14 +319,14 @@ class _Solver:
             return (0, min(axis for _, axis in origin), atom)
         return (1, 0, atom)
 
-    def factor(self, c: Constraint, positions: list[Dim] | None = None) -> None:
+    def factor(self, lhs: Dim, rhs: Dim, positions: list[Dim] | None = None) -> None:
         """Split a known product over a product of unknowns, outer symbols first.
 
         ``$v1*$v2 == batch*seq`` (a Reshape unflattening ``batch*seq`` into two dims) gives
         ``$v1 = batch, $v2 = seq`` when the traced sizes agree, taking the symbols in the order
         of the input axes they name (flattening keeps that order).
         """
-        sides = [self.resolve(c.lhs), self.resolve(c.rhs)]  # type: ignore[arg-type]
+        sides = [self.resolve(lhs), self.resolve(rhs)]
         for unknown_side, known_side in (sides, sides[::-1]):
             if not unknown_side.is_monomial() or not known_side.is_monomial():
                 continue
@@ -410,7 +412,7 @@ class _Solver:
                 continue
             expr = self.resolve(self.exprs[cid])
             if len(self.unknowns(expr)) >= 2:
-                self.factor(c)
+                self.factor(c.lhs, c.rhs)
 
     def relate(self) -> None:
         """Turn hard constraints among symbols alone into relations (module docstring)."""
@@ -441,14 +443,14 @@ class _Solver:
         terms = list(expr.terms.items())
         if any(not m for m, _ in terms):
             return None
-        common = list(terms[0][0])
+        common = Counter(terms[0][0])
         for m, _ in terms[1:]:
-            rest = list(m)
-            common = [a for a in common if a in rest and not rest.remove(a)]
+            common &= Counter(m)  # the atoms every term holds, with repetition
         g = 0
         for _, coef in terms:
             g = math.gcd(g, coef)
-        reduced = expr.exact_div(Dim({tuple(common): g})) if common or g > 1 else expr
+        shared = tuple(sorted(common.elements()))
+        reduced = expr.exact_div(Dim({shared: g})) if shared or g > 1 else expr
         if reduced is None:
             return None
         options = []
@@ -507,8 +509,9 @@ class _Solver:
             if atom in self.sol.values:
                 continue
             n, d = self.resolve(num), self.resolve(den)
-            if n.is_const() and d.is_const() and int(d.value) > 0 and int(n.value) >= 0:  # type: ignore[arg-type]
-                self.assign(atom, Dim.const(int(n.value) // int(d.value)), "forced")  # type: ignore[arg-type]
+            nv, dv = n.value, d.value
+            if nv is not None and dv is not None and dv > 0 and nv >= 0:
+                self.assign(atom, Dim.const(nv // dv), "forced")
 
     def unify_runtime(self) -> None:
         """Two run-time dims the graph requires equal are one dim (ONNX Runtime checks it).

@@ -18,9 +18,9 @@ def input_symbols(a: ShapeAnalysis, sol: Solution, atoms: set[str]) -> set[str]:
     unknown, and the dims a strided op divides for a run-time division (``$o1`` =
     ``(height - 8) // 8 + 1`` is height's)."""
     divides: dict[str, str] = {}
-    for (num, den, _), d in a.floors.items():
+    for (num_text, den_text, _), d in a.floors.items():
         for atom in d.atoms():
-            divides[atom] = f"{num} {den}"
+            divides[atom] = f"{num_text} {den_text}"
     for atom, num, den, _ in a.pending_floors:
         divides[atom] = f"{num} {den}"
     found: set[str] = set()
@@ -44,9 +44,9 @@ def dim_text(a: ShapeAnalysis, sol: Solution, d: Dim) -> str:
     (``$o1*$o2 + 1`` is ``((height - 8)//8 + 1)*((width - 8)//8 + 1) + 1``); where that is long
     or not known, which symbols it is computed from."""
     exprs: dict[str, str] = {}
-    for (num, den, plus), q in a.floors.items():
+    for (num_text, den_text, plus), q in a.floors.items():
         for atom in q.atoms():
-            exprs[atom] = f"({num})//{den}" + (f" + {plus}" if plus else "")
+            exprs[atom] = f"({num_text})//{den_text}" + (f" + {plus}" if plus else "")
     for atom, num, den, plus in a.pending_floors:
         exprs[atom] = f"({num})//{den}" + (f" + {plus}" if plus else "")
 

@@ -114,7 +114,7 @@ def validate(
     choice = provider if isinstance(provider, ProviderChoice) else resolve_provider(provider)
     runner = ModelRunner(model, choice)
     required = [s.name for s in runner.specs if not s.optional]
-    outputs = runner.output_names if output_map is None else None
+    outputs: Sequence[str] | None = runner.output_names if output_map is None else None
     if runner.layout is not None:  # merged by concat-outputs: as the pipeline maps after it
         outputs, output_map = _onto_merged(runner, outputs, output_map)
     reference = reference if reference is not None else label

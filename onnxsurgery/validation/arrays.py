@@ -16,7 +16,7 @@ arrays, masks) stay a few MiB whatever the output's size; inputs are never copie
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -240,23 +240,20 @@ def compare_arrays(
     atol, rtol = float(atol), float(rtol)
     if not (atol >= 0 and rtol >= 0):
         raise ValueError(f"{name}: tolerances must be >= 0, got atol={atol}, rtol={rtol}")
-    base = {
-        "name": name,
-        "atol": atol,
-        "rtol": rtol,
-        "exact": exact_kind,
-        "shape": tuple(int(d) for d in actual.shape),
-        "expected_shape": tuple(int(d) for d in expected.shape),
-        "dtype": str(actual.dtype),
-        "expected_dtype": str(expected.dtype),
-        "size": int(expected.size),
-    }
+    base = OutputComparison(  # what every outcome says; the rest is filled in below
+        name=name,
+        passed=False,
+        atol=atol,
+        rtol=rtol,
+        exact=exact_kind,
+        shape=tuple(int(d) for d in actual.shape),
+        expected_shape=tuple(int(d) for d in expected.shape),
+        dtype=str(actual.dtype),
+        expected_dtype=str(expected.dtype),
+        size=int(expected.size),
+    )
     if actual.shape != expected.shape:
-        return OutputComparison(
-            passed=False,
-            problem=f"shape {list(actual.shape)}, expected {list(expected.shape)}",
-            **base,
-        )
+        return replace(base, problem=f"shape {list(actual.shape)}, expected {list(expected.shape)}")
     dtype_problem = None
     if actual.dtype != expected.dtype:
         dtype_problem = f"dtype {actual.dtype}, expected {expected.dtype}"
@@ -266,7 +263,8 @@ def compare_arrays(
         return _compare_text(actual, expected, base, dtype_problem)
     stats = _Stats(actual, expected, atol, rtol, exact_kind)
     passed = dtype_problem is None and stats.mismatches == 0
-    return OutputComparison(
+    return replace(
+        base,
         passed=passed,
         max_abs=stats.max_abs,
         max_rel=stats.max_rel,
@@ -278,26 +276,25 @@ def compare_arrays(
         worst_expected=stats.worst_value(expected),
         min_atol=stats.min_atol,
         problem=dtype_problem,
-        **base,
     )
 
 
 def _compare_text(
-    actual: np.ndarray, expected: np.ndarray, base: dict[str, Any], dtype_problem: str | None
+    actual: np.ndarray, expected: np.ndarray, base: OutputComparison, dtype_problem: str | None
 ) -> OutputComparison:
     equal = np.asarray(actual == expected, dtype=bool).reshape(expected.shape)
     mismatches = int(equal.size - np.count_nonzero(equal))
     worst = None
     if mismatches:
         worst = tuple(int(i) for i in np.unravel_index(int(np.argmin(equal)), expected.shape))
-    return OutputComparison(
+    return replace(
+        base,
         passed=dtype_problem is None and mismatches == 0,
         mismatches=mismatches,
         worst_index=worst,
         worst_actual=actual[worst] if worst is not None else None,
         worst_expected=expected[worst] if worst is not None else None,
         problem=dtype_problem,
-        **base,
     )
 
 
@@ -577,12 +574,12 @@ class _Stats:
         def passes(t: np.float32) -> bool:
             return bool(d32 <= allowed32 + t)
 
-        t = f32(max(0.0, d - m * rtol))
-        while not passes(t):
-            t = np.nextafter(t, f32(np.inf))
-        while t > 0 and passes(np.nextafter(t, f32(0))):
-            t = np.nextafter(t, f32(0))
-        self.min_atol = float(t)
+        t32 = f32(max(0.0, d - m * rtol))
+        while not passes(t32):
+            t32 = np.nextafter(t32, f32(np.inf))
+        while t32 > 0 and passes(np.nextafter(t32, f32(0))):
+            t32 = np.nextafter(t32, f32(0))
+        self.min_atol = float(t32)
 
     def worst_index(self, shape: tuple[int, ...]) -> tuple[int, ...] | None:
         if self._worst < 0:

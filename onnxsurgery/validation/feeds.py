@@ -91,13 +91,15 @@ def random_inputs(
                 if isinstance(d, str) and d in symbols:
                     dims.append(symbols[d])
                     continue
-                if (
-                    fallback is not None
+                given = (
+                    fallback.dims[axis]
+                    if fallback is not None
                     and fallback.dims is not None
                     and len(fallback.dims) == len(spec.dims)
-                    and isinstance(fallback.dims[axis], int)
-                ):
-                    dims.append(fallback.dims[axis])
+                    else None
+                )
+                if isinstance(given, int):
+                    dims.append(given)
                     continue
                 label = f"symbolic ({d!r})" if d else "of unknown size"
                 raise UsageError(
@@ -138,7 +140,7 @@ def random_array(
         return (rng.standard_normal(dims) + 1j * rng.standard_normal(dims)).astype(dtype)
     if dtype.kind in "OUS":  # strings: short lowercase words
         letters = rng.integers(ord("a"), ord("z") + 1, size=(*dims, 4))
-        words = np.apply_along_axis(lambda c: "".join(map(chr, c)), -1, letters) if letters.size else []
+        words: np.ndarray | list[str] = np.apply_along_axis(lambda c: "".join(map(chr, c)), -1, letters) if letters.size else []
         return np.asarray(words, dtype=object).reshape(dims)
     raise UsageError(f"cannot make random inputs of dtype {dtype}; give --ref cases")
 
@@ -172,7 +174,7 @@ def _uses(
 def index_range(model: onnx.ModelProto, name: str) -> int | None:
     """The size of the data axis that input ``name`` indexes (Gather/GatherElements indices,
     directly or through reshaping ops), from an initializer's or a declared static shape."""
-    shapes = {t.name: list(t.dims) for t in model.graph.initializer}
+    shapes: dict[str, list[int | None]] = {t.name: list(t.dims) for t in model.graph.initializer}
     for vi in list(model.graph.input) + list(model.graph.value_info):
         dims = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
         shapes.setdefault(vi.name, dims)
@@ -181,8 +183,9 @@ def index_range(model: onnx.ModelProto, name: str) -> int | None:
         if node.op_type in ("Gather", "GatherElements") and k == 1:
             data = shapes.get(node.input[0])
             axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-            if data and -len(data) <= axis < len(data) and data[axis]:
-                sizes.append(int(data[axis]))
+            size = data[axis] if data and -len(data) <= axis < len(data) else None
+            if size:
+                sizes.append(int(size))
     return min(sizes) if sizes else None
 
 

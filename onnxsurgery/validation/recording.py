@@ -294,6 +294,7 @@ def _check_request(
         raise ReferenceDataError(
             f"size or values given for {unknown}, which the model has no input named; inputs: {list(declared)}{hint}"
         )
+    given_dims: list[tuple[str, str, Sequence[int]]]
     given_dims = [(f"--input {n}", n, v.shape) for n, v in values.items()]
     given_dims += [(f"case {k}", n, dims) for k, given in enumerate(sizes) for n, dims in given.items()]
     for where, name, dims in given_dims:

@@ -122,10 +122,10 @@ def case_loaders(path: str | os.PathLike[str]) -> list[Callable[[], Case]]:
     if not p.is_dir():
         raise ReferenceDataError(f"reference data {str(p)!r} is neither a file nor a directory")
 
-    case_dirs = sorted(
-        (c for c in p.iterdir() if c.is_dir() and _CASE_DIR.match(c.name)),
-        key=lambda c: int(_CASE_DIR.match(c.name).group(1)),  # type: ignore[union-attr]
-    )
+    numbered = [
+        (int(m.group(1)), c) for c in p.iterdir() if c.is_dir() and (m := _CASE_DIR.match(c.name))
+    ]
+    case_dirs = [c for _, c in sorted(numbered, key=lambda nc: nc[0])]
     if case_dirs:
         return [functools.partial(_load_case_dir, c) for c in case_dirs]
     if any(_TENSOR_FILE.match(f.name) for f in p.iterdir() if f.is_file()):
@@ -222,7 +222,7 @@ def _read_aligned(path: Path) -> memoryview:
         head = os.pread(f.fileno(), min(size, _HEAD_BYTES), 0)
         raw = _raw_data_span(head, head_only=True)
         shift = -raw[1] % ALIGNMENT if raw else 0
-        view = memoryview(_aligned_bytes(size + shift))[shift:]  # read-only once read
+        view = _aligned_bytes(size + shift).data[shift:]  # read-only once read
         done = 0
         while done < size:  # readinto may return less than asked
             got = f.readinto(view[done:])
@@ -520,7 +520,7 @@ def save_npz(case: Case, path: str | os.PathLike[str]) -> Path:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
         try:
             with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, **arrays)
+                np.savez(fh, allow_pickle=True, **arrays)  # numpy's default, said
             os.replace(tmp_name, target)
         except BaseException:
             Path(tmp_name).unlink(missing_ok=True)

@@ -10,7 +10,7 @@ from onnxsurgery.validation.arrays import OutputComparison, format_number
 from onnxsurgery.validation.tolerances import DEFAULT_ATOL, DEFAULT_RTOL
 
 if TYPE_CHECKING:  # rich is imported where a report is rendered: a quiet run never loads it
-    from rich.console import Console, ConsoleOptions, Group, RenderResult
+    from rich.console import Console, ConsoleOptions, Group, JustifyMethod, RenderResult
 
 __all__ = ["CaseResult", "ValidationReport"]
 
@@ -166,11 +166,11 @@ class ValidationReport:
         worst = f"worst max abs {format_number(out.max_abs)} ({case.name} {out.name})"
         return f"PASS: {self.summary}; {worst}"
 
-    def _columns(self, width: int, verbose: bool) -> list[tuple[str, str]]:
+    def _columns(self, width: int, verbose: bool) -> list[tuple[str, JustifyMethod]]:
         """The columns shown: from 110 columns on every statistic; the smallest passing atol
         only where a row fails (or with ``verbose``)."""
         wide = width >= 110
-        columns: list[tuple[str, str]] = [("case", "left"), ("output", "left")]
+        columns: list[tuple[str, JustifyMethod]] = [("case", "left"), ("output", "left")]
         if wide:
             columns.append(("shape", "left"))
         columns.append(("max abs", "right"))
@@ -207,7 +207,7 @@ class ValidationReport:
         )
         columns = self._columns(width, verbose)
         for name, justify in columns:
-            table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+            table.add_column(name, justify=justify, overflow="fold")
         rows: list[tuple[CaseResult, OutputComparison | None]] = []
         rows += [(c, None) for c in self.cases if c.error]
         rows += self.failures

@@ -20,7 +20,7 @@ from onnx import helper, numpy_helper
 from onnxsurgery.merged_outputs import Layout, PartLayout, has_unknown
 from onnxsurgery.model.dtypes import parse_dtype
 from onnxsurgery.model.walk import default_opset
-from onnxsurgery.shapes.dims import dim_sum
+from onnxsurgery.shapes.dims import Dim, const_ints, dim_sum
 
 __all__ = ["add_merged_output"]
 
@@ -105,8 +105,8 @@ class _Builder:
         """Reshape to rank flatten+1 keeping the leading axes; right for zero-size dims too."""
         n, opset = self.layout.flatten, default_opset(self.model)
         assert n is not None
-        tail = part.dims[n:]
-        size = math.prod(tail) if all(isinstance(d, int) for d in tail) else None
+        tail = [d for d in part.dims[n:] if isinstance(d, int)]
+        size = math.prod(tail) if len(tail) == len(part.dims[n:]) else None
         if size:  # 0 in a Reshape shape copies the input dim: right for the kept axes
             shape = self.const([0] * n + [size], np.int64, f"{tag}/flat_shape")
             return self.node("Reshape", [x, shape], f"{tag}/flatten")
@@ -130,12 +130,16 @@ class _Builder:
         zeros = [0] * layout.rank
         if default_opset(self.model) >= 11:
             value = self.const(np.asarray(layout.pad).astype(layout.np_dtype()), layout.np_dtype(), "pad_value")
-        if all(a[j].is_const() for a in aligned for j in layout.padded_axes):
-            top = {j: max(a[j].value for a in aligned) for j in layout.padded_axes}
+        axes = layout.padded_axes
+        sizes = [const_ints([a[j] for j in axes]) for a in aligned]
+        known = [dict(zip(axes, s, strict=True)) for s in sizes if s is not None]
+        if len(known) == len(sizes):
+            top = {j: max(k[j] for k in known) for j in axes}
             out = []
-            for i, (x, a) in enumerate(zip(blocks, aligned, strict=True)):
-                ends = [top[j] - a[j].value if j in layout.padded_axes else 0 for j in range(layout.rank)]
+            for i, (x, k) in enumerate(zip(blocks, known, strict=True)):
+                ends = [top[j] - k[j] if j in axes else 0 for j in range(layout.rank)]
                 if any(ends) and default_opset(self.model) < 11:  # Pad(2): attributes, floats
+                    assert layout.pad is not None  # a layout with padded axes has its pad
                     x = self.node("Pad", [x], f"part{i}/pad", mode="constant", pads=zeros + ends, value=float(layout.pad))
                 elif any(ends):
                     pads = self.const(zeros + ends, np.int64, f"part{i}/pads")
@@ -143,26 +147,29 @@ class _Builder:
                 out.append(x)
             return out
         shapes = [self.node("Shape", [x], f"part{i}/aligned_shape") for i, x in enumerate(blocks)]
-        top = self.node("Max", shapes, "padded_shape") if len(shapes) > 1 else shapes[0]
+        largest = self.node("Max", shapes, "padded_shape") if len(shapes) > 1 else shapes[0]
         mask = self.const([int(j in layout.padded_axes) for j in range(layout.rank)], np.int64, "pad_mask")
         begin = self.const(zeros, np.int64, "pad_begin")
         out = []
         for i, (x, shape) in enumerate(zip(blocks, shapes, strict=True)):
-            gap = self.node("Sub", [top, shape], f"part{i}/gap")
-            ends = self.node("Mul", [gap, mask], f"part{i}/pad_ends")
-            pads = self.node("Concat", [begin, ends], f"part{i}/pads", axis=0)
+            gap = self.node("Sub", [largest, shape], f"part{i}/gap")
+            pad_ends = self.node("Mul", [gap, mask], f"part{i}/pad_ends")
+            pads = self.node("Concat", [begin, pad_ends], f"part{i}/pads", axis=0)
             out.append(self.node("Pad", [x, pads, value], f"part{i}/pad"))
         return out
 
     def merged_dims(self) -> list[int | str | None]:
         """Declared dims of the merged output: ints, a shared dim_param, else unknown."""
-        layout, dims = self.layout, []
+        layout = self.layout
+        dims: list[int | str | None] = []
         columns = [[layout.aligned(i)[j] for i in range(len(layout.parts))] for j in range(layout.rank)]
         for j, column in enumerate(columns):
+            d: Dim | None
             if j == layout.axis:
                 d = dim_sum(column)
             elif j in layout.padded_axes:
-                d = max(column, key=lambda c: c.value) if all(c.is_const() for c in column) else None
+                sizes = const_ints(column)
+                d = None if sizes is None else Dim.const(max(sizes))
             else:
                 d = next((c for c in column if not has_unknown(c)), None)
             if d is None or d.is_const():

@@ -16,7 +16,7 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
-from types import ModuleType
+from types import FrameType, ModuleType
 
 __all__ = ["PPQ_BRIDGE", "import_onnxsim"]
 
@@ -44,7 +44,7 @@ _FINDER = _NoTorchForBridge()
 
 def _imported_from(module: str) -> bool:
     """Whether a frame of this thread's stack runs ``module``'s code."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_globals.get("__name__") == module:
             return True

@@ -85,8 +85,9 @@ def _input(node: onnx.NodeProto, index: int | None) -> str:
 
 def _addressed(
     analysis: ShapeAnalysis, sol: Solution, node: onnx.NodeProto
-) -> list[tuple[int, set[str]]]:
-    """(component, symbols) of the data axes a gather's indices address."""
+) -> list[tuple[int, Dim]]:
+    """(component, size) of the data axes a gather's indices address (-1: the one axis of a
+    Gather or GatherElements)."""
     data = analysis.tensors.get(node.input[0])
     idx = analysis.tensors.get(node.input[1]) if len(node.input) > 1 else None
     if data is None or data.shape is None or idx is None or idx.shape is None:

@@ -10,6 +10,8 @@ it is not, :func:`band_bound_gap` and :func:`offset_gap` say why the plan cannot
 
 from __future__ import annotations
 
+from collections.abc import Set
+
 import numpy as np
 
 from onnxsurgery.passes.symbolize.generators import Generator
@@ -86,7 +88,7 @@ def band_bound_gap(
 
 
 def offset_gap(
-    a: ShapeAnalysis, gen: Generator, rows: set[str], cache: set[str]
+    a: ShapeAnalysis, gen: Generator, rows: Set[str], cache: set[str]
 ) -> tuple[str, set[str]] | None:
     """A count (``arange(seq) + 5``) whose start equals the traced size of a symbol that is not
     a batch (``past`` traced at 5, a position offset over a cache): one trace cannot tell a

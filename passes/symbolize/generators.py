@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from onnxsurgery.shapes.dims import Dim
+
 __all__ = ["Generator", "evidence_gap", "match_generator"]
 
 
@@ -52,9 +54,19 @@ class Generator:
     #: "hi" (that band bound is ``size``), "shift" (both bounds count from ``size``, the key
     #: axis's excess over the query axis); ``traced`` is its value in the traced constant. Set by
     #: the plan only where the graph shows ``size`` is the length of a cache axis.
-    offset: tuple[str, object, int] | None = None
+    offset: tuple[str, Dim, int] | None = None
+    #: cos/sin: the traced position the table starts at (``offset`` once the plan names the
+    #: cache length it moves with)
+    phase: int | None = None
 
-    def band_bounds(self) -> tuple[object, object]:
+    @property
+    def base_array(self) -> np.ndarray:
+        """``base``, which an affine or tile generator always has."""
+        if self.base is None:
+            raise ValueError(f"a {self.kind} generator has no base")
+        return self.base
+
+    def band_bounds(self) -> tuple[Dim | int | None, Dim | int | None]:
         """(lo, hi) of a band: ints, None (unbounded), or a bound that moves with a cache size.
 
         Where one bound moves (``offset``), the other keeps its distance to it: a sliding window
@@ -67,12 +79,13 @@ class Generator:
             return lo, hi
         where, moved, traced = self.offset
         if where == "shift":
-            return tuple(  # type: ignore[return-value]
-                None if b is None else moved - (traced - b) for b in (lo, hi)  # type: ignore[operator]
+            return (
+                None if lo is None else moved - (traced - lo),
+                None if hi is None else moved - (traced - hi),
             )
-        if where == "hi":
-            return (None if lo is None else moved - (hi - lo)), moved  # type: ignore[operator]
-        return moved, (None if hi is None else moved + (hi - lo))  # type: ignore[operator]
+        if where == "hi":  # lo keeps its distance to the moving hi
+            return (None if lo is None or hi is None else moved - (hi - lo)), moved
+        return moved, (None if hi is None or lo is None else moved + (hi - lo))
 
     def describe(self) -> str:
         if self.kind == "affine":
@@ -84,7 +97,7 @@ class Generator:
                 start = f" from {self.offset[1]}" + (" steps" if self.offset[0] == "scaled" else "")
             return "Range on axis " + ", ".join(str(k) for k in moving) + start
         if self.kind == "tile":
-            return f"Tile of a {self.base.shape[self.axes[0]]}-block on axis {self.axes[0]}"  # type: ignore[union-attr]
+            return f"Tile of a {self.base_array.shape[self.axes[0]]}-block on axis {self.axes[0]}"
         if self.kind in ("cos", "sin"):
             pos = f"(Range + {self.offset[1]})" if self.offset is not None else "Range"
             return f"{self.kind.capitalize()}({pos} * freq) on axis {self.axes[0]}"
@@ -177,7 +190,7 @@ def _trig_from(arr: np.ndarray, axes: list[int], start: int) -> Generator | None
     unit amplitude. The angle per step comes coarse from the recurrence ``x[i-1] + x[i+1] =
     2 cos(f) x[i]`` (needs 3 points, any branch), then exact from the position where the inverse
     is best conditioned, on the branch the coarse value picks; every traced value must fit.
-    ``offset`` holds the start only: the plan names the size it moves with."""
+    ``phase`` holds the start: the plan names the size it moves with (``offset``)."""
     if arr.dtype.kind != "f" or len(axes) != 1 or start < 1:
         return None
     k = axes[0]
@@ -219,7 +232,7 @@ def _trig_from(arr: np.ndarray, axes: list[int], start: int) -> Generator | None
                 kind,
                 axes,
                 steps={k: np.moveaxis(freq, 0, k).astype(np.float32)},
-                offset=("phase", None, start),
+                phase=start,
             )
     return None
 
@@ -324,7 +337,7 @@ def evidence_gap(
         if gen.kind == "band" and gen.band is not None:
             moving = k in gen.band[:2]
         if gen.kind == "tile":
-            need = 2 * gen.base.shape[k]  # type: ignore[union-attr]
+            need = 2 * gen.base_array.shape[k]
             if n < need and k not in rows:
                 return (
                     f"axis {k} holds one block of {n}: one copy does not show that it repeats"

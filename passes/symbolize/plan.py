@@ -16,15 +16,16 @@ The plan has ``to_dict()`` for JSON reports and ``__rich__()`` for the terminal.
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import onnx
 
 from onnxsurgery.model.dtypes import dtype_name, elem_type_of
 from onnxsurgery.passes.symbolize.baked import GridTable, grid_table, relative_axes, same_pads
 from onnxsurgery.passes.symbolize.batch_indices import (
-    BatchIndex,
     batch_like_symbols,
     find_batch_indices,
 )
@@ -103,8 +104,8 @@ class Change:
     old: str
     new: str
     values: list[Dim]
+    use: ConstUse = field(repr=False)  # the constant read
     rebuild: Generator | None = None  # data: how the constant is regenerated at run time
-    use: ConstUse | None = field(default=None, repr=False)
 
     def __str__(self) -> str:
         where = f"{self.op} {self.node!r} input {self.input_index} ({self.input})"
@@ -261,7 +262,7 @@ def _verified_table(plan: SymbolizePlan) -> Any:
 # ------------------------------------------------------------------------------------------------
 
 
-def _one_point(a: ShapeAnalysis, use: ConstUse, rows: set[str]) -> Blocker | None:
+def _one_point(a: ShapeAnalysis, use: ConstUse, rows: Set[str]) -> Blocker | None:
     """A data constant of size 1 on an axis that met a non-batch symbol traced at 1: kept as a
     broadcast, though one point cannot tell that from a table of the symbol's length."""
     if use.kind != "data":
@@ -290,9 +291,9 @@ def _one_point(a: ShapeAnalysis, use: ConstUse, rows: set[str]) -> Blocker | Non
 def _changes(
     a: ShapeAnalysis,
     sol: Solution,
-    forced: dict[int, BatchIndex],
-    rows: set[str] = frozenset(),  # type: ignore[assignment]
-    structural: set[int] = frozenset(),  # type: ignore[assignment]
+    forced: dict[int, tuple[int, np.ndarray]],
+    rows: Set[str] = frozenset(),
+    structural: Set[int] = frozenset(),
 ) -> tuple[list[Change], list[Blocker]]:
     changes: list[Change] = []
     blockers: list[Blocker] = []
@@ -327,8 +328,8 @@ def _changes(
         ]
         sym_axes = [k for k, d in enumerate(dims) if not d.is_const()]
         old = f"{dtype_name(elem_type_of(use.array))}{fmt_values(list(use.array.shape))}"
-        bi = forced.get(id(use))
-        if bi is None:
+        enumerates = forced.get(id(use))  # (axis, step) of a batch enumeration traced at 1
+        if enumerates is None:
             blocks = {}
             for k in sym_axes:
                 terms = dims[k].terms
@@ -337,16 +338,17 @@ def _changes(
                     if mono and coef > 1:
                         blocks[k] = coef
             gen = match_generator(use.array, sym_axes, blocks, tuple(starts))
-            if gen is not None and gen.offset is not None and gen.offset[0] == "phase":
-                gen.offset = ("phase", Dim.sym(starts[gen.offset[2]]), gen.offset[2])
+            if gen is not None and gen.phase is not None:
+                gen.offset = ("phase", Dim.sym(starts[gen.phase]), gen.phase)
         else:  # a batch enumeration traced at 1: its step comes from the gather it indexes
-            rest = [k for k in sym_axes if k != bi.axis]
+            axis, step = enumerates
+            rest = [k for k in sym_axes if k != axis]
             gen = (
                 match_generator(use.array, rest) if rest else Generator("affine", [], use.array, {})
             )
             if gen is not None and gen.kind == "affine":
-                gen.axes = sorted([*gen.axes, bi.axis])
-                gen.steps[bi.axis] = bi.step
+                gen.axes = sorted([*gen.axes, axis])
+                gen.steps[axis] = step
             else:
                 gen = None
         row_axes = {k for k in sym_axes if dims[k].atoms() and dims[k].atoms() <= rows}
@@ -381,7 +383,7 @@ def _changes(
                     "position table gathered at the traced positions and folded by the exporter "
                     "looks like this, and its weight is no longer in the graph to gather from)"
                 )
-        elif bi is None:
+        elif enumerates is None:
             gap = evidence_gap(gen, use.array, row_axes, id(use) in structural)
             found = (
                 (gap, set())
@@ -418,7 +420,7 @@ def _change(
 ) -> Change:
     """The Change of the constant read ``use``: where it is, what it was and what it becomes."""
     return Change(
-        use.graph, use.node, use.op, use.input_index, use.tensor, kind, old, new, values, rebuild, use
+        use.graph, use.node, use.op, use.input_index, use.tensor, kind, old, new, values, use, rebuild
     )
 
 
@@ -476,19 +478,20 @@ def plan_symbolize(
     if batch_indices:
         for bi in batch_indices:
             atom = bi.use.atoms[bi.axis]
+            assert atom is not None  # a constant read as data has an unknown on every axis
             analysis.constraints.append(
                 Constraint(
-                    Dim.sym(atom) - Dim.sym(bi.symbol),  # type: ignore[arg-type]
+                    Dim.sym(atom) - Dim.sym(bi.symbol),
                     bi.use.node,
                     bi.use.op,
                     f"constant {bi.use.tensor!r} indexes {bi.symbol} rows in {bi.gather!r}",
                     False,
-                    Dim.sym(atom),  # type: ignore[arg-type]
+                    Dim.sym(atom),
                     Dim.sym(bi.symbol),
                 )
             )
         sol = solve(analysis)
-    forced = {id(bi.use): bi for bi in batch_indices if bi.step is not None}
+    forced = {id(bi.use): (bi.axis, bi.step) for bi in batch_indices if bi.step is not None}
     structural = {id(bi.use) for bi in batch_indices}
     changes, blockers = _changes(analysis, sol, forced, row_syms, structural)
     padding, same_padding = same_pads(analysis, sol)
@@ -530,11 +533,11 @@ def plan_symbolize(
     blocked = {(b.node, b.input) for b in blockers if b.input}
     for use in analysis.uses:
         if use.kind == "data" and (use.node, use.tensor) in blocked:
-            dims = [
+            grid_dims = [
                 sol.resolve(Dim.sym(x)) if x is not None else Dim.const(n)
                 for x, n in zip(use.atoms, use.array.shape, strict=True)
             ]
-            table = grid_table(analysis, use, dims)
+            table = grid_table(analysis, use, grid_dims)
             if table is not None:
                 plan.grid_tables[use.node] = table
                 for blocker in blockers:

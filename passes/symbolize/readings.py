@@ -12,6 +12,7 @@ The other reading, keeping the graph as it is, needs no rewrite.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import onnx
@@ -61,7 +62,7 @@ def same_padding(model: onnx.ModelProto, ops: list[tuple[str, str | None]]) -> o
 
 
 #: How torch resizes a table to a grid (``F.interpolate(..., align_corners=False)``), as ONNX Resize
-GRID_RESIZES = {
+GRID_RESIZES: dict[str, dict[str, Any]] = {  # Resize attributes by name
     "bicubic": {"mode": "cubic", "cubic_coeff_a": -0.75},
     "bilinear": {"mode": "linear"},
 }

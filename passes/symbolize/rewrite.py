@@ -20,13 +20,14 @@ import re
 
 import numpy as np
 import onnx
+from numpy.typing import DTypeLike
 from onnx import helper, numpy_helper
 
 from onnxsurgery.model.dtypes import elem_type_of
 from onnxsurgery.model.io import IR_INITIALIZERS_AS_INPUTS, sync_initializer_inputs
 from onnxsurgery.model.walk import graphs_by_path, subgraphs
 from onnxsurgery.passes.symbolize.plan import Change, SymbolizePlan
-from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.shapes.dims import Dim, const_ints
 from onnxsurgery.shapes.rules import op_traits
 
 __all__ = [
@@ -138,8 +139,9 @@ class _Rewriter:
 
     def vector(self, values: list[Dim]) -> str:
         """A 1-D int64 tensor with the given elements: constant runs plus computed pieces."""
-        if all(v.value is not None for v in values):
-            return self.const([int(v.value) for v in values])  # type: ignore[arg-type]
+        ints = const_ints(values)
+        if ints is not None:
+            return self.const(ints)
         pieces: list[str] = []
         run: list[int] = []
         for v in values:
@@ -167,7 +169,6 @@ class _Rewriter:
     def size_change(self, change: Change, node: onnx.NodeProto) -> str:
         values = list(change.values)
         use = change.use
-        assert use is not None
         if change.op == "Reshape" and change.input_index == 1:
             values = self.simplify_reshape(node, values, use.array)
         elif change.op == "Expand" and change.input_index == 1:
@@ -215,7 +216,7 @@ class _Rewriter:
             self.inits[name] = numpy_helper.from_array(np.ascontiguousarray(arr), name)
         return name
 
-    def index(self, n: Dim, axis: int, rank: int, dtype: np.dtype) -> str:
+    def index(self, n: Dim, axis: int, rank: int, dtype: DTypeLike) -> str:
         """``arange(n)`` laid along ``axis`` of a rank-``rank`` tensor, in ``dtype``."""
         key = f"symbolize/arange[{safe_name(str(n))}]"
         limit = self.node("Reshape", [self.expr(n), self.const([])], f"{key}/limit")
@@ -231,17 +232,17 @@ class _Rewriter:
 
     def data_change(self, change: Change, node: onnx.NodeProto) -> str:
         use, gen = change.use, change.rebuild
-        assert use is not None and gen is not None
+        assert gen is not None  # a data change says how to rebuild the constant
         arr = use.array
         rank = arr.ndim
         dims = list(change.values)
         tag = f"symbolize/{use.tensor}[{','.join(safe_name(str(v)) for v in dims)}]"
         full: set[int] = set()  # symbolic axes the generated tensor already spans
         if gen.kind == "affine":
-            acc = self.initializer(f"{tag}/base", gen.base)  # type: ignore[arg-type]
+            acc = self.initializer(f"{tag}/base", gen.base_array)
             if gen.offset is not None:  # the start moves with a cache length: base - traced + it
                 where, size, traced = gen.offset
-                start = self.expr(size)  # type: ignore[arg-type]
+                start = self.expr(size)
                 if arr.dtype != np.int64:
                     start = self.node(
                         "Cast", [start], f"{tag}/start", to=elem_type_of(arr)
@@ -252,7 +253,7 @@ class _Rewriter:
                     start = self.node(
                         "Mul", [start, self.initializer(f"{tag}/startstep", step)], f"{tag}/startx"
                     )
-                rest = (gen.base - traced * step).astype(arr.dtype)  # type: ignore[operator]
+                rest = (gen.base_array - traced * step).astype(arr.dtype)
                 acc = self.node(
                     "Add", [self.initializer(f"{tag}/rest", rest), start], f"{tag}/from"
                 )
@@ -269,8 +270,8 @@ class _Rewriter:
                 full.add(k)
         elif gen.kind == "tile":
             k = gen.axes[0]
-            block = gen.base.shape[k]  # type: ignore[union-attr]
-            base = self.initializer(f"{tag}/block", gen.base)  # type: ignore[arg-type]
+            block = gen.base_array.shape[k]
+            base = self.initializer(f"{tag}/block", gen.base_array)
             reps = [Dim.const(1)] * rank
             reps[k] = dims[k].exact_div(block) or dims[k]
             acc = self.node("Tile", [base, self.vector(reps)], f"{tag}/tile")
@@ -280,7 +281,7 @@ class _Rewriter:
             pos = self.index(dims[k], k, rank, np.float32)
             if gen.offset is not None:  # positions start .. start + n - 1, start a cache length
                 f32 = elem_type_of(np.dtype(np.float32))
-                start = self.expr(gen.offset[1])  # type: ignore[arg-type]
+                start = self.expr(gen.offset[1])
                 start = self.node("Cast", [start], f"{tag}/start", to=f32)
                 pos = self.node("Add", [pos, start], f"{tag}/pos")
             angle = self.node(
@@ -387,7 +388,7 @@ class _Rewriter:
         replaced: set[str] = set()
         for change in self.plan.changes:
             graph = self.graphs[change.graph]
-            node = graph.node[change.use.node_index]  # type: ignore[union-attr]
+            node = graph.node[change.use.node_index]
             if change.kind == "size":
                 new = self.size_change(change, node)
             else:

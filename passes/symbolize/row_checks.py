@@ -73,7 +73,7 @@ def new_row_zero(
     for name, arr in feeds.items():
         if name in in_axis and name in other:
             arr = np.array(arr, copy=True)
-            index = [slice(None)] * arr.ndim
+            index: list[slice | int] = [slice(None)] * arr.ndim
             index[in_axis[name]] = 0
             arr[tuple(index)] = other[name][tuple(index)]
         changed[name] = arr

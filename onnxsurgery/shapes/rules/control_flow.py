@@ -7,6 +7,8 @@ dispatch (:func:`~onnxsurgery.shapes.rules.core.run_node`) as the main graph's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import onnx
 
 from onnxsurgery.model.walk import graph_path, subgraph_attrs
@@ -20,15 +22,15 @@ traits("Scan", foldable=False)
 
 
 def _run_subgraph(
-    ctx: NodeCtx, g: onnx.GraphProto, path: str, inputs: list[TensorInfo | None]
+    ctx: NodeCtx, g: onnx.GraphProto, path: str, inputs: Sequence[TensorInfo | None]
 ) -> list[TensorInfo | None]:
     consts = read_constants(g)
     for name, info in consts.infos():
         ctx.a.consts[name] = consts[name]
         ctx.a.tensors[name] = info
-    for vi, info in zip(g.input, inputs, strict=False):
-        if info is not None:
-            ctx.a.tensors[vi.name] = info
+    for vi, given in zip(g.input, inputs, strict=False):
+        if given is not None:
+            ctx.a.tensors[vi.name] = given
     for index, node in enumerate(g.node):
         if node.op_type == "Constant" and node.output[0] in consts:
             continue
@@ -42,6 +44,13 @@ def _graph_attr(node: onnx.NodeProto, name: str) -> onnx.GraphProto | None:
 
 def _path(ctx: NodeCtx, attr: str) -> str:
     return graph_path(ctx.graph, ctx.node, attr)
+
+
+def _static_dims(ctx: NodeCtx, k: int) -> list[int] | None:
+    """The traced shape of output ``k`` when ONNX inference gave every dim of it, else None."""
+    static = ctx.static_shape(k)
+    dims = [s for s in static or () if s is not None]
+    return dims if static is not None and len(dims) == len(static) else None
 
 
 @rule("If", foldable=False)
@@ -65,11 +74,11 @@ def _if(ctx: NodeCtx):
                         e.shape[a] = dt
         pick = taken[k] if taken is not None else t
         if taken is None and (t is None or e is None or t.shape != e.shape):
-            static = ctx.static_shape(k)
-            if static is None or any(s is None for s in static):
+            static = _static_dims(ctx, k)
+            if static is None:
                 outs.append(None)
                 continue
-            shape = [ctx.derived(s, k, a, "If branches disagree") for a, s in enumerate(static)]  # type: ignore[arg-type]
+            shape = [ctx.derived(s, k, a, "If branches disagree") for a, s in enumerate(static)]
             outs.append(TensorInfo(shape, t.dtype if t else 0))
             continue
         outs.append(pick)
@@ -86,7 +95,7 @@ def _loop(ctx: NodeCtx):
     iter_info = TensorInfo([], onnx.TensorProto.INT64, None)
     cond_info = TensorInfo([], onnx.TensorProto.BOOL, None)
     carried = [ctx.info(2 + i, "data") for i in range(n_carried)]
-    body_out = _run_subgraph(ctx, body, _path(ctx, "body"), [iter_info, cond_info] + carried)
+    body_out = _run_subgraph(ctx, body, _path(ctx, "body"), [iter_info, cond_info, *carried])
     outs: list[TensorInfo | None] = []
     for i in range(n_carried):
         init, final = carried[i], body_out[1 + i] if 1 + i < len(body_out) else None
@@ -98,8 +107,8 @@ def _loop(ctx: NodeCtx):
         ):
             outs.append(TensorInfo(init.shape, init.dtype))
         else:
-            static = ctx.static_shape(i)
-            if static is None or any(s is None for s in static):
+            static = _static_dims(ctx, i)
+            if static is None:
                 outs.append(None)
             else:
                 outs.append(
@@ -110,10 +119,10 @@ def _loop(ctx: NodeCtx):
                         ],
                         init.dtype if init else 0,
                     )
-                )  # type: ignore[arg-type]
+                )
     for j, scan in enumerate(body_out[1 + n_carried :]):
         k = n_carried + j
-        static = ctx.static_shape(k)
+        traced = ctx.static_shape(k)
         if (
             trip is not None
             and trip[0] is not None
@@ -124,7 +133,7 @@ def _loop(ctx: NodeCtx):
             count = trip[0]
         else:
             count = ctx.opaque(
-                static[0] if static and static[0] is not None else 0, k, 0, note="Loop iteration count"
+                traced[0] if traced and traced[0] is not None else 0, k, 0, note="Loop iteration count"
             )
         if scan is None or scan.shape is None:
             outs.append(None)

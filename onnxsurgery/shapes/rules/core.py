@@ -15,7 +15,8 @@ The rules themselves live by op family beside this module (``elementwise``, ``te
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -26,12 +27,23 @@ from onnxsurgery.shapes.analysis import (
     MAX_VALUE_ELEMENTS,
     ShapeAnalysis,
     TensorInfo,
+    UseKind,
     constant_info,
 )
-from onnxsurgery.shapes.dims import Dim, as_dim
+from onnxsurgery.shapes.dims import Dim, as_dim, const_ints
 from onnxsurgery.shapes.rules.traits import DEFAULT, declare, domain_key, op_traits, traits_from
 
-__all__ = ["NodeCtx", "RULES", "rule", "run_node", "broadcast", "pick", "out", "fallback"]
+__all__ = [
+    "NodeCtx",
+    "RULES",
+    "rule",
+    "run_node",
+    "broadcast",
+    "pick",
+    "out",
+    "fallback",
+    "with_shapes",
+]
 
 Rule = Callable[["NodeCtx"], list[TensorInfo | None]]
 #: (domain, op_type) -> rule; the default domain is ``""`` (``ai.onnx`` is read as ``""``).
@@ -87,7 +99,7 @@ class NodeCtx:
     def has(self, i: int) -> bool:
         return i < len(self.node.input) and bool(self.node.input[i])
 
-    def info(self, i: int, kind: str | None = None) -> TensorInfo | None:
+    def info(self, i: int, kind: UseKind | None = None) -> TensorInfo | None:
         if not self.has(i):
             return None
         if kind is None:
@@ -105,15 +117,13 @@ class NodeCtx:
     def ints(self, i: int) -> list[int] | None:
         """Concrete int elements of input ``i`` (None if not all known)."""
         vals = self.value(i)
-        if vals is None or any(v.value is None for v in vals):
-            return None
-        return [int(v.value) for v in vals]  # type: ignore[arg-type]
+        return None if vals is None else const_ints(vals)
 
     def dtype(self, i: int) -> int:
         info = self.info(i)
         return info.dtype if info else 0
 
-    def attr(self, name: str, default=None):
+    def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
 
     @property
@@ -215,6 +225,15 @@ class NodeCtx:
         return False
 
 
+def with_shapes(
+    infos: Sequence[TensorInfo | None],
+) -> tuple[list[TensorInfo], list[list[Dim]]] | None:
+    """``infos`` and their shapes when every one is known with a rank, else None."""
+    known = [i for i in infos if i is not None]
+    shapes = [i.shape for i in known if i.shape is not None]
+    return (known, shapes) if len(shapes) == len(infos) else None
+
+
 def _const_value(values: list[Dim] | None, dtype: int) -> list[Dim] | None:
     if values is None or len(values) > MAX_VALUE_ELEMENTS:
         return None
@@ -277,9 +296,9 @@ def run_node(analysis: ShapeAnalysis, index: int, node: onnx.NodeProto, graph: s
     except (IndexError, KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
         analysis.note(node, f"shape rule failed ({type(exc).__name__}: {exc}); used ONNX inference")
         outs = fallback(ctx)
-    for k, name in enumerate(node.output):
-        if name and k < len(outs) and outs[k] is not None:
-            analysis.tensors[name] = outs[k]  # type: ignore[assignment]
+    for name, info in zip(node.output, outs, strict=False):
+        if name and info is not None:
+            analysis.tensors[name] = info
 
 
 FOLD_LIMIT = 1 << 16  # elements of input
@@ -368,9 +387,9 @@ def fallback(ctx: NodeCtx) -> list[TensorInfo | None]:
             if (
                 info is not None
                 and info.value is not None
-                and all(v.is_const() for v in info.value)
+                and (ints := const_ints(info.value)) is not None
             ):
-                arr = np.array([int(v.value) for v in info.value], dtype=np.int64)  # type: ignore[arg-type]
+                arr = np.array(ints, dtype=np.int64)
                 if info.rank == 0:
                     arr = arr.reshape(())
                 data[name] = onnx.numpy_helper.from_array(arr, name)

@@ -4,16 +4,18 @@ rows (Softmax along its axis, CumSum) and of the random ops."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import onnx
 
-from onnxsurgery.shapes.analysis import INT_TYPES
+from onnxsurgery.shapes.analysis import INT_TYPES, UseKind
 from onnxsurgery.shapes.dims import Dim
-from onnxsurgery.shapes.rules.core import NodeCtx, broadcast, fallback, out, rule
+from onnxsurgery.shapes.rules.core import NodeCtx, broadcast, fallback, out, rule, with_shapes
 from onnxsurgery.shapes.rules.traits import MixAxis, traits
 
 
-def _bcast_values(vals: list[list[Dim]], fn) -> list[Dim] | None:
+def _bcast_values(vals: list[list[Dim]], fn: Callable[..., Dim]) -> list[Dim] | None:
     n = max(len(v) for v in vals)
     if any(len(v) not in (1, n) for v in vals):
         return None
@@ -113,11 +115,10 @@ BITWISE = ("BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor")
 def _is_shape_arith(ctx: NodeCtx) -> bool:
     """Whether this node computes on integer shape-like values (so constants are sizes)."""
     infos = [ctx.info(i) for i in range(ctx.n_inputs())]
-    if any(i is None for i in infos):
+    known = [i for i in infos if i is not None]
+    if len(known) < len(infos) or not all(i.dtype in INT_TYPES for i in known):
         return False
-    if not all(i.dtype in INT_TYPES for i in infos):  # type: ignore[union-attr]
-        return False
-    return all(i.value is not None and (i.rank or 0) <= 1 for i in infos)  # type: ignore[union-attr]
+    return all(i.value is not None and (i.rank or 0) <= 1 for i in known)
 
 
 @rule(*BINARY, broadcasts=True)
@@ -125,22 +126,23 @@ def _is_shape_arith(ctx: NodeCtx) -> bool:
 def _binary(ctx: NodeCtx):
     op = ctx.node.op_type
     shape_arith = _is_shape_arith(ctx)
-    kind = (
+    kind: UseKind = (
         "size"
         if shape_arith and op in ("Add", "Sub", "Mul", "Div", "Max", "Min", "Equal")
         else "data"
     )
-    infos = [ctx.info(i, kind) for i in range(ctx.n_inputs())]
-    if any(i is None or i.shape is None for i in infos):
+    found = with_shapes([ctx.info(i, kind) for i in range(ctx.n_inputs())])
+    if found is None:
         return fallback(ctx)
-    shape = broadcast(ctx, [i.shape for i in infos], f"{op} operands")  # type: ignore[union-attr,misc]
-    dtype = infos[0].dtype  # type: ignore[union-attr]
+    infos, shapes = found
+    shape = broadcast(ctx, shapes, f"{op} operands")
+    dtype = infos[0].dtype
     if op in _COMPARE or op in ("And", "Or", "Xor"):
         dtype = onnx.TensorProto.BOOL
     value = None
-    vals = [i.value for i in infos]  # type: ignore[union-attr]
-    if shape_arith and all(v is not None for v in vals) and len(vals) == 2:
-        value = _binary_values(ctx, op, vals)  # type: ignore[arg-type]
+    vals = [i.value for i in infos if i.value is not None]
+    if shape_arith and len(vals) == len(infos) == 2:
+        value = _binary_values(ctx, op, vals)
     if op == "Add" and not shape_arith and dtype in INT_TYPES:
         _flat_index_columns(ctx)
     return [out(shape, dtype, value)]
@@ -239,12 +241,14 @@ def _where(ctx: NodeCtx):
     )
     infos = [ctx.info(0, None if shape_arith else "data")]
     infos += [ctx.info(k, "size" if shape_arith else "data") for k in (1, 2)]
-    if any(i is None or i.shape is None for i in infos):
+    found = with_shapes(infos)
+    if found is None:
         return fallback(ctx)
-    shape = broadcast(ctx, [i.shape for i in infos], "Where operands")  # type: ignore[union-attr,misc]
+    known, shapes = found
+    shape = broadcast(ctx, shapes, "Where operands")
     value = None
     if shape_arith:
-        vals = [i.value for i in infos]  # type: ignore[union-attr]
-        if all(v is not None for v in vals):
-            value = _bcast_values(vals, lambda c, x, y: x if ctx.traced(c) else y)  # type: ignore[arg-type]
-    return [out(shape, infos[1].dtype, value)]  # type: ignore[union-attr]
+        vals = [i.value for i in known if i.value is not None]
+        if len(vals) == len(known):
+            value = _bcast_values(vals, lambda c, x, y: x if ctx.traced(c) else y)
+    return [out(shape, known[1].dtype, value)]

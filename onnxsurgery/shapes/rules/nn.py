@@ -13,7 +13,7 @@ import re
 
 import onnx
 
-from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.shapes.dims import Dim, const_ints
 from onnxsurgery.shapes.rules.core import NodeCtx, broadcast, fallback, out, rule
 from onnxsurgery.shapes.rules.traits import MixAxis, traits
 
@@ -110,7 +110,9 @@ def _conv(ctx: NodeCtx):
     if x is None or w is None:
         return fallback(ctx)
     group = ctx.attr("group", 1)
-    kernel = ctx.attr("kernel_shape") or [int(d.value) for d in w[2:]]  # type: ignore[arg-type]
+    kernel = ctx.attr("kernel_shape") or const_ints(w[2:])
+    if kernel is None:
+        return fallback(ctx)
     ctx.equal(x[1], w[1] * group, f"{ctx.node.op_type} input channels match the weight")
     return [out([x[0], w[0]] + _spatial(ctx, x, kernel), ctx.dtype(0))]
 
@@ -121,7 +123,9 @@ def _conv_transpose(ctx: NodeCtx):
     if x is None or w is None:
         return fallback(ctx)
     group = ctx.attr("group", 1)
-    kernel = ctx.attr("kernel_shape") or [int(d.value) for d in w[2:]]  # type: ignore[arg-type]
+    kernel = ctx.attr("kernel_shape") or const_ints(w[2:])
+    if kernel is None:
+        return fallback(ctx)
     ctx.equal(x[1], w[0], "ConvTranspose input channels match the weight")
     if ctx.attr("output_shape"):
         spatial = [Dim.const(v) for v in ctx.attr("output_shape")]
@@ -288,20 +292,21 @@ def _einsum(ctx: NodeCtx):
         return fallback(ctx)
     lhs, rhs = eq.split("->")
     terms = lhs.split(",")
-    shapes = [ctx.shape(i, data=True) for i in range(len(terms))]
-    if any(s is None for s in shapes):
+    read = [ctx.shape(i, data=True) for i in range(len(terms))]
+    shapes = [s for s in read if s is not None]
+    if len(shapes) < len(read):
         return fallback(ctx)
     letters: dict[str, list[Dim]] = {}
     ellipses: list[list[Dim]] = []
     for term, shape in zip(terms, shapes, strict=True):
         if "..." in term:
             pre, post = term.split("...")
-            n_ell = len(shape) - len(pre) - len(post)  # type: ignore[arg-type]
-            ellipses.append(shape[len(pre) : len(pre) + n_ell])  # type: ignore[index]
-            labels = list(pre) + [None] * n_ell + list(post)
+            n_ell = len(shape) - len(pre) - len(post)
+            ellipses.append(shape[len(pre) : len(pre) + n_ell])
+            labels: list[str | None] = [*pre, *[None] * n_ell, *post]
         else:
             labels = list(term)
-        for lab, d in zip(labels, shape, strict=True):  # type: ignore[arg-type]
+        for lab, d in zip(labels, shape, strict=True):
             if lab is not None:
                 letters.setdefault(lab, []).append(d)
     rep = {

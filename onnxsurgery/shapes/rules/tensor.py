@@ -14,8 +14,16 @@ import numpy as np
 import onnx
 
 from onnxsurgery.shapes.analysis import INT_TYPES, MAX_VALUE_ELEMENTS
-from onnxsurgery.shapes.dims import Dim, dim_product, dim_sum
-from onnxsurgery.shapes.rules.core import NodeCtx, broadcast, fallback, out, pick, rule
+from onnxsurgery.shapes.dims import Dim, const_ints, dim_product, dim_sum
+from onnxsurgery.shapes.rules.core import (
+    NodeCtx,
+    broadcast,
+    fallback,
+    out,
+    pick,
+    rule,
+    with_shapes,
+)
 from onnxsurgery.shapes.rules.traits import ALL, MixAxis, traits
 
 __all__: list[str] = []
@@ -177,27 +185,29 @@ def _unsqueeze(ctx: NodeCtx):
 
 @rule("Concat")
 def _concat(ctx: NodeCtx):
-    infos0 = [ctx.info(i) for i in range(ctx.n_inputs())]
-    if any(i is None or i.shape is None for i in infos0):
+    plain = with_shapes([ctx.info(i) for i in range(ctx.n_inputs())])
+    if plain is None:
         return fallback(ctx)
-    shape_vec = all(i.value is not None and (i.rank or 0) <= 1 for i in infos0)  # type: ignore[union-attr]
-    infos = [ctx.info(i, "size" if shape_vec else "data") for i in range(ctx.n_inputs())]
-    rank = len(infos[0].shape)  # type: ignore[union-attr,arg-type]
+    shape_vec = all(i.value is not None and (i.rank or 0) <= 1 for i in plain[0])
+    found = with_shapes(
+        [ctx.info(i, "size" if shape_vec else "data") for i in range(ctx.n_inputs())]
+    )
+    if found is None:
+        return fallback(ctx)
+    infos, shapes = found
+    first = shapes[0]
+    rank = len(first)
     ax = ctx.axis(ctx.attr("axis", 0), rank)
-    first = infos[0].shape  # type: ignore[union-attr]
-    shape = list(first)  # type: ignore[arg-type]
-    for info in infos[1:]:
+    shape = list(first)
+    for other in shapes[1:]:
         for k in range(rank):
-            if k != ax and info.shape[k] != first[k]:  # type: ignore[union-attr,index]
-                ctx.equal(info.shape[k], first[k], f"Concat inputs agree on axis {k}")  # type: ignore[union-attr,index]
-    shape[ax] = dim_sum(i.shape[ax] for i in infos)  # type: ignore[union-attr,index]
-    shape = [
-        pick(ctx, [d] + [i.shape[k] for i in infos]) if k != ax else d for k, d in enumerate(shape)
-    ]  # type: ignore[union-attr,index]
-    value = None
-    if shape_vec:
-        value = [v for i in infos for v in i.value]  # type: ignore[union-attr]
-    return [out(shape, infos[0].dtype, value)]  # type: ignore[union-attr]
+            if k != ax and other[k] != first[k]:
+                ctx.equal(other[k], first[k], f"Concat inputs agree on axis {k}")
+    shape[ax] = dim_sum(s[ax] for s in shapes)
+    shape = [pick(ctx, [d] + [s[k] for s in shapes]) if k != ax else d for k, d in enumerate(shape)]
+    values = [i.value for i in infos if i.value is not None]
+    value = [v for vs in values for v in vs] if shape_vec and len(values) == len(infos) else None
+    return [out(shape, infos[0].dtype, value)]
 
 
 @rule("Split", size_inputs=(1,))
@@ -235,7 +245,13 @@ def _slice(ctx: NodeCtx):
         return fallback(ctx)
     vector = base.value is not None and (base.rank or 0) == 1
     info = base if vector else ctx.info(0, "data")
-    shape = list(info.shape)  # type: ignore[union-attr,arg-type]
+    if info is None or info.shape is None:
+        return fallback(ctx)
+    shape = list(info.shape)
+    starts: list[Dim] | None
+    ends: list[Dim] | None
+    axes: list[int] | None
+    steps: list[int] | None
     if ctx.opset < 10:
         starts = [Dim.const(v) for v in ctx.attr("starts", [])]
         ends = [Dim.const(v) for v in ctx.attr("ends", [])]
@@ -255,18 +271,19 @@ def _slice(ctx: NodeCtx):
             return fallback(ctx)
         axes = axes if axes is not None else list(range(len(starts)))
         steps = steps if steps is not None else [1] * len(starts)
-    value = list(base.value) if vector else None
+    value = list(base.value) if vector and base.value is not None else None
     for s, e, a, st in zip(starts, ends, axes, steps, strict=False):
         a = ctx.axis(a, len(shape))
         d = shape[a]
-        if value is not None and s.is_const() and e.is_const():
-            idx = range(len(value))[slice(int(s.value), int(e.value), st)]  # type: ignore[arg-type]
+        sv, ev = s.value, e.value
+        if value is not None and sv is not None and ev is not None:
+            idx = range(len(value))[slice(sv, ev, st)]
             value = [value[i] for i in idx]
             shape[a] = Dim.const(len(value))
             continue
         value = None
         shape[a] = _slice_len(ctx, d, s, e, st, a)
-    return [out(shape, info.dtype, value)]  # type: ignore[union-attr]
+    return [out(shape, info.dtype, value)]
 
 
 def _slice_len(ctx: NodeCtx, d: Dim, s: Dim, e: Dim, step: int, axis: int) -> Dim:
@@ -320,22 +337,19 @@ def _gather(ctx: NodeCtx):
         return fallback(ctx)
     vector = base.value is not None and (base.rank or 0) <= 1
     info = ctx.info(0, "size") if vector else base
-    shape = info.shape  # type: ignore[union-attr]
-    ax = ctx.axis(ctx.attr("axis", 0), len(shape))  # type: ignore[arg-type]
     # Constant indices into a tensor (positions 0..S-1) may carry a traced length in their dims.
     idx_shape = idx.shape if vector or not idx.shape else ctx.shape(1, data=True)
-    out_shape = shape[:ax] + idx_shape + shape[ax + 1 :]  # type: ignore[index,operator]
+    if info is None or info.shape is None or idx_shape is None:
+        return fallback(ctx)
+    shape = info.shape
+    ax = ctx.axis(ctx.attr("axis", 0), len(shape))
+    out_shape = shape[:ax] + idx_shape + shape[ax + 1 :]
     value = None
-    if vector and info.value is not None and idx.value is not None:  # type: ignore[union-attr]
-        n = len(info.value)  # type: ignore[union-attr]
-        picks = []
-        for v in idx.value:
-            t = ctx.traced(v)
-            if not v.is_const() or not -n <= t < n:
-                picks = None
-                break
-            picks.append(info.value[t + n if t < 0 else t])  # type: ignore[union-attr]
-        value = picks
+    if vector and info.value is not None and idx.value is not None:
+        n = len(info.value)
+        picked = [ctx.traced(v) for v in idx.value]
+        if all(v.is_const() and -n <= t < n for v, t in zip(idx.value, picked, strict=True)):
+            value = [info.value[t + n if t < 0 else t] for t in picked]
     return [out(out_shape, base.dtype, value)]
 
 
@@ -393,8 +407,9 @@ def _expand(ctx: NodeCtx):
         return fallback(ctx)
     shape = broadcast(ctx, [info.shape, target], "Expand input and shape")
     value = None
-    if info.value is not None and len(info.value) == 1 and all(d.is_const() for d in shape):
-        n = int(np.prod([d.value for d in shape])) if shape else 1
+    sizes = const_ints(shape)
+    if info.value is not None and len(info.value) == 1 and sizes is not None:
+        n = int(np.prod(sizes)) if shape else 1
         if n <= MAX_VALUE_ELEMENTS:
             value = info.value * n
     return [out(shape, info.dtype, value)]
@@ -426,8 +441,9 @@ def _range(ctx: NodeCtx):
     else:
         n = ctx.opaque(max(0, -(-(ctx.traced(lim) - ctx.traced(s)) // td)) if td else 0, axis=0)
     value = None
-    if n.is_const() and s.is_const() and dl.is_const() and 0 <= int(n.value) <= MAX_VALUE_ELEMENTS:  # type: ignore[arg-type]
-        value = [Dim.const(int(s.value) + i * td) for i in range(int(n.value))]  # type: ignore[arg-type]
+    nv, sv = n.value, s.value
+    if nv is not None and sv is not None and dl.is_const() and 0 <= nv <= MAX_VALUE_ELEMENTS:
+        value = [Dim.const(sv + i * td) for i in range(nv)]
     elif (
         n.is_const() is False and dl.is_const() and td == 1 and ctx.traced(n) <= MAX_VALUE_ELEMENTS
     ):
@@ -442,6 +458,7 @@ def _pad(ctx: NodeCtx):
         return fallback(ctx)
     shape = list(info.shape)
     rank = len(shape)
+    pads: list[Dim] | None
     if ctx.opset < 11:
         pads = [Dim.const(p) for p in ctx.attr("pads", [])]
     else:
