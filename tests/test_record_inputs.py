@@ -182,6 +182,17 @@ def test_recording_into_a_folder_with_cases_says_so(net):
     assert [c.inputs["x"].shape[0] for c in load_cases(net / "refs")] == [6]
 
 
+def test_cases_go_to_a_folder_never_a_stream_or_a_file(net, monkeypatch):
+    monkeypatch.chdir(net)
+    dash = invoke("reference", "record", "usernet.py:Net", "-m", "usernet.onnx", "-o", "-", "--case", "x:4x8;ids:4x2")
+    one_line_error(dash)
+    assert "cases are test_data_set_N folders, not a stream" in dash.stderr
+    assert not (net / "-").exists()
+    (net / "file").write_text("keep")
+    one_line_error(record(net, "--case", "x:4x8;ids:4x2", out="file"))
+    assert (net / "file").read_text() == "keep"
+
+
 # --- item 5: the inputs it makes ------------------------------------------------------------
 
 

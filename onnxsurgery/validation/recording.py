@@ -257,6 +257,7 @@ def record_model_cases(
     exported ones. Nothing is written before every case is recorded and checked; cases are
     added after those ``out_dir`` holds, or replace them all with ``overwrite``.
     """
+    _check_out_dir(Path(out_dir))
     proto = as_model(model)
     specs = [s for s in model_inputs(proto) if not s.optional]
     output_names = [o.name for o in proto.graph.output]
@@ -273,6 +274,14 @@ def record_model_cases(
     recorded = _write(cases, Path(out_dir), overwrite)
     recorded.check = found
     return recorded
+
+
+def _check_out_dir(root: Path) -> None:
+    """Refuse, before torch runs, a place cases cannot go: they are folders, never a stream."""
+    if str(root) == "-":
+        raise UsageError("reference record -o -: cases are test_data_set_N folders, not a stream; give a folder")
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"reference record -o {root}: is not a folder; give a folder for the cases")
 
 
 def _dims_text(dims: Sequence[Any] | None) -> str:
