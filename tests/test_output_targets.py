@@ -116,7 +116,7 @@ def test_output_dash_writes_the_model_to_stdout(model_file, tmp_path):
     assert done.returncode == 0, done.stderr
     model = onnx.load_model_from_string(done.stdout)
     assert [n.op_type for n in model.graph.node] == ["Relu"]
-    assert b"wrote -" in done.stderr
+    assert b"wrote the model to standard output" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
 
 

@@ -153,7 +153,8 @@ class PipelineReport:
         if self.localized is not None:
             parts.append(self.localized.view(verbose))
         if self.output and self.ok:
-            parts.append(Text(f"wrote {self.output}", style="green"))
+            where = "the model to standard output" if self.output == "-" else self.output
+            parts.append(Text(f"wrote {where}", style="green"))
         return Group(*parts)
 
     def warnings(self) -> list[tuple[str, Diagnostic]]:
