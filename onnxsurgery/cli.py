@@ -36,7 +36,7 @@ from onnxsurgery.model.io import load_model, save_model
 from onnxsurgery.model.signature import parse_shape_spec
 from onnxsurgery.pipeline.chain import build_passes, format_value, load_recipe, parse_passes
 from onnxsurgery.pipeline.registry import discover, get_pass
-from onnxsurgery.pipeline.report import write_json
+from onnxsurgery.pipeline.report_html import write_report
 from onnxsurgery.pipeline.runner import Pipeline, default_output_path, pass_failure
 from onnxsurgery.validation.against_references import validate
 from onnxsurgery.validation.references import load_cases
@@ -205,7 +205,7 @@ def run(
     ] = None,
     report: Annotated[
         Path | None,
-        typer.Option("--report", help="Write the run's report as JSON here.", rich_help_panel=_PANEL_IO),
+        typer.Option("--report", help="Write the run's report here: FILE.html a page to read, else JSON.", rich_help_panel=_PANEL_IO),
     ] = None,
     check: Annotated[
         bool,
@@ -281,7 +281,7 @@ def run(
                 terminal.err.print(Text(f"kept the failing model at {keep_failed}"))
             raise
         if report is not None:
-            write_json(result.to_dict(), report)
+            write_report(result.to_dict(), report)
         if not quiet:
             terminal.show(result, verbose)
 
@@ -403,7 +403,7 @@ def diff_command(
     model_b: Annotated[Path, typer.Argument(metavar="MODEL_B", help="The model after (e.g. repaired).")],
     report: Annotated[
         Path | None,
-        typer.Option("--report", help="Write the diff as JSON here (- for stdout).", rich_help_panel=_PANEL_IO),
+        typer.Option("--report", help="Write the diff here: FILE.html a page, else JSON (- for stdout).", rich_help_panel=_PANEL_IO),
     ] = None,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -421,7 +421,7 @@ def diff_command(
         check_targets({"model a": model_a, "model b": model_b}, {"--report": report}, text=("--report",))
         result = onnxsurgery.diff(model_a, model_b)
         if report is not None:
-            write_json(result.to_dict(), report)
+            write_report(result.to_dict(), report)
         terminal.show(result, verbose)
 
 
@@ -484,7 +484,7 @@ def validate_command(
     ] = None,
     report: Annotated[
         Path | None,
-        typer.Option("--report", help="Write every case and output as JSON here.", rich_help_panel=_PANEL_IO),
+        typer.Option("--report", help="Write every case and output here: FILE.html a page, else JSON.", rich_help_panel=_PANEL_IO),
     ] = None,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print nothing but errors.")] = False,
     verbose: VerboseOpt = False,
@@ -559,7 +559,7 @@ def validate_command(
                 )
             shown = divergence.LocalizedFailure(result, found)
         if report is not None:
-            write_json(shown.to_dict(), report)
+            write_report(shown.to_dict(), report)
         if not result:
             raise ValidationMismatch(f"validation against {what} failed: {result.summary}", report=shown)
         if not quiet:

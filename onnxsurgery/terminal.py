@@ -17,7 +17,7 @@ import typer
 
 from onnxsurgery._version import __version__
 from onnxsurgery.errors import OnnxSurgeryError, ValidationMismatch
-from onnxsurgery.pipeline.report import write_json
+from onnxsurgery.pipeline.report_html import write_report
 
 __all__ = ["LazyConsole", "boundary", "err", "out", "progress_line", "say_error", "show", "state"]
 
@@ -92,7 +92,7 @@ def boundary(
         pipeline_report = exc.pipeline_report
         if report_path is not None and pipeline_report is not None:
             try:
-                write_json(pipeline_report.to_dict(), report_path)
+                write_report(pipeline_report.to_dict(), report_path)
             except OnnxSurgeryError as report_exc:
                 say_error(f"{report_exc} (the report of the failed run)")
         if isinstance(exc, ValidationMismatch) and not quiet:

@@ -66,6 +66,10 @@ class Localization:
     notes: list[str] = field(default_factory=list)
     #: why nothing was searched (the original takes none of the cases, ORT failed), or None
     reason: str | None = None
+    #: the node and its counterpart in the reference as ``{"after": ..., "before": ...}``, each
+    #: ``{"name", "op", "inputs", "outputs"}`` (before: None where no node matched); what the
+    #: HTML report draws
+    neighbourhood: dict[str, Any] | None = None
 
     def __bool__(self) -> bool:
         return self.found
@@ -101,6 +105,7 @@ class Localization:
             "unmatched": list(self.unmatched),
             "notes": list(self.notes),
             "reason": self.reason,
+            "neighbourhood": self.neighbourhood,
         }
 
     def to_json(self) -> str:

@@ -189,7 +189,9 @@ def _describe(
     consts_a, consts_b = constants_of(a.graph), constants_of(b.graph)
     inits = {t.name for t in a.graph.initializer}
     graph_inputs = {i.name for i in a.graph.input if i.name not in inits}
-    counterpart = b.graph.node[m.nodes[index]].input if index in m.nodes else []
+    other_node = b.graph.node[m.nodes[index]] if index in m.nodes else None
+    counterpart = other_node.input if other_node is not None else []
+    result.neighbourhood = {"after": _sketch(node), "before": _sketch(other_node) if other_node is not None else None}
     for j, name in enumerate(node.input):
         if not name:
             continue
@@ -218,3 +220,7 @@ def _describe(
         bool(o.comparison) if o.comparison is not None else o.note == "fed the same values"
         for o in result.inputs
     )
+
+
+def _sketch(node: onnx.NodeProto) -> dict[str, Any]:
+    return {"name": node.name, "op": node.op_type, "inputs": list(node.input), "outputs": list(node.output)}

@@ -6,6 +6,8 @@
     chain.py      the ``--passes`` grammar (``NAME(key=value, ...)``) and TOML recipes
     runner.py     Pipeline and run(): order, checks after each pass, validation, atomic write
     report.py     what a run reports: per pass options, seconds, node counts, diagnostics
+    report_html.py  ``--report FILE.html``: the page rendered from a report's dict (templates/)
+    report_svg.py   the page's drawings: error histograms, a localized node's neighbourhood
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from onnxsurgery.validation.tolerances import DEFAULT_ATOL, DEFAULT_RTOL, is_exa
 
 __all__ = [
     "CHUNK",
+    "ErrorHistogram",
     "OutputComparison",
     "compare_arrays",
     "format_number",
@@ -65,6 +66,24 @@ def format_number(value: float | None, *, up: bool = False, digits: int = 3) -> 
 
 
 @dataclass(frozen=True)
+class ErrorHistogram:
+    """How ``|actual - expected|`` spreads over the compared elements, in powers of two: bin
+    ``k`` counts errors in ``[2**(low + k), 2**(low + k + 1))``; ``zeros`` those below the
+    smallest normal number of the arithmetic (exact matches, NaN/Inf placed alike)."""
+
+    zeros: int
+    low: int
+    counts: tuple[int, ...]
+
+    @property
+    def edges(self) -> list[float]:
+        return [2.0 ** (self.low + k) for k in range(len(self.counts) + 1)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"zeros": self.zeros, "edges": self.edges, "counts": list(self.counts)}
+
+
+@dataclass(frozen=True)
 class OutputComparison:
     """One output of one case compared with its reference. Truthy when it passes.
 
@@ -99,6 +118,8 @@ class OutputComparison:
     worst_expected: Any = None
     min_atol: float | None = None
     problem: str | None = None
+    #: the errors' spread (None where values were not differenced: strings, a shape mismatch)
+    histogram: ErrorHistogram | None = None
 
     def __bool__(self) -> bool:
         return self.passed
@@ -194,6 +215,7 @@ class OutputComparison:
             "worst_expected": _scalar(self.worst_expected),
             # null when no atol passes (a NaN/Inf placed differently) or nothing was compared
             "min_atol": num(self.min_atol),
+            "histogram": self.histogram.to_dict() if self.histogram is not None else None,
         }
 
 
@@ -276,6 +298,7 @@ def compare_arrays(
         worst_expected=stats.worst_value(expected),
         min_atol=stats.min_atol,
         problem=dtype_problem,
+        histogram=stats.histogram(),
     )
 
 
@@ -297,6 +320,13 @@ def _compare_text(
         problem=dtype_problem,
     )
 
+
+#: How the binary exponent of a work dtype's non-negative value is read from its bits: the
+#: integer view, the shift that leaves the biased exponent, the bias (ErrorHistogram's bins).
+_EXPONENT_BITS: dict[np.dtype, tuple[np.dtype, int, int]] = {
+    np.dtype(np.float32): (np.dtype(np.int32), 23, 127),
+    np.dtype(np.float64): (np.dtype(np.int64), 52, 1023),
+}
 
 #: Integers float64 does not hold exactly.
 _WIDE_INTS = (np.dtype(np.int64), np.dtype(np.uint64))
@@ -351,6 +381,11 @@ class _Stats:
         self._mag = np.empty(n, real)
         self._tmp = np.empty(n, real)
         self._mask = np.empty(n, bool)
+        # the errors' exponents, counted chunk by chunk (None: a dtype without a bit layout here)
+        self._layout = _EXPONENT_BITS.get(real)
+        bins = 1 << (self._layout[0].itemsize * 8 - 1 - self._layout[1]) if self._layout else 0
+        self._exps = np.empty(n, self._layout[0]) if self._layout else None
+        self._hist = np.zeros(bins, np.int64)
         # inf - inf, overflow, x / 0 and 0 / 0 are all handled where they arise, so numpy need not
         # warn; one errstate for the walk (entering one costs as much as a pass over a chunk)
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
@@ -358,7 +393,7 @@ class _Stats:
                 a = a_flat[start : start + CHUNK]
                 e = e_flat[start : start + CHUNK]
                 self._chunk(a, e, start, atol, rtol, work, compare_native)
-        del self._diff, self._mag, self._tmp, self._mask
+        del self._diff, self._mag, self._tmp, self._mask, self._exps
         self.mean_abs = self._sum_abs / self._finite if self._finite else 0.0
         if self.nonfinite:
             self.min_atol = math.inf
@@ -422,6 +457,7 @@ class _Stats:
             mag[skip] = 0.0
             self._finite -= int(skip.size)
             chunk_max = float(diff.max())
+        self._count_errors(diff, 0 if skip is None else int(skip.size))
         self._finite += k
         self.max_abs = max(self.max_abs, chunk_max)
         # float32 pairwise sum per chunk (relative error ~1e-7), chunks accumulated in float64
@@ -461,6 +497,27 @@ class _Stats:
         if worst + atol > self._excess:
             self._excess = worst + atol
             self._worst = start + i
+
+    def _count_errors(self, diff: np.ndarray, skipped: int) -> None:
+        """Add a chunk's ``|a - e|`` to the histogram by binary exponent (read from the bits:
+        a shift and a count, no logarithm); ``skipped`` elements were zeroed and are no error."""
+        if self._exps is None or self._layout is None:
+            return
+        exps = self._exps[: diff.size]
+        np.right_shift(diff.view(exps.dtype), self._layout[1], out=exps)
+        self._hist += np.bincount(exps, minlength=self._hist.size)
+        self._hist[0] -= skipped
+
+    def histogram(self) -> ErrorHistogram | None:
+        """The errors of every compared element, bins from the lowest to the highest non-empty."""
+        if self._layout is None:
+            return None
+        filled = np.flatnonzero(self._hist[1:]) + 1
+        if not filled.size:
+            return ErrorHistogram(int(self._hist[0]), 0, ())
+        first, last = int(filled[0]), int(filled[-1])
+        counts = tuple(int(c) for c in self._hist[first : last + 1])
+        return ErrorHistogram(int(self._hist[0]), first - self._layout[2], counts)
 
     def _near_zero_only(
         self, diff: np.ndarray, mag: np.ndarray, chunk_max: float, start: int, atol: float, rtol: float
