@@ -161,10 +161,17 @@ def test_plan_keeps_the_rules_verdicts_in_order():
 
 
 #: Phrases of the long blocker texts: each said in wording only.
-PARAGRAPHS = ["(T5, WavLM)", "DINOv2 interpolates", "table gathered at the traced positions"]
+PARAGRAPHS = [
+    "(T5, WavLM)",
+    "DINOv2 interpolates",
+    "table gathered at the traced positions",
+    "T5's encoder mask",
+    "(transformers' tf_padding)",
+    "a loop unrolled at trace time",
+]
 
 
-@pytest.mark.parametrize("module", ["rules", "plan"])
+@pytest.mark.parametrize("module", ["rules", "plan", "graph_blockers", "baked"])
 def test_long_wording_lives_in_wording_keyed_by_blocker_kind(module):
     """The paragraphs naming T5, WavLM and DINOv2 are wording's, not the rules' or the plan's."""
     import importlib
