@@ -15,8 +15,10 @@ from onnxsurgery.passes.symbolize.blockers import Blocker
 from onnxsurgery.passes.symbolize.wording import (
     axes_text,
     dim_text,
+    fix_lead,
     input_symbols,
     sym_tuple,
+    why_text,
 )
 from onnxsurgery.shapes.analysis import ConstUse, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
@@ -55,6 +57,99 @@ def same_total(length: int, kernel: int, stride: int) -> int:
     return max((-(-length // stride) - 1) * stride + kernel - length, 0)
 
 
+@dataclass
+class _Window:
+    """A strided window op as 'same' padding reads it: its input's shape, kernel, strides,
+    dilations, own pads, and the constant Pad before it (None) with its (begin, end) per axis."""
+
+    node: onnx.NodeProto
+    shape: list[Dim]
+    kernel: list[int]
+    strides: list[int]
+    dilations: list[int]
+    own: list[int]
+    pad_node: onnx.NodeProto | None
+    before: list[tuple[int, int]] | None
+
+    def extra(self, i: int) -> tuple[int, int]:
+        """What the Pad before adds on spatial axis ``i``."""
+        return self.before[2 + i] if self.before else (0, 0)
+
+    def span(self, i: int) -> int:
+        return (self.kernel[i] - 1) * self.dilations[i] + 1
+
+
+def _window(a: ShapeAnalysis, node: onnx.NodeProto) -> _Window | None:
+    """``node`` as a :class:`_Window`, or None: no window op, ``auto_pad`` set, shape unknown."""
+    if node.op_type not in WINDOW_OPS:
+        return None
+    attrs = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+    if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        return None
+    x = a.tensors.get(node.input[0])
+    if x is None or x.shape is None or len(x.shape) < 3:
+        return None
+    nsp = len(x.shape) - 2
+    kernel = attrs.get("kernel_shape")
+    if kernel is None and len(node.input) > 1 and a.consts.get(node.input[1]) is not None:
+        kernel = list(a.consts[node.input[1]].shape[2:])
+    if kernel is None or len(kernel) != nsp:
+        return None
+    strides = attrs.get("strides") or [1] * nsp
+    dilations = attrs.get("dilations") or [1] * nsp
+    own = attrs.get("pads") or [0] * (2 * nsp)
+    pad_node, before = pad_before(a, node.input[0], len(x.shape))
+    return _Window(node, list(x.shape), kernel, strides, dilations, own, pad_node, before)
+
+
+def _same_everywhere(a: ShapeAnalysis, w: _Window) -> bool:
+    """Whether every spatial axis is padded as ``auto_pad=SAME_UPPER`` pads it when traced."""
+    nsp = len(w.kernel)
+    same = not w.before or w.before[0] == w.before[1] == (0, 0)
+    for i in range(nsp):
+        extra = w.extra(i)
+        length = a.traced(w.shape[2 + i]) - extra[0] - extra[1]
+        total = same_total(length, w.span(i), w.strides[i])
+        if (w.own[i] + extra[0], w.own[i + nsp] + extra[1]) != (total // 2, total - total // 2):
+            same = False
+    return same
+
+
+def _baked_axes(
+    a: ShapeAnalysis, sol: Solution, w: _Window
+) -> list[tuple[int, Dim, int, tuple[int, int], str]]:
+    """(axis, dim, traced length, pads, the pads 'same' gives at other lengths) of each strided
+    symbolic axis padded exactly as 'same' pads its traced length, that length's parity showing."""
+    nsp = len(w.kernel)
+    found = []
+    for i in range(nsp):
+        d = sol.resolve(w.shape[2 + i])
+        if w.strides[i] < 2 or d.is_const():
+            continue
+        extra = w.extra(i)
+        length = a.traced(d) - extra[0] - extra[1]
+        if w.pad_node is not None:
+            src = a.tensors.get(w.pad_node.input[0])
+            if src is not None and src.shape is not None:
+                d = sol.resolve(src.shape[2 + i])
+        b, e = w.own[i] + extra[0], w.own[i + nsp] + extra[1]
+        if w.pad_node is None and b == e:
+            continue  # a convolution's own even padding: fixed in torch too
+        k, stride = w.span(i), w.strides[i]
+        total = same_total(length, k, stride)
+        if (b, e) != (total // 2, total - total // 2):
+            continue
+        other = {(length + r) % stride: same_total(length + r, k, stride) for r in range(1, stride)}
+        alt = ", ".join(
+            f"({t // 2}, {t - t // 2}) at lengths {m} mod {stride}"
+            for m, t in sorted(other.items())
+            if t != total
+        )
+        if alt:
+            found.append((2 + i, d, length, (b, e), alt))
+    return found
+
+
 def same_pads(
     a: ShapeAnalysis, sol: Solution
 ) -> tuple[list[Blocker], dict[str, tuple[str, str | None]]]:
@@ -71,100 +166,50 @@ def same_pads(
     blockers: list[Blocker] = []
     alternatives: dict[str, tuple[str, str | None]] = {}
     for node in a.model.graph.node:
-        if node.op_type not in WINDOW_OPS:
+        w = _window(a, node)
+        found = _baked_axes(a, sol, w) if w is not None else []
+        if w is None or not found:
             continue
-        attrs = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
-        if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
-            continue
-        x = a.tensors.get(node.input[0])
-        if x is None or x.shape is None or len(x.shape) < 3:
-            continue
-        nsp = len(x.shape) - 2
-        kernel = attrs.get("kernel_shape")
-        if kernel is None and len(node.input) > 1 and a.consts.get(node.input[1]) is not None:
-            kernel = list(a.consts[node.input[1]].shape[2:])
-        if kernel is None or len(kernel) != nsp:
-            continue
-        strides = attrs.get("strides") or [1] * nsp
-        dil = attrs.get("dilations") or [1] * nsp
-        own = attrs.get("pads") or [0] * (2 * nsp)
-        pad_node, before = pad_before(a, node.input[0], len(x.shape))
-        found: list[tuple[int, Dim, int, tuple[int, int], str]] = []
-        same_everywhere = not before or before[0] == before[1] == (0, 0)
-        for i in range(nsp):
-            extra = before[2 + i] if before else (0, 0)
-            k = (kernel[i] - 1) * dil[i] + 1
-            length = a.traced(x.shape[2 + i]) - extra[0] - extra[1]
-            total = same_total(length, k, strides[i])
-            if (own[i] + extra[0], own[i + nsp] + extra[1]) != (total // 2, total - total // 2):
-                same_everywhere = False
-        for i in range(nsp):
-            d = sol.resolve(x.shape[2 + i])
-            if strides[i] < 2 or d.is_const():
-                continue
-            extra = before[2 + i] if before else (0, 0)
-            length = a.traced(d) - extra[0] - extra[1]
-            if pad_node is not None:
-                src = a.tensors.get(pad_node.input[0])
-                if src is not None and src.shape is not None:
-                    d = sol.resolve(src.shape[2 + i])
-            b, e = own[i] + extra[0], own[i + nsp] + extra[1]
-            if pad_node is None and b == e:
-                continue  # a convolution's own even padding: fixed in torch too
-            k = (kernel[i] - 1) * dil[i] + 1
-            total = same_total(length, k, strides[i])
-            if (b, e) != (total // 2, total - total // 2):
-                continue
-            other = {
-                (length + r) % strides[i]: same_total(length + r, k, strides[i])
-                for r in range(1, strides[i])
-            }
-            alt = ", ".join(
-                f"({t // 2}, {t - t // 2}) at lengths {m} mod {strides[i]}"
-                for m, t in sorted(other.items())
-                if t != total
-            )
-            if alt:
-                found.append((2 + i, d, length, (b, e), alt))
-        if not found:
-            continue
-        where = pad_node if pad_node is not None else node
-        if same_everywhere:
-            alternatives[where.name] = (node.name, pad_node.name if pad_node is not None else None)
-        syms = ", ".join(sorted(input_symbols(a, sol, set().union(*(f[1].atoms() for f in found)))))
-        pads = " and ".join(f"({b}, {e}) on axis {ax}" for ax, _, _, (b, e), _ in found)
-        alts = "; ".join(dict.fromkeys(f[4] for f in found))
-        stride = "x".join(str(s) for s in strides)
-        ks = "x".join(str(k) for k in kernel)
-        lead = (
-            f"pads {pads} before the stride-{stride} {node.op_type} {node.name!r} (kernel {ks})"
-            if pad_node is not None
-            else f"a stride-{stride} {node.op_type} (kernel {ks}) with uneven pads {pads} (a Pad "
-            "folded in)"
-        )
-        blockers.append(
-            Blocker(
-                where.name,
-                where.op_type,
-                None,
-                ", ".join(
-                    f"axis {ax} ({dim_text(a, sol, d)}) = {n} padded {p}"
-                    for ax, d, n, p, _ in found
-                ),
-                f"{lead}: TensorFlow 'same' padding at the traced "
-                f"size, which pads {alts}; if the source model computes it from the size "
-                "(transformers' tf_padding) the export baked in the traced size's, if it pads "
-                "by fixed amounts it did not: the graph cannot tell which, and a wrong guess "
-                "gives wrong values, not an error",
-                f"keep {syms} static (leave {axes_text(a, syms)} out of the symbolized axes); "
-                f"or pass reference cases (--ref) at a {syms} of another parity: symbolize "
-                "then keeps the fixed pads or rewrites them to 'same' padding, whichever matches "
-                "them; or, if the source pads by fixed amounts, re-export with dynamic axes for "
-                f"{syms}",
-                sym_tuple(syms),
-            )
-        )
+        where = w.pad_node if w.pad_node is not None else node
+        if _same_everywhere(a, w):
+            pad = w.pad_node.name if w.pad_node is not None else None
+            alternatives[where.name] = (node.name, pad)
+        blockers.append(_tf_padding(a, sol, w, found))
     return blockers, alternatives
+
+
+def _tf_padding(
+    a: ShapeAnalysis,
+    sol: Solution,
+    w: _Window,
+    found: list[tuple[int, Dim, int, tuple[int, int], str]],
+) -> Blocker:
+    """The blocker for a window op padded 'same' at the traced size (kind ``tf-padding``)."""
+    node = w.node
+    where = w.pad_node if w.pad_node is not None else node
+    syms = ", ".join(sorted(input_symbols(a, sol, set().union(*(f[1].atoms() for f in found)))))
+    fields = {
+        "pads": " and ".join(f"({b}, {e}) on axis {ax}" for ax, _, _, (b, e), _ in found),
+        "stride": "x".join(str(s) for s in w.strides),
+        "kernel": "x".join(str(k) for k in w.kernel),
+        "op": node.op_type,
+        "node": node.name,
+    }
+    lead = why_text("tf-padding-pad" if w.pad_node is not None else "tf-padding-folded", **fields)
+    alternatives = "; ".join(dict.fromkeys(f[4] for f in found))
+    traced = ", ".join(
+        f"axis {ax} ({dim_text(a, sol, d)}) = {n} padded {p}" for ax, d, n, p, _ in found
+    )
+    return Blocker(
+        where.name,
+        where.op_type,
+        None,
+        traced,
+        why_text("tf-padding", lead=lead, alternatives=alternatives),
+        fix_lead("tf-padding", syms=syms, axes=axes_text(a, syms)),
+        sym_tuple(syms),
+        "tf-padding",
+    )
 
 
 def pad_before(

@@ -9,7 +9,7 @@ stays in the JSON report.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Blocker", "BlockerGroup", "blocker_summary", "group_blockers"]
@@ -26,6 +26,9 @@ class Blocker:
     why: str
     fix: str
     symbols: tuple[str, ...] = ()  # the symbols it keeps from being generalized
+    #: the rule that found it (``table-cut``, ``tf-padding``, ...: :mod:`.rules`); its words come
+    #: from :mod:`.wording` under that kind. Not in ``to_dict``: the report says why, not how
+    kind: str = field(default="", compare=False)
 
     def __str__(self) -> str:
         where = f"{self.op} {self.node!r}" + (f" (input {self.input!r})" if self.input else "")

@@ -13,7 +13,13 @@ import numpy as np
 import onnx
 
 from onnxsurgery.passes.symbolize.blockers import Blocker
-from onnxsurgery.passes.symbolize.wording import fix_text, fixed_text, sym_tuple, symbol_hint
+from onnxsurgery.passes.symbolize.wording import (
+    fix_text,
+    fixed_text,
+    sym_tuple,
+    symbol_hint,
+    why_text,
+)
 from onnxsurgery.shapes.analysis import ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.solver import Solution
@@ -39,20 +45,15 @@ def conflict_blockers(plan_a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
         twins = pair <= set(plan_a.symbols) and len(pair) == 2
         if twins:  # one order, so "seq == tgt" and "tgt == seq" are one kind of blocker
             lhs, rhs = sorted((lhs, rhs), key=str)
-        why = (
-            f"{c.why}: needs {_pretty(lhs)} == {_pretty(rhs)}, which holds only at the traced size"
-        )
+        why = why_text("traced-size-constraint", why=c.why, lhs=_pretty(lhs), rhs=_pretty(rhs))
         if twins:
             x, y = sorted(pair)
             if plan_a.atoms[x].traced == plan_a.atoms[y].traced:
-                why += (
-                    f" (both {plan_a.atoms[x].traced} when traced: the exporter may have shared "
-                    "one tensor between them, as dynamo does with T5's encoder mask in its "
-                    "cross-attention)"
-                )
+                why += why_text("shared-tensor", traced=plan_a.atoms[x].traced)
         fixed = _fixed_size(lhs, rhs, plan_a)
         fix = fix_text(plan_a, syms) if fixed is None else fixed_text(plan_a, syms, fixed)
-        blockers.append(Blocker(c.node, c.op, None, tv, why, fix, sym_tuple(syms)))
+        kind = "traced-size-constraint" if fixed is None else "size-baked-into-weight"
+        blockers.append(Blocker(c.node, c.op, None, tv, why, fix, sym_tuple(syms), kind))
     return blockers
 
 
@@ -123,11 +124,10 @@ def unrolled_loops(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
                         node.op_type,
                         tensor,
                         f"{d} = {n}",
-                        f"a loop unrolled at trace time: {n} nodes take one index each along "
-                        f"axis {axis} ({d}) of {tensor!r}; at another size torch runs a different "
-                        "number of iterations",
+                        why_text("unrolled-slices", count=n, axis=axis, dim=d, tensor=tensor),
                         fix_text(a, ", ".join(sorted(syms))),
                         tuple(sorted(syms)),
+                        "unrolled-loop",
                     )
                 )
     blockers.extend(_append_chains(a, sol))
@@ -195,11 +195,10 @@ def _append_chains(a: ShapeAnalysis, sol: Solution) -> list[Blocker]:
                 "Concat",
                 first.input[1],
                 f"{len(chain)} copies",
-                f"a loop unrolled at trace time: {len(chain)} identical Concat nodes append the same "
-                f"piece along axis {axis}, giving {d}; at another size torch runs a different number "
-                "of iterations",
+                why_text("unrolled-appends", count=len(chain), axis=axis, dim=d),
                 fix_text(a, ", ".join(sorted(syms))),
                 symbols=sym_tuple(", ".join(sorted(syms))),
+                kind="unrolled-loop",
             )
         )
     return blockers

@@ -26,6 +26,7 @@ from onnx import helper, numpy_helper
 from onnxsurgery.model.dtypes import elem_type_of
 from onnxsurgery.model.io import IR_INITIALIZERS_AS_INPUTS, sync_initializer_inputs
 from onnxsurgery.model.walk import graphs_by_path, subgraphs
+from onnxsurgery.passes.symbolize.generators import Generator
 from onnxsurgery.passes.symbolize.plan import Change, SymbolizePlan
 from onnxsurgery.shapes.dims import Dim, const_ints
 from onnxsurgery.shapes.rules import op_traits
@@ -124,10 +125,14 @@ class _Rewriter:
             prod = self.atom(mono[0])
             for k in range(1, len(mono)):
                 sub = Dim({mono[: k + 1]: 1})
-                prod = self.node("Mul", [prod, self.atom(mono[k])], f"symbolize/{safe_name(str(sub))}")
+                prod = self.node(
+                    "Mul", [prod, self.atom(mono[k])], f"symbolize/{safe_name(str(sub))}"
+                )
             if coef != 1:
                 prod = self.node(
-                    "Mul", [prod, self.const([coef])], f"symbolize/{safe_name(str(Dim({mono: coef})))}"
+                    "Mul",
+                    [prod, self.const([coef])],
+                    f"symbolize/{safe_name(str(Dim({mono: coef})))}",
                 )
             terms.append(prod)
         acc = terms[0]
@@ -186,9 +191,7 @@ class _Rewriter:
         if use.array.ndim == 0:
             vec = self.node("Reshape", [vec, self.const([])], f"{tag}/scalar")
         if use.array.dtype != np.int64:
-            vec = self.node(
-                "Cast", [vec], f"{tag}/cast", to=elem_type_of(use.array)
-            )
+            vec = self.node("Cast", [vec], f"{tag}/cast", to=elem_type_of(use.array))
         return vec
 
     def simplify_reshape(
@@ -231,112 +234,18 @@ class _Rewriter:
         return out
 
     def data_change(self, change: Change, node: onnx.NodeProto) -> str:
-        use, gen = change.use, change.rebuild
+        """The constant ``change`` reads, rebuilt by its generator's kind (one emitter each),
+        then expanded to its symbolic dims where the consumer does not broadcast it anyway."""
+        gen = change.rebuild
         assert gen is not None  # a data change says how to rebuild the constant
-        arr = use.array
-        rank = arr.ndim
         dims = list(change.values)
-        tag = f"symbolize/{use.tensor}[{','.join(safe_name(str(v)) for v in dims)}]"
-        full: set[int] = set()  # symbolic axes the generated tensor already spans
-        if gen.kind == "affine":
-            acc = self.initializer(f"{tag}/base", gen.base_array)
-            if gen.offset is not None:  # the start moves with a cache length: base - traced + it
-                where, size, traced = gen.offset
-                start = self.expr(size)
-                if arr.dtype != np.int64:
-                    start = self.node(
-                        "Cast", [start], f"{tag}/start", to=elem_type_of(arr)
-                    )
-                step = np.ones((), dtype=arr.dtype)
-                if where == "scaled":  # (past + i) * step: the start is past steps
-                    step = next(st for st in gen.steps.values() if np.any(st != 0))
-                    start = self.node(
-                        "Mul", [start, self.initializer(f"{tag}/startstep", step)], f"{tag}/startx"
-                    )
-                rest = (gen.base_array - traced * step).astype(arr.dtype)
-                acc = self.node(
-                    "Add", [self.initializer(f"{tag}/rest", rest), start], f"{tag}/from"
-                )
-            for k in gen.axes:
-                step = gen.steps[k]
-                if not np.any(step != 0):
-                    continue
-                term = self.index(dims[k], k, rank, arr.dtype)
-                if not (step.size == 1 and step.reshape(-1)[0] == 1):
-                    term = self.node(
-                        "Mul", [term, self.initializer(f"{tag}/step{k}", step)], f"{tag}/term{k}"
-                    )
-                acc = self.node("Add", [acc, term], f"{tag}/sum{k}")
-                full.add(k)
-        elif gen.kind == "tile":
-            k = gen.axes[0]
-            block = gen.base_array.shape[k]
-            base = self.initializer(f"{tag}/block", gen.base_array)
-            reps = [Dim.const(1)] * rank
-            reps[k] = dims[k].exact_div(block) or dims[k]
-            acc = self.node("Tile", [base, self.vector(reps)], f"{tag}/tile")
-            full.update(range(rank))
-        elif gen.kind in ("cos", "sin"):
-            k = gen.axes[0]
-            pos = self.index(dims[k], k, rank, np.float32)
-            if gen.offset is not None:  # positions start .. start + n - 1, start a cache length
-                f32 = elem_type_of(np.dtype(np.float32))
-                start = self.expr(gen.offset[1])
-                start = self.node("Cast", [start], f"{tag}/start", to=f32)
-                pos = self.node("Add", [pos, start], f"{tag}/pos")
-            angle = self.node(
-                "Mul", [pos, self.initializer(f"{tag}/freq", gen.steps[k])], f"{tag}/angle"
-            )
-            acc = self.node(gen.kind.capitalize(), [angle], f"{tag}/{gen.kind}")
-            if gen.amp is not None and not np.all(gen.amp == 1):
-                acc = self.node(
-                    "Mul",
-                    [acc, self.initializer(f"{tag}/amp", gen.amp.astype(np.float32))],
-                    f"{tag}/scaled",
-                )
-            if arr.dtype != np.float32:
-                acc = self.node(
-                    "Cast", [acc], f"{tag}/cast", to=elem_type_of(arr)
-                )
-            full.add(k)
-        else:
-            assert gen.band is not None
-            i_ax, j_ax, _, _, a, b = gen.band
-            diff = self.node(
-                "Sub",
-                [
-                    self.index(dims[j_ax], j_ax, rank, np.int64),
-                    self.index(dims[i_ax], i_ax, rank, np.int64),
-                ],
-                f"{tag}/diff",
-            )
-            conds = []
-            for op, bound, side in zip(
-                ("GreaterOrEqual", "LessOrEqual"), gen.band_bounds(), ("lo", "hi"), strict=True
-            ):
-                if bound is None:
-                    continue
-                value = (
-                    self.expr(bound) if isinstance(bound, Dim) else self.const([bound], scalar=True)
-                )
-                conds.append(self.node(op, [diff, value], f"{tag}/{side}"))
-            cond = conds[0] if len(conds) == 1 else self.node("And", conds, f"{tag}/cond")
-            if arr.dtype == np.bool_ and bool(a) and not bool(b):
-                acc = cond
-            elif arr.dtype == np.bool_ and not bool(a) and bool(b):
-                acc = self.node("Not", [cond], f"{tag}/not")
-            else:
-                va = self.initializer(f"{tag}/a", np.array(a, dtype=arr.dtype))
-                vb = self.initializer(f"{tag}/b", np.array(b, dtype=arr.dtype))
-                acc = self.node("Where", [cond, va, vb], f"{tag}/where")
-            full.update((i_ax, j_ax))
-        # The base of an affine and the frequencies of cos/sin span every other axis already.
-        if gen.kind == "affine":
-            full.update(k for k in range(rank) if k not in gen.axes)
-        elif gen.kind in ("cos", "sin"):
-            full.update(range(rank))
+        tag = f"symbolize/{change.use.tensor}[{','.join(safe_name(str(v)) for v in dims)}]"
+        acc, full = self.EMITTERS[gen.kind](self, gen, change.use.array, dims, tag)
+        rank = len(dims)
         missing = [
-            k for k in range(rank) if k not in full and k not in gen.axes and arr.shape[k] != 1
+            k
+            for k in range(rank)
+            if k not in full and k not in gen.axes and change.use.array.shape[k] != 1
         ]
         uniform = [k for k in gen.axes if k not in full]
         if not missing and (not uniform or self.broadcast_covers(change, node, uniform)):
@@ -345,6 +254,118 @@ class _Rewriter:
         return self.node(
             "Expand", [acc, target], f"{tag}/{safe_name(node.name or node.output[0])}/expand"
         )
+
+    def affine(
+        self, gen: Generator, arr: np.ndarray, dims: list[Dim], tag: str
+    ) -> tuple[str, set[int]]:
+        """``base + sum_k step_k * arange`` (a start that moves with a cache: ``offset``); the
+        base spans every axis but the counting ones."""
+        acc = self.initializer(f"{tag}/base", gen.base_array)
+        if gen.offset is not None:
+            acc = self.moved_start(gen, arr, tag)
+        full = {k for k in range(arr.ndim) if k not in gen.axes}
+        for k in gen.axes:
+            step = gen.steps[k]
+            if not np.any(step != 0):
+                continue
+            term = self.index(dims[k], k, arr.ndim, arr.dtype)
+            if not (step.size == 1 and step.reshape(-1)[0] == 1):
+                term = self.node(
+                    "Mul", [term, self.initializer(f"{tag}/step{k}", step)], f"{tag}/term{k}"
+                )
+            acc = self.node("Add", [acc, term], f"{tag}/sum{k}")
+            full.add(k)
+        return acc, full
+
+    def moved_start(self, gen: Generator, arr: np.ndarray, tag: str) -> str:
+        """An affine base whose start moves with a cache length: ``base - traced + it``."""
+        assert gen.offset is not None
+        where, size, traced = gen.offset
+        start = self.expr(size)
+        if arr.dtype != np.int64:
+            start = self.node("Cast", [start], f"{tag}/start", to=elem_type_of(arr))
+        step = np.ones((), dtype=arr.dtype)
+        if where == "scaled":  # (past + i) * step: the start is past steps
+            step = next(st for st in gen.steps.values() if np.any(st != 0))
+            start = self.node(
+                "Mul", [start, self.initializer(f"{tag}/startstep", step)], f"{tag}/startx"
+            )
+        rest = (gen.base_array - traced * step).astype(arr.dtype)
+        return self.node("Add", [self.initializer(f"{tag}/rest", rest), start], f"{tag}/from")
+
+    def tile(
+        self, gen: Generator, arr: np.ndarray, dims: list[Dim], tag: str
+    ) -> tuple[str, set[int]]:
+        """One block repeated along its axis (``batch*heads``)."""
+        k = gen.axes[0]
+        block = gen.base_array.shape[k]
+        base = self.initializer(f"{tag}/block", gen.base_array)
+        reps = [Dim.const(1)] * arr.ndim
+        reps[k] = dims[k].exact_div(block) or dims[k]
+        return self.node("Tile", [base, self.vector(reps)], f"{tag}/tile"), set(range(arr.ndim))
+
+    def trig(
+        self, gen: Generator, arr: np.ndarray, dims: list[Dim], tag: str
+    ) -> tuple[str, set[int]]:
+        """``amp * cos(pos * freq)`` / ``sin``, positions from a cache length where it moves;
+        the frequencies span every other axis."""
+        k = gen.axes[0]
+        pos = self.index(dims[k], k, arr.ndim, np.float32)
+        if gen.offset is not None:  # positions start .. start + n - 1, start a cache length
+            f32 = elem_type_of(np.dtype(np.float32))
+            start = self.expr(gen.offset[1])
+            start = self.node("Cast", [start], f"{tag}/start", to=f32)
+            pos = self.node("Add", [pos, start], f"{tag}/pos")
+        angle = self.node(
+            "Mul", [pos, self.initializer(f"{tag}/freq", gen.steps[k])], f"{tag}/angle"
+        )
+        acc = self.node(gen.kind.capitalize(), [angle], f"{tag}/{gen.kind}")
+        if gen.amp is not None and not np.all(gen.amp == 1):
+            acc = self.node(
+                "Mul",
+                [acc, self.initializer(f"{tag}/amp", gen.amp.astype(np.float32))],
+                f"{tag}/scaled",
+            )
+        if arr.dtype != np.float32:
+            acc = self.node("Cast", [acc], f"{tag}/cast", to=elem_type_of(arr))
+        return acc, set(range(arr.ndim))
+
+    def band(
+        self, gen: Generator, arr: np.ndarray, dims: list[Dim], tag: str
+    ) -> tuple[str, set[int]]:
+        """Two values split by ``lo <= j - i <= hi`` (bounds that may move with a cache)."""
+        assert gen.band is not None
+        i_ax, j_ax, _, _, inside, outside = gen.band
+        rank = arr.ndim
+        diff = self.node(
+            "Sub",
+            [
+                self.index(dims[j_ax], j_ax, rank, np.int64),
+                self.index(dims[i_ax], i_ax, rank, np.int64),
+            ],
+            f"{tag}/diff",
+        )
+        conds = []
+        for op, bound, side in zip(
+            ("GreaterOrEqual", "LessOrEqual"), gen.band_bounds(), ("lo", "hi"), strict=True
+        ):
+            if bound is None:
+                continue
+            value = self.expr(bound) if isinstance(bound, Dim) else self.const([bound], scalar=True)
+            conds.append(self.node(op, [diff, value], f"{tag}/{side}"))
+        cond = conds[0] if len(conds) == 1 else self.node("And", conds, f"{tag}/cond")
+        if arr.dtype == np.bool_ and bool(inside) and not bool(outside):
+            acc = cond
+        elif arr.dtype == np.bool_ and not bool(inside) and bool(outside):
+            acc = self.node("Not", [cond], f"{tag}/not")
+        else:
+            va = self.initializer(f"{tag}/a", np.array(inside, dtype=arr.dtype))
+            vb = self.initializer(f"{tag}/b", np.array(outside, dtype=arr.dtype))
+            acc = self.node("Where", [cond, va, vb], f"{tag}/where")
+        return acc, {i_ax, j_ax}
+
+    #: How each generator kind is emitted (:mod:`.generators`): "cos" and "sin" by ``trig``.
+    EMITTERS = {"affine": affine, "tile": tile, "cos": trig, "sin": trig, "band": band}
 
     def broadcast_covers(self, change: Change, node: onnx.NodeProto, axes: list[int]) -> bool:
         """True when the consumer broadcasts a 1 on ``axes`` to the symbolic dims anyway."""

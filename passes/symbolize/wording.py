@@ -21,6 +21,10 @@ __all__ = [
     "fix_text",
     "fixed_text",
     "values_text",
+    "WHY",
+    "FIX",
+    "why_text",
+    "fix_lead",
 ]
 
 
@@ -68,3 +72,100 @@ def fixed_text(analysis: ShapeAnalysis, syms: str, size: int) -> str:
         f"the model fixes {syms} at {size} (a weight's or attribute's size, a channel or feature "
         f"axis), so no export can make it vary: leave {axes} out of the symbolized axes"
     )
+
+
+# What each kind of blocker says, keyed by kind: the rules decide, these templates word it
+# (``str.format`` fields). A blocker's ``fix`` is its kind's lead (if any) followed by
+# :func:`fix_text`, except where the kind's fix says everything itself (``tf-padding``).
+WHY: dict[str, str] = {
+    "one-point": (
+        "constant {tensor!r} {old} has size 1 on axis {axis}, where it meets {met} traced "
+        "at 1: one point cannot tell one row repeated from a table of that length, so "
+        "symbolize cannot know what it holds at another size"
+    ),
+    "relative-position-bias": (
+        "constant {tensor!r} {old} has the traced size on {axes} and "
+        "depends only on j - i along axes {i}, {j}: a relative-position "
+        "bias (T5, WavLM) the exporter folded for distances -{far}..{far}; "
+        "longer sizes need farther distances, whose values (and the bucket "
+        "embedding that gives them) are not in the graph"
+    ),
+    "table-cut": (
+        "constant {tensor!r} {old} has the traced size on {axes} and its "
+        "values follow no pattern symbolize can extend (a table or mask made for "
+        "the traced size: cut or folded there by the exporter, or a weight that "
+        "torch resizes or rejects at other sizes in code the export did not record, "
+        "as DINOv2 interpolates its position embeddings), so it cannot be rebuilt "
+        "at another size"
+    ),
+    "cache-position-table": (
+        " (the graph has a cache of length {cache}: a learned "
+        "position table gathered at the traced positions and folded by the exporter "
+        "looks like this, and its weight is no longer in the graph to gather from)"
+    ),
+    "unpinned": (
+        "constant {tensor!r} {old} fits {pattern}, but its traced values "
+        "do not pin that down: {gap}"
+    ),
+    "traced-size-constraint": ("{why}: needs {lhs} == {rhs}, which holds only at the traced size"),
+    "shared-tensor": (
+        " (both {traced} when traced: the exporter may have shared "
+        "one tensor between them, as dynamo does with T5's encoder mask in its "
+        "cross-attention)"
+    ),
+    "unrolled-slices": (
+        "a loop unrolled at trace time: {count} nodes take one index each along "
+        "axis {axis} ({dim}) of {tensor!r}; at another size torch runs a different "
+        "number of iterations"
+    ),
+    "unrolled-appends": (
+        "a loop unrolled at trace time: {count} identical Concat nodes append the same "
+        "piece along axis {axis}, giving {dim}; at another size torch runs a different number "
+        "of iterations"
+    ),
+    "tf-padding-pad": "pads {pads} before the stride-{stride} {op} {node!r} (kernel {kernel})",
+    "tf-padding-folded": (
+        "a stride-{stride} {op} (kernel {kernel}) with uneven pads {pads} (a Pad folded in)"
+    ),
+    "tf-padding": (
+        "{lead}: TensorFlow 'same' padding at the traced "
+        "size, which pads {alternatives}; if the source model computes it from the size "
+        "(transformers' tf_padding) the export baked in the traced size's, if it pads "
+        "by fixed amounts it did not: the graph cannot tell which, and a wrong guess "
+        "gives wrong values, not an error"
+    ),
+}
+
+FIX: dict[str, str] = {
+    "one-point": ("export at a size of {syms} of 3 or more so the values show their pattern; "),
+    "relative-position-bias": (
+        "export with TorchScript (dynamo=False), whose graph computes it, or "
+    ),
+    "unpinned": (
+        "export at sizes that show the pattern (3 or more along each symbolic axis, "
+        "no size equal to an offset or bound); "
+    ),
+    "tf-padding": (
+        "keep {syms} static (leave {axes} out of the symbolized axes); "
+        "or pass reference cases (--ref) at a {syms} of another parity: symbolize "
+        "then keeps the fixed pads or rewrites them to 'same' padding, whichever matches "
+        "them; or, if the source pads by fixed amounts, re-export with dynamic axes for "
+        "{syms}"
+    ),
+    "learned-position-table": (
+        "pass reference cases (--ref) at another grid size: symbolize then "
+        "resizes the table to the grid bicubically or bilinearly, whichever "
+        "alone matches them; or "
+    ),
+}
+
+
+def why_text(kind: str, **fields: object) -> str:
+    """What a blocker of ``kind`` found, in its kind's words (:data:`WHY`)."""
+    return WHY[kind].format(**fields)
+
+
+def fix_lead(kind: str, **fields: object) -> str:
+    """The start of a blocker's "what to do" (:data:`FIX`; empty for a kind that has none),
+    before :func:`fix_text`."""
+    return FIX.get(kind, "").format(**fields)

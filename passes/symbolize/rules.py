@@ -1,0 +1,497 @@
+"""symbolize's rules for one constant read: the pattern that rebuilds it, or the blocker that keeps it.
+
+Each rule is a small unit, after onnxscript's rewrite rules: what it matches (a
+:class:`ConstRead`, one constant an op reads), ``check()`` returning None where it applies or a
+short reason why not, and ``produce()``: a :class:`Change` (the constant becomes a computation)
+or a :class:`~.blockers.Blocker` whose words come from :mod:`.wording` under the rule's kind.
+:data:`CONST_RULES` lists them in the order they are tried; the first that applies decides
+(:func:`decide`). The blockers the graph shows as a whole (conflicting constraints, unrolled loops,
+'same' padding) are found by :mod:`.graph_blockers` and :mod:`.baked`.
+
+    for use in analysis.uses:
+        made = decide(ConstRead(context, use))   # Change, Blocker, or None (nothing traced)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from onnxsurgery.model.dtypes import dtype_name, elem_type_of
+from onnxsurgery.passes.symbolize.baked import relative_axes
+from onnxsurgery.passes.symbolize.blockers import Blocker
+from onnxsurgery.passes.symbolize.cache_offsets import band_bound_gap, cache_symbols, offset_gap
+from onnxsurgery.passes.symbolize.generators import Generator, evidence_gap, match_generator
+from onnxsurgery.passes.symbolize.wording import (
+    dim_text,
+    fix_lead,
+    fix_text,
+    fmt_values,
+    input_symbols,
+    sym_tuple,
+    symbol_hint,
+    values_text,
+    why_text,
+)
+from onnxsurgery.shapes.analysis import ConstUse, ShapeAnalysis
+from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.shapes.solver import Solution
+
+__all__ = ["Change", "PlanContext", "ConstRead", "Rule", "CONST_RULES", "decide"]
+
+
+@dataclass
+class Change:
+    """One constant read that becomes a computation from the inputs' shapes."""
+
+    graph: str
+    node: str
+    op: str
+    input_index: int
+    input: str
+    kind: str  # "size": integer elements; "data": dims of a data constant
+    old: str
+    new: str
+    values: list[Dim]
+    use: ConstUse = field(repr=False)  # the constant read
+    rebuild: Generator | None = None  # data: how the constant is regenerated at run time
+
+    def __str__(self) -> str:
+        where = f"{self.op} {self.node!r} input {self.input_index} ({self.input})"
+        return f"{where}: {self.old} -> {self.new}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "graph": self.graph or None,
+            "node": self.node,
+            "op": self.op,
+            "input_index": self.input_index,
+            "input": self.input,
+            "kind": self.kind,
+            "old": self.old,
+            "new": self.new,
+        }
+
+
+@dataclass
+class PlanContext:
+    """What every constant read is decided against: the analysis, its solution, the symbols
+    whose rows are independent (``rows``), the batch enumerations the graph shows (``forced``:
+    ``id(use)`` -> (axis, step) of one traced at 1; ``structural``: every one, by ``id(use)``)."""
+
+    analysis: ShapeAnalysis
+    solution: Solution
+    rows: set[str] = field(default_factory=set)
+    forced: dict[int, tuple[int, np.ndarray]] = field(default_factory=dict)
+    structural: Set[int] = frozenset()
+
+    @cached_property
+    def cache(self) -> set[str]:
+        """The symbols that are a cache axis's length (:func:`~.cache_offsets.cache_symbols`)."""
+        return cache_symbols(self.analysis)
+
+    @cached_property
+    def starts(self) -> dict[int, str]:
+        """Traced sizes a cos/sin table may start at: a cache length's, if no other symbol
+        (not a batch) has that size."""
+        a, rows = self.analysis, self.rows
+        starts: dict[int, str] = {}
+        for sym in sorted(self.cache - set(rows)):
+            n = a.atoms[sym].traced
+            if sum(1 for s in a.symbols if s not in rows and a.atoms[s].traced == n) == 1:
+                starts[n] = sym
+        return starts
+
+
+@dataclass
+class ConstRead:
+    """One constant read (``use``) as the rules see it: its dims solved, its generator matched."""
+
+    context: PlanContext
+    use: ConstUse
+
+    @cached_property
+    def resolved(self) -> list[Dim | None]:
+        """Each element (size) or axis (data) as the solver resolves it; None: no unknown."""
+        sol = self.context.solution
+        return [sol.resolve(Dim.sym(x)) if x is not None else None for x in self.use.atoms]
+
+    @cached_property
+    def dims(self) -> list[Dim]:
+        """A data constant's dims: resolved, else the traced length."""
+        shape = self.use.array.shape
+        return [
+            r if r is not None else Dim.const(n) for r, n in zip(self.resolved, shape, strict=True)
+        ]
+
+    @cached_property
+    def symbolic_axes(self) -> list[int]:
+        return [k for k, d in enumerate(self.dims) if not d.is_const()]
+
+    @property
+    def old(self) -> str:
+        """A data constant as a user reads it: dtype and traced shape."""
+        array = self.use.array
+        return f"{dtype_name(elem_type_of(array))}{fmt_values(list(array.shape))}"
+
+    @property
+    def enumerates(self) -> tuple[int, np.ndarray] | None:
+        """(axis, step) where the constant enumerates a batch traced at 1."""
+        return self.context.forced.get(id(self.use))
+
+    @cached_property
+    def atoms(self) -> set[str]:
+        """The unknowns on the symbolic axes."""
+        return set().union(*(self.dims[k].atoms() for k in self.symbolic_axes))
+
+    @cached_property
+    def generator(self) -> Generator | None:
+        """How the constant is regenerated along its symbolic axes, or None (no pattern)."""
+        if self.enumerates is not None:
+            return self._enumeration()
+        blocks = {}  # an axis of size symbols * c may repeat a block of c
+        for k in self.symbolic_axes:
+            terms = self.dims[k].terms
+            if len(terms) == 1:
+                ((mono, coef),) = terms.items()
+                if mono and coef > 1:
+                    blocks[k] = coef
+        starts = self.context.starts
+        gen = match_generator(self.use.array, self.symbolic_axes, blocks, tuple(starts))
+        if gen is not None and gen.phase is not None:
+            gen.offset = ("phase", Dim.sym(starts[gen.phase]), gen.phase)
+        return gen
+
+    def _enumeration(self) -> Generator | None:
+        """A batch enumeration traced at 1: its step comes from the gather it indexes."""
+        assert self.enumerates is not None
+        axis, step = self.enumerates
+        rest = [k for k in self.symbolic_axes if k != axis]
+        array = self.use.array
+        gen = match_generator(array, rest) if rest else Generator("affine", [], array, {})
+        if gen is None or gen.kind != "affine":
+            return None
+        gen.axes = sorted([*gen.axes, axis])
+        gen.steps[axis] = step
+        return gen
+
+    @cached_property
+    def thin_evidence(self) -> str | None:
+        """Why the traced values are too few to pin the generator down (:func:`evidence_gap`)."""
+        gen = self.generator
+        if gen is None or self.enumerates is not None:
+            return None
+        rows = self.context.rows
+        row_axes = {
+            k for k in self.symbolic_axes if self.dims[k].atoms() and self.dims[k].atoms() <= rows
+        }
+        return evidence_gap(gen, self.use.array, row_axes, id(self.use) in self.context.structural)
+
+    @cached_property
+    def moving_size(self) -> tuple[str, set[str]] | None:
+        """A start or band bound equal to a traced size that the trace cannot tell from a fixed
+        value, with the symbols it names; where a cache length settles it, the generator's
+        ``offset`` is set instead and this is None."""
+        gen = self.generator
+        if gen is None or self.enumerates is not None or self.thin_evidence:
+            return None
+        c = self.context
+        return band_bound_gap(c.analysis, gen, self.dims, c.cache) or offset_gap(
+            c.analysis, gen, c.rows, c.cache
+        )
+
+    def blocker(self, kind: str, why: str, atoms: set[str], **fix_fields: object) -> Blocker:
+        """A blocker at this read: ``why``, and what to do for the symbols ``atoms`` name."""
+        a, use = self.context.analysis, self.use
+        syms = symbol_hint(a.symbols, atoms)
+        fix = fix_lead(kind, syms=syms, **fix_fields) + fix_text(a, syms)
+        return Blocker(use.node, use.op, use.tensor, self.old, why, fix, sym_tuple(syms), kind)
+
+    def change(self, kind: str, old: str, new: str, values: list[Dim]) -> Change:
+        use = self.use
+        rebuild = self.generator if kind == "data" else None
+        return Change(
+            use.graph, use.node, use.op, use.input_index, use.tensor, kind, old, new, values, use,
+            rebuild,
+        )  # fmt: skip
+
+
+class Rule:
+    """One pattern or blocker kind: ``check`` says whether it applies, ``produce`` what it gives."""
+
+    kind = ""
+
+    def check(self, read: ConstRead) -> str | None:
+        """None where the rule applies to ``read``, else a short reason why not."""
+        raise NotImplementedError
+
+    def produce(self, read: ConstRead) -> Change | Blocker | None:
+        raise NotImplementedError
+
+
+def decide(read: ConstRead, rules: list[Rule] | None = None) -> Change | Blocker | None:
+    """What the first rule that applies to ``read`` produces (None: the read keeps no traced
+    size). Every read has one: the last rules cover every generator kind."""
+    for rule in CONST_RULES if rules is None else rules:
+        if rule.check(read) is None:
+            return rule.produce(read)
+    raise AssertionError(f"no symbolize rule decides {read.use.tensor!r}")
+
+
+# -- blockers at one constant ---------------------------------------------------------------------
+
+
+class OnePoint(Rule):
+    """A data constant of size 1 on an axis that met a non-batch symbol traced at 1: one point
+    cannot tell a broadcast from a table of the symbol's length."""
+
+    kind = "one-point"
+
+    def _met(self, read: ConstRead) -> tuple[int, Dim] | None:
+        a, rows = read.context.analysis, read.context.rows
+        for k, atom in enumerate(read.use.atoms):
+            met = a.one_point.get(atom) if atom is not None else None
+            if met is not None and met.atoms() - rows:
+                return k, met
+        return None
+
+    def check(self, read: ConstRead) -> str | None:
+        if read.use.kind != "data":
+            return "not a data constant"
+        return None if self._met(read) else "no axis meets a symbol traced at 1"
+
+    def produce(self, read: ConstRead) -> Blocker:
+        found = self._met(read)
+        assert found is not None
+        axis, met = found
+        why = why_text(self.kind, tensor=read.use.tensor, old=read.old, axis=axis, met=met)
+        return read.blocker(self.kind, why, met.atoms())
+
+
+class NoTracedSize(Rule):
+    """A constant whose every size resolves to a number: nothing to change."""
+
+    kind = "static"
+
+    def check(self, read: ConstRead) -> str | None:
+        if all(r is None or r.is_const() for r in read.resolved):
+            return None
+        return "a size follows a symbol"
+
+    def produce(self, read: ConstRead) -> None:
+        return None
+
+
+class _NoPattern(Rule):
+    """A data constant no generator reproduces along its symbolic axes."""
+
+    def check(self, read: ConstRead) -> str | None:
+        if read.use.kind != "data":
+            return "not a data constant"
+        return None if read.generator is None else f"it fits {read.generator.describe()}"
+
+    def _why(self, read: ConstRead, **fields: object) -> Blocker:
+        a, sol, use = read.context.analysis, read.context.solution, read.use
+        axes = ", ".join(f"axis {k} ({dim_text(a, sol, read.dims[k])})" for k in read.symbolic_axes)
+        why = why_text(self.kind, tensor=use.tensor, old=read.old, axes=axes, **fields)
+        cache = read.context.cache
+        if cache and use.array.dtype.kind == "f":
+            why += why_text("cache-position-table", cache=", ".join(sorted(cache)))
+        return read.blocker(self.kind, why, read.atoms | input_symbols(a, sol, read.atoms))
+
+
+class RelativePositionBias(_NoPattern):
+    """A table that depends only on j - i, folded at the traced length (T5's, WavLM's bias)."""
+
+    kind = "relative-position-bias"
+
+    def check(self, read: ConstRead) -> str | None:
+        reason = super().check(read)
+        if reason is None and relative_axes(read.use.array, read.symbolic_axes) is None:
+            return "it does not depend on j - i alone"
+        return reason
+
+    def produce(self, read: ConstRead) -> Blocker:
+        found = relative_axes(read.use.array, read.symbolic_axes)
+        assert found is not None
+        i, j = found
+        return self._why(read, i=i, j=j, far=read.use.array.shape[i] - 1)
+
+
+class TableCut(_NoPattern):
+    """A table or mask made for the traced size (cut, folded, or a weight torch resizes)."""
+
+    kind = "table-cut"
+
+    def produce(self, read: ConstRead) -> Blocker:
+        return self._why(read)
+
+
+class ThinEvidence(Rule):
+    """A pattern the traced values fit but are too few to pin down (2 points fit any line)."""
+
+    kind = "unpinned"
+
+    def check(self, read: ConstRead) -> str | None:
+        return None if read.thin_evidence else "the traced values pin the pattern down"
+
+    def produce(self, read: ConstRead) -> Blocker:
+        assert read.generator is not None and read.thin_evidence is not None
+        return _unpinned(read, read.thin_evidence, set())
+
+
+class MovingSize(Rule):
+    """A start or band bound equal to a traced size that no cache length explains."""
+
+    kind = "unpinned"
+
+    def check(self, read: ConstRead) -> str | None:
+        return None if read.moving_size else "no start or bound equals a traced size alone"
+
+    def produce(self, read: ConstRead) -> Blocker:
+        assert read.moving_size is not None
+        gap, atoms = read.moving_size
+        return _unpinned(read, gap, atoms)
+
+
+def _unpinned(read: ConstRead, gap: str, atoms: set[str]) -> Blocker:
+    assert read.generator is not None
+    pattern = read.generator.describe()
+    why = why_text("unpinned", tensor=read.use.tensor, old=read.old, pattern=pattern, gap=gap)
+    return read.blocker("unpinned", why, read.atoms | atoms)
+
+
+# -- patterns: what a constant becomes ------------------------------------------------------------
+
+
+class SizeConstant(Rule):
+    """Integer sizes (a Reshape, Expand, Slice ... shape) become a Shape computation."""
+
+    kind = "size"
+
+    def check(self, read: ConstRead) -> str | None:
+        return None if read.use.kind == "size" else "not a size constant"
+
+    def produce(self, read: ConstRead) -> Change:
+        a, sol, array = read.context.analysis, read.context.solution, read.use.array
+        flat = array.reshape(-1).tolist()
+        values = [
+            r if r is not None else Dim.const(int(v))
+            for r, v in zip(read.resolved, flat, strict=True)
+        ]
+        old = fmt_values([int(v) for v in flat]) if array.ndim else str(int(flat[0]))
+        new = values_text(a, sol, values) if array.ndim else dim_text(a, sol, values[0])
+        return read.change("size", old, new, values)
+
+
+class Regenerated(Rule):
+    """A data constant rebuilt at run time by its generator (see :mod:`.generators`); each
+    subclass is one generator kind, matched only where the traced values pin it down."""
+
+    def check(self, read: ConstRead) -> str | None:
+        gen = read.generator
+        if read.use.kind != "data" or gen is None:
+            return "no generator reproduces it"
+        if read.thin_evidence or read.moving_size:
+            return "its traced values do not pin the generator down"
+        return self.matches(read, gen)
+
+    def matches(self, read: ConstRead, gen: Generator) -> str | None:
+        raise NotImplementedError
+
+    def produce(self, read: ConstRead) -> Change:
+        a, sol, gen = read.context.analysis, read.context.solution, read.generator
+        assert gen is not None
+        dtype = dtype_name(elem_type_of(read.use.array))
+        new = f"{dtype}{values_text(a, sol, read.dims)} ({gen.describe()})"
+        return read.change("data", read.old, new, read.dims)
+
+
+class BatchIndices(Regenerated):
+    """An index that enumerates a batch traced at 1 (:mod:`.batch_indices`): a Range."""
+
+    kind = "batch-indices"
+
+    def matches(self, read: ConstRead, gen: Generator) -> str | None:
+        return None if read.enumerates is not None else "it enumerates no batch"
+
+
+class CacheOffset(Regenerated):
+    """A count, band or rotary table that starts at a cache length (:mod:`.cache_offsets`)."""
+
+    kind = "cache-offset"
+
+    def matches(self, read: ConstRead, gen: Generator) -> str | None:
+        return None if gen.offset is not None else "it does not move with a cache length"
+
+
+def _moving(gen: Generator) -> bool:
+    return any(np.any(step != 0) for step in gen.steps.values())
+
+
+class Broadcast(Regenerated):
+    """One row repeated along the symbolic axes: Expand."""
+
+    kind = "broadcast"
+
+    def matches(self, read: ConstRead, gen: Generator) -> str | None:
+        return None if gen.kind == "affine" and not _moving(gen) else "it is no broadcast"
+
+
+class RangeGrid(Regenerated):
+    """``base + sum_k step_k * i_k``: position ids, an index grid."""
+
+    kind = "range"
+
+    def matches(self, read: ConstRead, gen: Generator) -> str | None:
+        return None if gen.kind == "affine" and _moving(gen) else "it counts along no axis"
+
+
+class RotaryTable(Regenerated):
+    """``amp * cos(i * freq)`` / ``sin(i * freq)``: rotary tables."""
+
+    kind = "rotary"
+
+    def matches(self, read: ConstRead, gen: Generator) -> str | None:
+        return None if gen.kind in ("cos", "sin") else "it is no cos/sin table"
+
+
+class BandMask(Regenerated):
+    """Two values split by ``lo <= j - i <= hi``: a causal or sliding-window mask."""
+
+    kind = "band"
+
+    def matches(self, read: ConstRead, gen: Generator) -> str | None:
+        return None if gen.kind == "band" else "it is no band mask"
+
+
+class HeadTile(Regenerated):
+    """A block repeated along ``batch*heads``: Tile."""
+
+    kind = "tile"
+
+    def matches(self, read: ConstRead, gen: Generator) -> str | None:
+        return None if gen.kind == "tile" else "it repeats no block"
+
+
+#: The rules for one constant read, in the order they are tried (the first that applies decides).
+CONST_RULES: list[Rule] = [
+    OnePoint(),
+    NoTracedSize(),
+    SizeConstant(),
+    RelativePositionBias(),
+    TableCut(),
+    ThinEvidence(),
+    MovingSize(),
+    BatchIndices(),
+    CacheOffset(),
+    Broadcast(),
+    RangeGrid(),
+    RotaryTable(),
+    BandMask(),
+    HeadTile(),
+]
