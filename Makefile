@@ -42,11 +42,19 @@ test-large: install
 
 # Hostile inputs through the CLI (bytes, structure, chain, paths): counts per class; exit 1 if any
 # input ends uncaught. FUZZ_INPUTS (default 12000), FUZZ_MINUTES (20), FUZZ_SEED, FUZZ_WEIGHTS.
-FUZZ_INPUTS  ?= 12000
-FUZZ_MINUTES ?= 20
-FUZZ_SEED    ?= 0
+# Then the differential campaign (tests/differential/): FUZZ_VALID random valid models through
+# every pass and chains (same outputs on ORT, or exit 2), FUZZ_TEMPLATES symbolize templates
+# traced at batch 2 and 1; minimized reproducers in build/fuzz-differential. Exit 1 if either fails.
+FUZZ_INPUTS    ?= 12000
+FUZZ_MINUTES   ?= 20
+FUZZ_SEED      ?= 0
+FUZZ_VALID     ?= 3000
+FUZZ_TEMPLATES ?= 400
 fuzz: install
-	$(BIN)/python tests/fuzzing.py --inputs $(FUZZ_INPUTS) --minutes $(FUZZ_MINUTES) --seed $(FUZZ_SEED)
+	$(BIN)/python tests/fuzzing.py --inputs $(FUZZ_INPUTS) --minutes $(FUZZ_MINUTES) --seed $(FUZZ_SEED); \
+	status=$$?; cd tests && ../$(BIN)/python -m differential --models $(FUZZ_VALID) \
+		--templates $(FUZZ_TEMPLATES) --seed $(FUZZ_SEED) --out ../build/fuzz-differential \
+		&& exit $$status
 
 # ruff, then mypy over the package as installed (passes/ is onnxsurgery.passes: mypy reads a tree
 # of links that puts it there, and its messages name the files in this repository).

@@ -3,7 +3,8 @@
 Rules (onnx-graphsurgeon's ``cleanup`` and ``toposort``):
 - a node none of whose outputs reaches a graph output is removed, in subgraphs too;
 - an initializer no node reads is removed;
-- a graph input no node reads is removed (``inputs=false`` keeps the signature as it is);
+- a graph input no node reads is removed (``inputs=false`` keeps the signature as it is); a
+  subgraph's inputs never are (a Loop body's unread iteration number is part of the Loop);
 - nodes are put in topological order.
 
     x ─ Relu ─ y            x ─ Relu ─ y
@@ -61,7 +62,11 @@ class Cleanup(Pass):
         handle = handle if handle is not None else ModelHandle(model)
         bare = handle.weightless()
         graph = gs.import_onnx(bare)
-        graph.cleanup(remove_unused_graph_inputs=self.inputs, recurse_subgraphs=True)
+        # A subgraph's inputs are its op's signature (a Loop body's iteration number, read or
+        # not): only the main graph's unused inputs may go, so that is a second, flat cleanup.
+        graph.cleanup(remove_unused_graph_inputs=False, recurse_subgraphs=True)
+        if self.inputs:
+            graph.cleanup(remove_unused_graph_inputs=True, recurse_subgraphs=False)
         if unsorted:
             graph.toposort(recurse_subgraphs=True)
         cleaned = gs.export_onnx(graph, do_type_check=False)

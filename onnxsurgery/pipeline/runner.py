@@ -298,6 +298,8 @@ class Pipeline:
             if not p.weights_on_disk and has_weights_on_disk(handle.model):
                 ctx.stage("reading the weights it needs from the data file")
                 handle.full()
+            # value_info the pass is handed: checked below only where the pass changed it
+            given = {vi.SerializeToString() for vi in handle.model.graph.value_info}
             ctx.stage("running")
             # Passes get the model itself: the pipeline keeps no other reference to it, and a
             # failed pass ends the run, so a copy per pass would only cost time and memory.
@@ -315,6 +317,9 @@ class Pipeline:
                 # One weightless copy for both: they see every weight's type and shape, not its data.
                 bare = handle.weightless()
                 check_model(bare, where=where, error=PassError)
+                # Stale value_info the input already had (ORT only warns) is not this pass's
+                # doing: strict inference would blame it on whichever pass ran first.
+                _drop_given_value_info(bare.graph, given)
                 try:
                     infer_shapes(bare, data_prop=True)
                 except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
@@ -397,6 +402,12 @@ class Pipeline:
             raise ValidationMismatch(
                 f"validation against {ctx.references} failed: {result.summary}", report=result
             )
+
+
+def _drop_given_value_info(graph: onnx.GraphProto, given: set[bytes]) -> None:
+    kept = [vi for vi in graph.value_info if vi.SerializeToString() not in given]
+    del graph.value_info[:]
+    graph.value_info.extend(kept)
 
 
 def _pass_diff(before: onnx.ModelProto, after: onnx.ModelProto) -> Any:
