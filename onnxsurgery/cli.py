@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import fields
 from inspect import cleandoc
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperCommand
@@ -547,30 +547,22 @@ def validate_command(
         shapes = dict(parse_shape_spec(s) for s in shape or [])
         _check_validate_usage(ref, against, original, localize, random=bool(shapes or seed or cases != 1))
         inputs = {"feeds_or_cases": ref, "shapes": shapes, "seed": seed, "cases": cases}
+        within: dict[str, Any] = {"provider": provider, "atol": atol, "rtol": rtol}
         if against is None:
             assert ref is not None  # _check_validate_usage: --ref or --against
             with terminal.progress_line(quiet) as progress:
                 result = validate(
-                    model,
-                    ref,
-                    provider=provider,
-                    atol=atol,
-                    rtol=rtol,
-                    tolerances=tolerances,
-                    progress=progress and (lambda stage, done, total: progress("validate", stage, done, total)),
+                    model, ref, **within, tolerances=tolerances, progress=_as_stage("validate", progress)
                 )
         else:
-            result = onnxsurgery.compare_models(
-                model, against, **inputs, provider=provider, atol=atol, rtol=rtol, tolerances=tolerances
-            )
+            result = onnxsurgery.compare_models(model, against, **inputs, **within, tolerances=tolerances)
         shown = result
         if localize and not result:
             from onnxsurgery import divergence
 
             shown = divergence.localize_validation(
-                model, result, against=against, original=original, **inputs,
-                provider=provider, atol=atol, rtol=rtol,
-            )  # fmt: skip
+                model, result, against=against, original=original, **inputs, **within
+            )
         if report is not None:
             write_json(shown.to_dict(), report)
         if not result:
@@ -578,6 +570,13 @@ def validate_command(
             raise ValidationMismatch(f"validation against {what} failed: {result.summary}", report=shown)
         if not quiet:
             terminal.show(result, verbose)
+
+
+def _as_stage(where: str, progress: Callable[..., None] | None) -> Callable[..., None] | None:
+    """The progress line's callback for a library call that reports ``(stage, done, total)``."""
+    if progress is None:
+        return None
+    return lambda stage, done, total: progress(where, stage, done, total)
 
 
 def _check_validate_usage(
