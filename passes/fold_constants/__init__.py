@@ -1,6 +1,6 @@
 """Fold constants with onnxsim, falling back to onnx-graphsurgeon, without pinning symbolic dims.
 
-    options.py        onnxsim settings; size, input-shape and optimizer-name checks
+    options.py        the option table (OPTION_CHECKS); onnxsim settings; size, input-shape, optimizer names
     capture.py        native console output to a log; FolderFailed
     onnxsim_import.py import onnxsim without the torch import only its PPQ bridge makes
     onnxsim_child.py  onnxsim in a forked child (or in-process), by path for models near 2 GB

@@ -1,4 +1,5 @@
-"""fold-constants' options: onnxsim's settings, size and input-shape parsing, optimizer names."""
+"""fold-constants' options: the table that checks them, onnxsim's settings, size and input-shape parsing,
+optimizer names."""
 
 from __future__ import annotations
 
