@@ -11,14 +11,15 @@ as rich markup.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import fields
 from inspect import cleandoc
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperCommand
@@ -34,7 +35,13 @@ from onnxsurgery.files import check_targets, to_stdout
 from onnxsurgery.limits import Limits, parse_limit
 from onnxsurgery.model.io import load_model, save_model
 from onnxsurgery.model.signature import parse_shape_spec
-from onnxsurgery.pipeline.chain import build_passes, format_value, load_recipe, parse_passes
+from onnxsurgery.pipeline.chain import (
+    PassSpec,
+    build_passes,
+    format_value,
+    load_recipe,
+    parse_passes,
+)
 from onnxsurgery.pipeline.registry import discover, get_pass
 from onnxsurgery.pipeline.report_html import write_report
 from onnxsurgery.pipeline.runner import Pipeline, default_output_path, pass_failure
@@ -90,6 +97,10 @@ _PANEL_CHAIN = "Pass chain"
 _PANEL_VALIDATE = "Validation"
 
 
+QuietOpt = Annotated[bool, typer.Option("-q", "--quiet", help="Print nothing but errors.")]
+TracebackOpt = Annotated[bool, typer.Option("--traceback", help="On an error, print the Python stack too.")]
+
+
 def _version_callback(value: bool) -> None:
     if value:
         terminal.out.print(f"onnxsurgery {__version__}")
@@ -105,9 +116,7 @@ def _root(
             "--version", callback=_version_callback, is_eager=True, help="Show the version and exit."
         ),
     ] = False,
-    traceback: Annotated[
-        bool, typer.Option("--traceback", help="On an error, print the Python stack too.")
-    ] = False,
+    traceback: TracebackOpt = False,
 ) -> None:
     """Repair ONNX models exported from PyTorch: symbolize traced sizes, merge outputs,
     fold constants, and validate against stored torch outputs.
@@ -155,81 +164,90 @@ TolOpt = Annotated[
 ]
 
 
+# run's options
+OutputOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "-o",
+        "--output",
+        help="Where to write the repaired model. \\[default: MODEL.surgery.onnx beside the input]",
+        rich_help_panel=_PANEL_IO,
+    ),
+]
+PassesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--passes",
+        "-p",
+        help='Pass chain, e.g. "cleanup, symbolize(x:0=batch), concat-outputs(axis=1)".',
+        rich_help_panel=_PANEL_CHAIN,
+    ),
+]
+RecipeOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--recipe", help="TOML file of \\[\\[pass]] tables (instead of --passes).", rich_help_panel=_PANEL_CHAIN
+    ),
+]
+RunRefOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--ref",
+        help="Reference cases (test_data_set_N folders or .npz) to validate against after the last pass.",
+        rich_help_panel=_PANEL_VALIDATE,
+    ),
+]
+KeepFailedOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--keep-failed",
+        help="When validation fails, write the model here for inspection (never to -o).",
+        rich_help_panel=_PANEL_VALIDATE,
+    ),
+]
+RunReportOpt = Annotated[
+    Path | None,
+    typer.Option("--report", help="Write the run's report here: FILE.html a page to read, else JSON.", rich_help_panel=_PANEL_IO),
+]
+CheckOpt = Annotated[
+    bool,
+    typer.Option(
+        "--check/--no-check",
+        help="Run the ONNX checker and shape inference after every pass.",
+        rich_help_panel=_PANEL_CHAIN,
+    ),
+]
+LimitOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--limit",
+        help="Change a resource limit, NAME=VALUE (repeatable); the limits and their defaults: "
+        + ", ".join(f"{f.name}={format_value(getattr(Limits(), f.name))}" for f in fields(Limits))
+        + ".",
+        rich_help_panel=_PANEL_CHAIN,
+    ),
+]
+
+
 @app.command(cls=_Command)
 @_help
 def run(
     model: Annotated[Path, typer.Argument(metavar="MODEL", help="The exported .onnx model (never modified).")],
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "-o",
-            "--output",
-            help="Where to write the repaired model. \\[default: MODEL.surgery.onnx beside the input]",
-            rich_help_panel=_PANEL_IO,
-        ),
-    ] = None,
-    passes: Annotated[
-        str | None,
-        typer.Option(
-            "--passes",
-            "-p",
-            help='Pass chain, e.g. "cleanup, symbolize(x:0=batch), concat-outputs(axis=1)".',
-            rich_help_panel=_PANEL_CHAIN,
-        ),
-    ] = None,
-    recipe: Annotated[
-        Path | None,
-        typer.Option(
-            "--recipe", help="TOML file of \\[\\[pass]] tables (instead of --passes).", rich_help_panel=_PANEL_CHAIN
-        ),
-    ] = None,
-    ref: Annotated[
-        Path | None,
-        typer.Option(
-            "--ref",
-            help="Reference cases (test_data_set_N folders or .npz) to validate against after the last pass.",
-            rich_help_panel=_PANEL_VALIDATE,
-        ),
-    ] = None,
+    output: OutputOpt = None,
+    passes: PassesOpt = None,
+    recipe: RecipeOpt = None,
+    ref: RunRefOpt = None,
     atol: AtolOpt = DEFAULT_ATOL,
     rtol: RtolOpt = DEFAULT_RTOL,
     tol: TolOpt = None,
     provider: ProviderOpt = "auto",
-    keep_failed: Annotated[
-        Path | None,
-        typer.Option(
-            "--keep-failed",
-            help="When validation fails, write the model here for inspection (never to -o).",
-            rich_help_panel=_PANEL_VALIDATE,
-        ),
-    ] = None,
-    report: Annotated[
-        Path | None,
-        typer.Option("--report", help="Write the run's report here: FILE.html a page to read, else JSON.", rich_help_panel=_PANEL_IO),
-    ] = None,
-    check: Annotated[
-        bool,
-        typer.Option(
-            "--check/--no-check",
-            help="Run the ONNX checker and shape inference after every pass.",
-            rich_help_panel=_PANEL_CHAIN,
-        ),
-    ] = True,
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print nothing but errors.")] = False,
+    keep_failed: KeepFailedOpt = None,
+    report: RunReportOpt = None,
+    check: CheckOpt = True,
+    quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
-    limit: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--limit",
-            help="Change a resource limit, NAME=VALUE (repeatable); the limits and their defaults: "
-            + ", ".join(f"{f.name}={format_value(getattr(Limits(), f.name))}" for f in fields(Limits))
-            + ".",
-            rich_help_panel=_PANEL_CHAIN,
-        ),
-    ] = None,
-    traceback: Annotated[
-        bool, typer.Option("--traceback", help="On an error, print the Python stack too.")
-    ] = False,
+    limit: LimitOpt = None,
+    traceback: TracebackOpt = False,
 ) -> None:
     """Run a pass chain on MODEL, validate it, and write the result atomically.
 
@@ -250,12 +268,7 @@ def run(
             {"-o": target, "--report": report, "--keep-failed": keep_failed},
             text=("--report",),
         )
-        if passes and recipe:
-            raise UsageError("give either --passes or --recipe, not both")
-        if not passes and not recipe:
-            names = ", ".join(n for n, e in discover().items() if e.available)
-            raise UsageError(f"no passes given: use --passes \"...\" or --recipe FILE (passes: {names})")
-        specs = load_recipe(recipe) if recipe else parse_passes(passes or "")
+        specs = _chain_specs(passes, recipe)
         limits = dict(parse_limit(text) for text in limit or [])
         tolerances = dict(parse_tolerance_spec(t) for t in tol or [])
         pipeline = Pipeline(
@@ -269,21 +282,37 @@ def run(
             limits=limits,
             diffs=report is not None,  # what each pass changed goes into the JSON
         )
-        try:
-            with terminal.progress_line(quiet) as progress:
-                result = pipeline.run(model, target, progress=progress)
-        except ValidationMismatch as exc:
-            failed_model = exc.pipeline_report.model if exc.pipeline_report else None
-            if keep_failed is not None and failed_model is not None:
-                save_model(failed_model, keep_failed)
-                from rich.text import Text
-
-                terminal.err.print(Text(f"kept the failing model at {keep_failed}"))
-            raise
+        with _keeping_failed(keep_failed), terminal.progress_line(quiet) as progress:
+            result = pipeline.run(model, target, progress=progress)
         if report is not None:
             write_report(result.to_dict(), report)
         if not quiet:
             terminal.show(result, verbose)
+
+
+def _chain_specs(passes: str | None, recipe: Path | None) -> list[PassSpec]:
+    """The pass chain from --passes or --recipe (exactly one of them)."""
+    if passes and recipe:
+        raise UsageError("give either --passes or --recipe, not both")
+    if not passes and not recipe:
+        names = ", ".join(n for n, e in discover().items() if e.available)
+        raise UsageError(f"no passes given: use --passes \"...\" or --recipe FILE (passes: {names})")
+    return load_recipe(recipe) if recipe else parse_passes(passes or "")
+
+
+@contextlib.contextmanager
+def _keeping_failed(keep_failed: Path | None) -> Iterator[None]:
+    """On a validation mismatch, write the failing model to --keep-failed (and say so)."""
+    try:
+        yield
+    except ValidationMismatch as exc:
+        failed_model = exc.pipeline_report.model if exc.pipeline_report else None
+        if keep_failed is not None and failed_model is not None:
+            save_model(failed_model, keep_failed)
+            from rich.text import Text
+
+            terminal.err.print(Text(f"kept the failing model at {keep_failed}"))
+        raise
 
 
 @app.command("passes", cls=_Command)
@@ -425,68 +454,79 @@ def diff_command(
         terminal.show(result, verbose)
 
 
+# validate's options
+ValidateRefOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--ref",
+        help="Reference cases (test_data_set_N folders or .npz). With --against, only their inputs are used.",
+        rich_help_panel=_PANEL_VALIDATE,
+    ),
+]
+AgainstOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--against",
+        help="Compare with this model instead of stored outputs (on --ref inputs, else random ones).",
+        rich_help_panel=_PANEL_VALIDATE,
+    ),
+]
+ShapeOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--shape",
+        help="Size of a random input for --against, e.g. x:3x3x224x224 (repeatable).",
+        rich_help_panel=_PANEL_VALIDATE,
+    ),
+]
+AgainstSeedOpt = Annotated[
+    int, typer.Option("--seed", help="Seed of the random inputs for --against.", rich_help_panel=_PANEL_VALIDATE)
+]
+CasesOpt = Annotated[
+    int,
+    typer.Option("--cases", min=1, help="Number of random input sets for --against.", rich_help_panel=_PANEL_VALIDATE),
+]
+LocalizeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--localize",
+        help="On a mismatch, find the first node whose output differs from --against, or with "
+        "--ref from --original (on a failing case the original takes).",
+        rich_help_panel=_PANEL_VALIDATE,
+    ),
+]
+OriginalOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--original",
+        help="The model as exported, for --ref --localize (a repaired model does not record "
+        "where it came from).",
+        rich_help_panel=_PANEL_VALIDATE,
+    ),
+]
+ValidateReportOpt = Annotated[
+    Path | None,
+    typer.Option("--report", help="Write every case and output here: FILE.html a page, else JSON.", rich_help_panel=_PANEL_IO),
+]
+
+
 @app.command("validate", cls=_Command)
 @_help
 def validate_command(
     model: Annotated[Path, typer.Argument(metavar="MODEL", help="The .onnx model to check.")],
-    ref: Annotated[
-        Path | None,
-        typer.Option(
-            "--ref",
-            help="Reference cases (test_data_set_N folders or .npz). With --against, only their inputs are used.",
-            rich_help_panel=_PANEL_VALIDATE,
-        ),
-    ] = None,
-    against: Annotated[
-        Path | None,
-        typer.Option(
-            "--against",
-            help="Compare with this model instead of stored outputs (on --ref inputs, else random ones).",
-            rich_help_panel=_PANEL_VALIDATE,
-        ),
-    ] = None,
-    shape: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--shape",
-            help="Size of a random input for --against, e.g. x:3x3x224x224 (repeatable).",
-            rich_help_panel=_PANEL_VALIDATE,
-        ),
-    ] = None,
-    seed: Annotated[
-        int, typer.Option("--seed", help="Seed of the random inputs for --against.", rich_help_panel=_PANEL_VALIDATE)
-    ] = 0,
-    cases: Annotated[
-        int,
-        typer.Option("--cases", min=1, help="Number of random input sets for --against.", rich_help_panel=_PANEL_VALIDATE),
-    ] = 1,
+    ref: ValidateRefOpt = None,
+    against: AgainstOpt = None,
+    shape: ShapeOpt = None,
+    seed: AgainstSeedOpt = 0,
+    cases: CasesOpt = 1,
     atol: AtolOpt = DEFAULT_ATOL,
     rtol: RtolOpt = DEFAULT_RTOL,
     tol: TolOpt = None,
     provider: ProviderOpt = "auto",
-    localize: Annotated[
-        bool,
-        typer.Option(
-            "--localize",
-            help="On a mismatch, find the first node whose output differs from --against, or with "
-            "--ref from --original (on a failing case the original takes).",
-            rich_help_panel=_PANEL_VALIDATE,
-        ),
-    ] = False,
-    original: Annotated[
-        Path | None,
-        typer.Option(
-            "--original",
-            help="The model as exported, for --ref --localize (a repaired model does not record "
-            "where it came from).",
-            rich_help_panel=_PANEL_VALIDATE,
-        ),
-    ] = None,
-    report: Annotated[
-        Path | None,
-        typer.Option("--report", help="Write every case and output here: FILE.html a page, else JSON.", rich_help_panel=_PANEL_IO),
-    ] = None,
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print nothing but errors.")] = False,
+    localize: LocalizeOpt = False,
+    original: OriginalOpt = None,
+    report: ValidateReportOpt = None,
+    quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Check MODEL on ONNX Runtime against stored torch outputs (--ref) or another model (--against).
@@ -505,65 +545,58 @@ def validate_command(
         )
         tolerances = dict(parse_tolerance_spec(t) for t in tol or [])
         shapes = dict(parse_shape_spec(s) for s in shape or [])
-        if original is not None and (against is not None or not localize):
-            raise UsageError("--original is for --ref with --localize (with --against, that model is the reference)")
-        if localize and against is None and original is None:
-            raise UsageError(
-                "--localize with --ref needs the model as exported: give --original ORIG.onnx "
-                "(or compare with --against ORIG.onnx)"
-            )
+        _check_validate_usage(ref, against, original, localize, random=bool(shapes or seed or cases != 1))
+        inputs = {"feeds_or_cases": ref, "shapes": shapes, "seed": seed, "cases": cases}
+        within: dict[str, Any] = {"provider": provider, "atol": atol, "rtol": rtol}
         if against is None:
-            if ref is None:
-                raise UsageError("nothing to validate against: give --ref PATH or --against OTHER.onnx")
-            if shapes or seed or cases != 1:
-                raise UsageError("--shape, --seed and --cases are for random inputs with --against")
+            assert ref is not None  # _check_validate_usage: --ref or --against
             with terminal.progress_line(quiet) as progress:
                 result = validate(
-                    model,
-                    ref,
-                    provider=provider,
-                    atol=atol,
-                    rtol=rtol,
-                    tolerances=tolerances,
-                    progress=progress and (lambda stage, done, total: progress("validate", stage, done, total)),
+                    model, ref, **within, tolerances=tolerances, progress=_as_stage("validate", progress)
                 )
-            what = str(ref)
         else:
-            if ref is not None and (shapes or seed or cases != 1):
-                raise UsageError("--shape, --seed and --cases are for random inputs; --ref gives stored inputs")
-            result = onnxsurgery.compare_models(
-                model,
-                against,
-                feeds_or_cases=ref,
-                shapes=shapes,
-                seed=seed,
-                cases=cases,
-                provider=provider,
-                atol=atol,
-                rtol=rtol,
-                tolerances=tolerances,
-            )
-            what = str(against)
+            result = onnxsurgery.compare_models(model, against, **inputs, **within, tolerances=tolerances)
         shown = result
         if localize and not result:
             from onnxsurgery import divergence
 
-            if against is not None:
-                found = divergence.localize_comparison(
-                    model, against, result, feeds_or_cases=ref, shapes=shapes, seed=seed, cases=cases,
-                    provider=provider, atol=atol, rtol=rtol,
-                )  # fmt: skip
-            else:
-                found = divergence.localize_references(
-                    model, original, ref, result, provider=provider, atol=atol, rtol=rtol
-                )
-            shown = divergence.LocalizedFailure(result, found)
+            shown = divergence.localize_validation(
+                model, result, against=against, original=original, **inputs, **within
+            )
         if report is not None:
             write_report(shown.to_dict(), report)
         if not result:
+            what = str(against if against is not None else ref)
             raise ValidationMismatch(f"validation against {what} failed: {result.summary}", report=shown)
         if not quiet:
             terminal.show(result, verbose)
+
+
+def _as_stage(where: str, progress: Callable[..., None] | None) -> Callable[..., None] | None:
+    """The progress line's callback for a library call that reports ``(stage, done, total)``."""
+    if progress is None:
+        return None
+    return lambda stage, done, total: progress(where, stage, done, total)
+
+
+def _check_validate_usage(
+    ref: Path | None, against: Path | None, original: Path | None, localize: bool, *, random: bool
+) -> None:
+    """Refuse option combinations validate cannot act on; ``random``: --shape, --seed or --cases given."""
+    if original is not None and (against is not None or not localize):
+        raise UsageError("--original is for --ref with --localize (with --against, that model is the reference)")
+    if localize and against is None and original is None:
+        raise UsageError(
+            "--localize with --ref needs the model as exported: give --original ORIG.onnx "
+            "(or compare with --against ORIG.onnx)"
+        )
+    if against is None:
+        if ref is None:
+            raise UsageError("nothing to validate against: give --ref PATH or --against OTHER.onnx")
+        if random:
+            raise UsageError("--shape, --seed and --cases are for random inputs with --against")
+    elif ref is not None and random:
+        raise UsageError("--shape, --seed and --cases are for random inputs; --ref gives stored inputs")
 
 
 reference_app = typer.Typer(
@@ -584,51 +617,62 @@ reference_app = typer.Typer(
 app.add_typer(reference_app, name="reference")
 
 
+# reference record's arguments and options
+ModuleArg = Annotated[
+    str,
+    typer.Argument(metavar="MODULE", help="The torch module: package.module:attr or path/to/file.py:attr (instance, class or factory)."),
+]
+RecordModelOpt = Annotated[
+    Path, typer.Option("--model", "-m", help="The exported .onnx model: gives input names, dtypes and output names.")
+]
+RecordOutOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder for test_data_set_N (created if missing).")]
+RecordCaseOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--case",
+        help='One case per option: input sizes, e.g. "x:2x3x32x32" (or x:2,3,32,32 or x:\\[2,3,32,32]) or '
+        '"ids:2x8; mask:2x8". \\[default: one case at the model\'s declared sizes]',
+    ),
+]
+RecordInputOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--input",
+        help="An input's values from a file, NAME=FILE.npy or NAME=FILE.pb (a TensorProto), used in every case "
+        "(repeatable).",
+    ),
+]
+ValRangeOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--val-range",
+        help="An input's random values, NAME:LOW,HIGH, both ends included (repeatable). "
+        "\\[default: ids over their table, other integers 0/1, floats normal]",
+    ),
+]
+OverwriteOpt = Annotated[
+    bool, typer.Option("--overwrite", help="Replace the cases the folder holds instead of adding after them.")
+]
+NoCheckOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-check", help="Do not run the ONNX model on ONNX Runtime at its traced size to compare it with the module."
+    ),
+]
+
+
 @reference_app.command("record", cls=_Command)
 @_help
 def reference_record(
-    module: Annotated[
-        str,
-        typer.Argument(metavar="MODULE", help="The torch module: package.module:attr or path/to/file.py:attr (instance, class or factory)."),
-    ],
-    model: Annotated[
-        Path, typer.Option("--model", "-m", help="The exported .onnx model: gives input names, dtypes and output names.")
-    ],
-    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for test_data_set_N (created if missing).")],
-    case: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--case",
-            help='One case per option: input sizes, e.g. "x:2x3x32x32" (or x:2,3,32,32 or x:\\[2,3,32,32]) or '
-            '"ids:2x8; mask:2x8". \\[default: one case at the model\'s declared sizes]',
-        ),
-    ] = None,
-    input_file: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--input",
-            help="An input's values from a file, NAME=FILE.npy or NAME=FILE.pb (a TensorProto), used in every case "
-            "(repeatable).",
-        ),
-    ] = None,
-    val_range: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--val-range",
-            help="An input's random values, NAME:LOW,HIGH, both ends included (repeatable). "
-            "\\[default: ids over their table, other integers 0/1, floats normal]",
-        ),
-    ] = None,
+    module: ModuleArg,
+    model: RecordModelOpt,
+    out_dir: RecordOutOpt,
+    case: RecordCaseOpt = None,
+    input_file: RecordInputOpt = None,
+    val_range: ValRangeOpt = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs.")] = 0,
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace the cases the folder holds instead of adding after them.")
-    ] = False,
-    no_check: Annotated[
-        bool,
-        typer.Option(
-            "--no-check", help="Do not run the ONNX model on ONNX Runtime at its traced size to compare it with the module."
-        ),
-    ] = False,
+    overwrite: OverwriteOpt = False,
+    no_check: NoCheckOpt = False,
 ) -> None:
     """Run a torch module in eager mode on random inputs and store its outputs as reference cases.
 

@@ -35,7 +35,13 @@ from onnxsurgery.model.walk import default_opset, graphs_by_path
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 from onnxsurgery.validation.arrays import compare_arrays
 from onnxsurgery.validation.feeds import random_inputs
-from onnxsurgery.validation.runtime import ort_limits, quiet_stderr, run_model, session_error
+from onnxsurgery.validation.runtime import (
+    OrtLimits,
+    ort_limits,
+    quiet_stderr,
+    run_model,
+    session_error,
+)
 
 __all__ = ["Compat", "ir_requirements"]
 
@@ -205,27 +211,49 @@ class Compat(Pass):
     def run(self, model: onnx.ModelProto, ctx: PassContext) -> PassResult:
         limits = ort_limits()
         runtime = f"onnxruntime {ort.__version__}"
-        original = model
         current = onnx.ModelProto()
         current.CopyFrom(model)
         diagnostics: list[Diagnostic] = []
-
-        if current.ir_version > limits.ir_version:
-            blockers = [what for ir, what in ir_requirements(current) if ir > limits.ir_version]
-            if blockers:
-                self.fail(
-                    f"IR version {current.ir_version} cannot be lowered to {limits.ir_version} "
-                    f"({runtime}'s newest): {'; '.join(blockers[:8])}"
-                    + (f" (and {len(blockers) - 8} more)" if len(blockers) > 8 else "")
-                )
-            diagnostics.append(
-                Diagnostic.info(
-                    f"IR version {current.ir_version} -> {limits.ir_version}: {runtime} loads IR "
-                    f"<= {limits.ir_version} and nothing in the model needs a newer one"
-                )
+        self._lower_ir(current, limits, runtime, diagnostics)
+        current = self._convert_opset(current, limits, runtime, diagnostics)
+        current = self._until_loadable(current, limits, runtime, diagnostics)
+        if not diagnostics:
+            return PassResult(
+                model,
+                modified=False,
+                diagnostics=[Diagnostic.info(f"nothing to change: {runtime} loads the model")],
             )
-            current.ir_version = limits.ir_version
+        if ctx.references is not None:
+            diagnostics.append(Diagnostic.info("checked against --ref after the last pass"))
+        elif self.check:
+            diagnostics.append(self._compare(model, current))
+        return PassResult(current, modified=True, diagnostics=diagnostics)
 
+    def _lower_ir(
+        self, current: onnx.ModelProto, limits: OrtLimits, runtime: str, diagnostics: list[Diagnostic]
+    ) -> None:
+        """Lower an IR version newer than ONNX Runtime loads, in place, unless the model needs it."""
+        if current.ir_version <= limits.ir_version:
+            return
+        blockers = [what for ir, what in ir_requirements(current) if ir > limits.ir_version]
+        if blockers:
+            self.fail(
+                f"IR version {current.ir_version} cannot be lowered to {limits.ir_version} "
+                f"({runtime}'s newest): {'; '.join(blockers[:8])}"
+                + (f" (and {len(blockers) - 8} more)" if len(blockers) > 8 else "")
+            )
+        diagnostics.append(
+            Diagnostic.info(
+                f"IR version {current.ir_version} -> {limits.ir_version}: {runtime} loads IR "
+                f"<= {limits.ir_version} and nothing in the model needs a newer one"
+            )
+        )
+        current.ir_version = limits.ir_version
+
+    def _convert_opset(
+        self, current: onnx.ModelProto, limits: OrtLimits, runtime: str, diagnostics: list[Diagnostic]
+    ) -> onnx.ModelProto:
+        """Convert to the asked opset=, else down to ONNX Runtime's newest when the model's is newer."""
         opset = default_opset(current)
         if self.opset is not None and self.opset != opset:
             current = self._convert(current, self.opset, limits.ir_version)
@@ -238,7 +266,12 @@ class Compat(Pass):
                     f"opset {limits.opset}"
                 )
             )
+        return current
 
+    def _until_loadable(
+        self, current: onnx.ModelProto, limits: OrtLimits, runtime: str, diagnostics: list[Diagnostic]
+    ) -> onnx.ModelProto:
+        """Raise the opset while ONNX Runtime has no kernel for an op, up to _MAX_CONVERSIONS times."""
         for attempt in range(_MAX_CONVERSIONS + 1):
             error = session_error(current)
             if error is None:
@@ -266,18 +299,7 @@ class Compat(Pass):
                     op=op,
                 )
             )
-
-        if not diagnostics:
-            return PassResult(
-                model,
-                modified=False,
-                diagnostics=[Diagnostic.info(f"nothing to change: {runtime} loads the model")],
-            )
-        if ctx.references is not None:
-            diagnostics.append(Diagnostic.info("checked against --ref after the last pass"))
-        elif self.check:
-            diagnostics.append(self._compare(original, current))
-        return PassResult(current, modified=True, diagnostics=diagnostics)
+        return current
 
     def _convert(self, model: onnx.ModelProto, target: int, max_ir: int) -> onnx.ModelProto:
         ir_version = model.ir_version

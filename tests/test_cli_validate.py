@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -220,6 +221,29 @@ def test_usage_errors_exit_2(good, ref, args, message) -> None:
     assert message in result.stderr
     assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1
     no_traceback(result)
+
+
+@pytest.mark.parametrize(
+    ("ref", "against", "original", "localize", "random", "message"),
+    [
+        ("r", None, "o.onnx", False, False, "--original is for --ref with --localize"),
+        (None, "a.onnx", "o.onnx", True, False, "--original is for --ref with --localize"),
+        ("r", None, None, True, False, "--localize with --ref needs the model as exported"),
+        (None, None, None, False, False, "nothing to validate against"),
+        ("r", None, None, False, True, "are for random inputs with --against"),
+        ("r", "a.onnx", None, False, True, "are for random inputs; --ref gives stored inputs"),
+    ],
+)
+def test_option_combinations_validate_cannot_act_on(ref, against, original, localize, random, message) -> None:
+    """Every refusal of _check_validate_usage, each checked before anything is read."""
+    from onnxsurgery.cli import _check_validate_usage
+    from onnxsurgery.errors import UsageError
+
+    paths = [None if p is None else Path(p) for p in (ref, against, original)]
+    with pytest.raises(UsageError, match=re.escape(message)):
+        _check_validate_usage(*paths, localize, random=random)
+    _check_validate_usage(Path("r"), Path("a.onnx"), None, True, random=False)  # fine: --ref inputs for --against
+    _check_validate_usage(None, Path("a.onnx"), None, False, random=True)
 
 
 def test_unreadable_model_exits_2(ref, tmp_path) -> None:

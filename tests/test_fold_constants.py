@@ -298,6 +298,29 @@ def test_wrong_options_are_errors_before_any_work(options, match):
     assert str(info.value).startswith("fold-constants: ")
 
 
+def test_option_table_checks_in_order_and_keeps_normalised_values():
+    """read_options reports the first wrong option in the table's order and returns the values
+    the pass keeps: a single skip name as a tuple, sizes in bytes, shapes as lists."""
+    defaults = {
+        "fuse_bn": True, "fallback": True, "batched_gemm": False, "hold_weights": True,
+        "isolate": "auto", "check": 0, "skip": None, "size_threshold": None, "input_shapes": None,
+    }  # fmt: skip
+    assert list(options.OPTION_CHECKS) == list(defaults)
+    values = options.read_options(
+        {**defaults, "skip": "fuse_bn_into_conv", "size_threshold": "1KB", "input_shapes": "x:1x3"}
+    )
+    assert values["skip"] == ("fuse_bn_into_conv",)
+    assert values["size_threshold"] == 1024
+    assert values["input_shapes"] == {"x": [1, 3]}
+    assert options.read_options(defaults) == {**defaults, "skip": ()}
+    with pytest.raises(ValueError, match="^fallback must be"):
+        options.read_options({**defaults, "fallback": 1, "check": -1, "size_threshold": 0})
+    with pytest.raises(ValueError, match="^batched_gemm=true contradicts"):
+        options.read_options({
+            **defaults, "batched_gemm": True, "skip": [options.BATCHED_GEMM], "size_threshold": 0,
+        })  # fmt: skip
+
+
 def test_parse_size_and_input_shapes():
     assert options.parse_size("1MB") == 2**20
     assert options.parse_size("512KB") == 512 * 1024

@@ -100,6 +100,24 @@ def test_validate_against_localize_prints_the_node_and_writes_json(tmp_path: Pat
     assert json.loads(report.read_text())["localized"]["node"] == "/Reshape"
 
 
+def test_localize_validation_picks_against_or_the_original(tmp_path: Path) -> None:
+    """The Python form of validate --localize: with against=, the comparison's inputs; else the
+    reference cases and original=, which it needs."""
+    from onnxsurgery.divergence import LocalizedFailure, localize_validation
+
+    wrong = _wrong_rewrite(tmp_path)
+    original = ATTENTION / "model.onnx"
+    failing = onnxsurgery.compare_models(wrong, original, feeds_or_cases=ATTENTION, provider="cpu")
+    assert not failing
+    shown = localize_validation(wrong, failing, against=original, feeds_or_cases=ATTENTION, provider="cpu")
+    assert isinstance(shown, LocalizedFailure) and shown.report is failing
+    assert shown.localized.node == "/Reshape"
+    by_refs = localize_validation(wrong, failing, original=original, feeds_or_cases=ATTENTION, provider="cpu")
+    assert by_refs.localized.node == "/Reshape"
+    with pytest.raises(onnxsurgery.UsageError, match="needs the original model"):
+        localize_validation(wrong, failing, feeds_or_cases=ATTENTION)
+
+
 def test_validate_ref_localize_needs_the_original(tmp_path: Path) -> None:
     result = runner.invoke(app, ["validate", str(ATTENTION / "model.onnx"), "--ref", str(ATTENTION), "--localize"])
     assert result.exit_code == 2

@@ -257,6 +257,31 @@ def test_unknown_input_and_mismatched_sizes_are_errors():
         propagate(two, {"a": {0: "batch"}, "b": {0: "batch"}})
 
 
+def test_input_shapes_symbols_sizes_and_dims_without_a_size():
+    """What propagate gives graph inputs: a symbol on an axis that is dynamic already (a
+    sentinel size, marked dynamic), a negative axis counted from the end, fixed sizes as
+    constants, an opaque atom for a dim without a size, no shape for an input without one."""
+    from onnxsurgery.shapes.analysis import SENTINEL_SIZE
+
+    model = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[N, 3] a, float[2, 5] b, float c) => (float[N, 3] y) { y = Identity (a) }
+        """
+    )
+    model.graph.input[2].type.tensor_type.ClearField("shape")
+    model.graph.input[1].type.tensor_type.shape.dim[0].Clear()
+    analysis = propagate(model, {"a": {0: "batch"}, "b": {-1: "seq"}})
+    assert analysis.dynamic == {"batch"} and analysis.atoms["batch"].traced == SENTINEL_SIZE
+    assert analysis.atoms["seq"].traced == 5 and analysis.symbols["seq"] == [("b", 1)]
+    assert [str(d) for d in analysis.tensors["a"].shape] == ["batch", "3"]
+    first, second = analysis.tensors["b"].shape
+    assert str(second) == "seq"
+    (atom,) = first.atoms()
+    assert analysis.atoms[atom].kind == "opaque" and analysis.atoms[atom].note == "input dim without size"
+    assert analysis.tensors["c"].shape is None
+
+
 # -- constant generators -------------------------------------------------------------------------
 
 

@@ -670,3 +670,24 @@ def test_tolerance_for_a_reference_only_output_reads_every_case_first(
     assert [o.name for o in report.cases[0].outputs] == ["y", "z", "aux"]
     with pytest.raises(UsageError, match="'nope'"):
         validate(net, tmp_path / "ref", provider="cpu", tolerances={"nope": (1.0, None)})
+
+
+def test_random_inputs_size_symbols_from_shapes_then_the_other_model() -> None:
+    """A symbol takes the size a given shape binds it to, else the fixed size the other model's
+    same input declares; an optional input gets no feed; an axis nothing sizes is a UsageError
+    naming the input and axis."""
+    from onnxsurgery.model.signature import InputSpec
+    from onnxsurgery.validation.feeds import random_inputs
+
+    f32 = np.dtype(np.float32)
+    specs = [
+        InputSpec("x", f32, ("batch", 3)),
+        InputSpec("m", f32, ("batch", "seq")),
+        InputSpec("w", f32, (4,), optional=True),
+    ]
+    other = [InputSpec("m", f32, (2, 7))]
+    rng = np.random.default_rng(0)
+    feeds = random_inputs(specs, {"x": [5, 3]}, rng, fallback_specs=other)
+    assert {k: v.shape for k, v in feeds.items()} == {"x": (5, 3), "m": (5, 7)}
+    with pytest.raises(onnxsurgery.UsageError, match=r"input 'm' axis 1 is symbolic \('seq'\); give its size with --shape m:NxN"):
+        random_inputs(specs, {"x": [5, 3]}, rng)

@@ -16,7 +16,13 @@ __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
         "onnxsurgery.divergence.search": ("localize", "MAX_TENSORS", "MAX_BYTES"),
-        "onnxsurgery.divergence.original": ("localize_failure", "localize_comparison", "localize_references", "LocalizedFailure"),
+        "onnxsurgery.divergence.original": (
+            "localize_failure",
+            "localize_comparison",
+            "localize_references",
+            "localize_validation",
+            "LocalizedFailure",
+        ),
         "onnxsurgery.divergence.result": ("Localization", "InputOrigin"),
     },
     modules=("original", "result", "search"),

@@ -15,7 +15,7 @@ import onnx
 
 from onnxsurgery.divergence.result import Localization
 from onnxsurgery.divergence.search import localize
-from onnxsurgery.errors import OnnxSurgeryError
+from onnxsurgery.errors import OnnxSurgeryError, UsageError
 from onnxsurgery.model.signature import CaseFailure, check_inputs, model_inputs
 from onnxsurgery.validation.against_model import comparison_inputs
 from onnxsurgery.validation.references import Case, bind_cases, load_cases
@@ -25,7 +25,13 @@ from onnxsurgery.validation.tolerances import DEFAULT_ATOL, DEFAULT_RTOL
 if TYPE_CHECKING:
     from rich.console import Group
 
-__all__ = ["LocalizedFailure", "localize_comparison", "localize_failure", "localize_references"]
+__all__ = [
+    "LocalizedFailure",
+    "localize_comparison",
+    "localize_failure",
+    "localize_references",
+    "localize_validation",
+]
 
 #: A case, or ``(name, inputs)``: what compare_models runs both models on.
 Named = Case | tuple[str, Mapping[str, np.ndarray]]
@@ -128,6 +134,37 @@ def localize_comparison(
     specs_b = model_inputs(onnx.load(os.fspath(against), load_external_data=False))
     inputs = comparison_inputs(specs_a, specs_b, feeds_or_cases, dict(shapes or {}), seed, cases)
     return localize_failure(model, against, inputs, _failing(report), provider=provider, atol=atol, rtol=rtol)
+
+
+def localize_validation(
+    model: str | os.PathLike,
+    report: Any,
+    *,
+    against: str | os.PathLike | None = None,
+    original: str | os.PathLike | None = None,
+    feeds_or_cases: Any = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    seed: int = 0,
+    cases: int = 1,
+    provider: str | ProviderChoice = "auto",
+    atol: float = DEFAULT_ATOL,
+    rtol: float = DEFAULT_RTOL,
+) -> LocalizedFailure:
+    """``validate --localize``: the failing ``report`` with where ``model`` diverges, from
+    ``against`` on the same inputs (:func:`localize_comparison`), else from ``original`` on the
+    reference cases ``feeds_or_cases`` (:func:`localize_references`)."""
+    if against is not None:
+        found = localize_comparison(
+            model, against, report, feeds_or_cases=feeds_or_cases, shapes=shapes, seed=seed,
+            cases=cases, provider=provider, atol=atol, rtol=rtol,
+        )  # fmt: skip
+    else:
+        if original is None or feeds_or_cases is None:
+            raise UsageError("localizing against references needs the original model and the references")
+        found = localize_references(
+            model, original, feeds_or_cases, report, provider=provider, atol=atol, rtol=rtol
+        )
+    return LocalizedFailure(report, found)
 
 
 def _takes(specs: Any, case: Case) -> bool:

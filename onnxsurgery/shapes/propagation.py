@@ -67,7 +67,24 @@ def propagate(
     analysis = ShapeAnalysis(model=model, symbols={}, opset=default_opset(model, missing=17))
     analysis.static = static_shapes(model, bare)
     analysis.consts = read_constants(graph)
+    _declare_symbols(analysis, inputs, axes)
+    for name, vi in inputs.items():
+        analysis.tensors[name] = _input_info(analysis, name, vi, axes.get(name, {}))
+    analysis.tensors.update(analysis.consts.infos())
+    for index, node in enumerate(graph.node):
+        for out in node.output:
+            if out:
+                analysis.producers[out] = (index, node)
+    _run_nodes(analysis, graph)
+    return analysis
 
+
+def _declare_symbols(
+    analysis: ShapeAnalysis, inputs: dict[str, onnx.ValueInfoProto], axes: dict[str, dict[int, str]]
+) -> None:
+    """An atom per symbol of ``axes``, with its traced size; a symbol only on axes that are
+    dynamic already gets a sentinel size and is marked dynamic. ValueError for an input or
+    axis that does not exist, or one symbol on axes of different traced sizes."""
     sym_traced: dict[str, tuple[int, str]] = {}
     for name, spec in axes.items():
         if name not in inputs:
@@ -98,27 +115,28 @@ def propagate(
         if not where:
             analysis.dynamic.add(sym)
 
-    for name, vi in inputs.items():
-        spec = {
-            (a + len(vi.type.tensor_type.shape.dim)) if a < 0 else a: s
-            for a, s in axes.get(name, {}).items()
-        }
-        shape: list[Dim] = []
-        known = vi.type.tensor_type.HasField("shape")
-        for k, d in enumerate(vi.type.tensor_type.shape.dim):
-            if k in spec:
-                shape.append(Dim.sym(spec[k]))
-            elif (size := fixed_size(d)) is not None:
-                shape.append(Dim.const(size))
-            else:
-                shape.append(analysis.new_atom("opaque", 1, (name, k), "input dim without size"))
-        analysis.tensors[name] = TensorInfo(shape if known else None, elem_type(vi))
-    analysis.tensors.update(analysis.consts.infos())
 
-    for index, node in enumerate(graph.node):
-        for out in node.output:
-            if out:
-                analysis.producers[out] = (index, node)
+def _input_info(
+    analysis: ShapeAnalysis, name: str, vi: onnx.ValueInfoProto, axes: dict[int, str]
+) -> TensorInfo:
+    """Graph input ``name``'s symbolic shape: its symbols on ``axes``, its fixed sizes, and an
+    opaque atom for a dim without a size (no shape at all when the input declares none)."""
+    spec = {(a + len(vi.type.tensor_type.shape.dim)) if a < 0 else a: s for a, s in axes.items()}
+    shape: list[Dim] = []
+    known = vi.type.tensor_type.HasField("shape")
+    for k, d in enumerate(vi.type.tensor_type.shape.dim):
+        if k in spec:
+            shape.append(Dim.sym(spec[k]))
+        elif (size := fixed_size(d)) is not None:
+            shape.append(Dim.const(size))
+        else:
+            shape.append(analysis.new_atom("opaque", 1, (name, k), "input dim without size"))
+    return TensorInfo(shape if known else None, elem_type(vi))
+
+
+def _run_nodes(analysis: ShapeAnalysis, graph: onnx.GraphProto) -> None:
+    """Each node's shape rule in graph order (constants read already are skipped), within the
+    ``propagate_seconds`` limit."""
     budget = current_limits().propagate_seconds
     deadline = time.monotonic() + budget
     for index, node in enumerate(graph.node):
@@ -130,4 +148,3 @@ def propagate(
                 f"{node.name!r}) after {budget:g} s, {current_limits().hint('propagate_seconds')}"
             )
         run_node(analysis, index, node, "")
-    return analysis

@@ -104,13 +104,7 @@ def validate(
     each case (the CLI's progress line).
     """
     check_global_tolerances(atol, rtol)
-    loaders = None
-    if isinstance(references, (str, os.PathLike)):
-        loaders, reference = case_loaders(references), os.fspath(references)
-    elif isinstance(references, CaseStream):  # read from disk as each case runs, like a path
-        loaders, reference = references.loaders(), None
-    else:
-        cases, reference = _as_cases(references)
+    loaders, cases, reference = _reference_source(references)
     choice = provider if isinstance(provider, ProviderChoice) else resolve_provider(provider)
     runner = ModelRunner(model, choice)
     required = [s.name for s in runner.specs if not s.optional]
@@ -131,6 +125,19 @@ def validate(
     tols = check_tolerances(tolerances, known)
     runs = [_run_of(case, output_map) for case in cases]
     return run_cases(runner, runs, choice, atol, rtol, tols, reference, progress)
+
+
+def _reference_source(
+    references: str | os.PathLike | Sequence[Case],
+) -> tuple[list[Callable[[], Case]] | None, list[Case], str | None]:
+    """Where validate reads cases: loaders that read each case as it runs (a path, or the
+    pipeline's CaseStream), else the cases given; and the path that names them in the report."""
+    if isinstance(references, (str, os.PathLike)):
+        return case_loaders(references), [], os.fspath(references)
+    if isinstance(references, CaseStream):  # read from disk as each case runs, like a path
+        return references.loaders(), [], None
+    cases, reference = _as_cases(references)
+    return None, cases, reference
 
 
 def _onto_merged(

@@ -56,17 +56,7 @@ def random_inputs(
     the input and axis.
     """
     others = {s.name: s for s in fallback_specs}
-    symbols: dict[str, int] = {}
-    # symbols bound by the given shapes first, so one --shape fixes 'batch' for every input
-    for spec in specs:
-        if (
-            spec.name in shapes
-            and spec.dims is not None
-            and len(spec.dims) == len(shapes[spec.name])
-        ):
-            for want, got in zip(spec.dims, shapes[spec.name], strict=True):
-                if isinstance(want, str):
-                    symbols.setdefault(want, int(got))
+    symbols = _bound_symbols(specs, shapes)
     feeds: dict[str, np.ndarray] = {}
     for spec in specs:
         if spec.optional:
@@ -82,32 +72,55 @@ def random_inputs(
                 f"input {spec.name!r} declares no shape; give --shape {spec.name}:DIMS"
             )
         else:
-            dims = []
-            fallback = others.get(spec.name)
-            for axis, d in enumerate(spec.dims):
-                if isinstance(d, int):
-                    dims.append(d)
-                    continue
-                if isinstance(d, str) and d in symbols:
-                    dims.append(symbols[d])
-                    continue
-                given = (
-                    fallback.dims[axis]
-                    if fallback is not None
-                    and fallback.dims is not None
-                    and len(fallback.dims) == len(spec.dims)
-                    else None
-                )
-                if isinstance(given, int):
-                    dims.append(given)
-                    continue
-                label = f"symbolic ({d!r})" if d else "of unknown size"
-                raise UsageError(
-                    f"input {spec.name!r} axis {axis} is {label}; give its size with "
-                    f"--shape {spec.name}:{'x'.join('N' if not isinstance(x, int) else str(x) for x in spec.dims)}"
-                )
+            dims = _feed_dims(spec, symbols, others.get(spec.name))
         feeds[spec.name] = random_array(spec.dtype, dims, rng)
     return feeds
+
+
+def _bound_symbols(specs: Sequence[InputSpec], shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
+    """The sizes the given shapes bind symbols to, so one --shape fixes 'batch' for every input
+    (the first input that binds a symbol wins)."""
+    symbols: dict[str, int] = {}
+    for spec in specs:
+        if (
+            spec.name in shapes
+            and spec.dims is not None
+            and len(spec.dims) == len(shapes[spec.name])
+        ):
+            for want, got in zip(spec.dims, shapes[spec.name], strict=True):
+                if isinstance(want, str):
+                    symbols.setdefault(want, int(got))
+    return symbols
+
+
+def _feed_dims(spec: InputSpec, symbols: Mapping[str, int], fallback: InputSpec | None) -> list[int]:
+    """``spec``'s dims with each symbol sized: by ``symbols``, else by the fixed size ``fallback``
+    (the same input of another model) declares; else a UsageError naming the input and axis."""
+    assert spec.dims is not None
+    dims: list[int] = []
+    for axis, d in enumerate(spec.dims):
+        if isinstance(d, int):
+            dims.append(d)
+            continue
+        if isinstance(d, str) and d in symbols:
+            dims.append(symbols[d])
+            continue
+        given = (
+            fallback.dims[axis]
+            if fallback is not None
+            and fallback.dims is not None
+            and len(fallback.dims) == len(spec.dims)
+            else None
+        )
+        if isinstance(given, int):
+            dims.append(given)
+            continue
+        label = f"symbolic ({d!r})" if d else "of unknown size"
+        raise UsageError(
+            f"input {spec.name!r} axis {axis} is {label}; give its size with "
+            f"--shape {spec.name}:{'x'.join('N' if not isinstance(x, int) else str(x) for x in spec.dims)}"
+        )
+    return dims
 
 
 def random_array(

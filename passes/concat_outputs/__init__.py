@@ -129,14 +129,8 @@ class ConcatOutputs(Pass):
     # ------------------------------------------------------------------------------------------
     def run(self, model: onnx.ModelProto, ctx: PassContext) -> PassResult:
         diagnostics: list[Diagnostic] = []
-        try:
-            typed = infer_shapes(model, data_prop=True)
-        except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
-            first = str(exc).strip().splitlines()[0]
-            diagnostics.append(Diagnostic.warning(f"shape inference failed ({first}); using the declared output types"))
-            typed = model
+        types = _typed_outputs(model, diagnostics)
         declared = [o.name for o in model.graph.output]
-        types = {o.name: o for o in typed.graph.output}
 
         existing = next((p.value for p in model.metadata_props if p.key == METADATA_KEY), None)
         if existing is not None:
@@ -171,12 +165,7 @@ class ConcatOutputs(Pass):
         layout, notes = plan_layout(model, [types[n] for n in chosen], options, self.fail)
         diagnostics.extend(notes)
         taken = all_names(model.graph)
-        for new in filter(None, (layout.name, layout.shapes)):
-            if new in taken:
-                self.fail(
-                    f"name={new!r}: the model already has a tensor or node named {new!r}; "
-                    "choose another name="
-                )
+        self._check_new_names(layout, taken)
         out = onnx.ModelProto()
         out.CopyFrom(model)
         add_merged_output(out, layout, taken, {o.name: o for o in model.graph.output})
@@ -188,6 +177,15 @@ class ConcatOutputs(Pass):
             diagnostics=diagnostics,
             output_map=functools.partial(concat_references, layout),
         )
+
+    def _check_new_names(self, layout: Layout, taken: set[str]) -> None:
+        """Refuse a merged (or shapes) output name the model uses already."""
+        for new in filter(None, (layout.name, layout.shapes)):
+            if new in taken:
+                self.fail(
+                    f"name={new!r}: the model already has a tensor or node named {new!r}; "
+                    "choose another name="
+                )
 
     def _merged_already(self, model: onnx.ModelProto, layout: Layout, declared: list[str]) -> PassResult:
         """A second run: nothing to do when only the merged (or kept) outputs are asked for."""
@@ -202,6 +200,17 @@ class ConcatOutputs(Pass):
             )
         note = f"outputs already merged into {layout.name!r} by concat-outputs: model unchanged"
         return PassResult(model, modified=False, diagnostics=[Diagnostic.info(note)])
+
+
+def _typed_outputs(model: onnx.ModelProto, diagnostics: list[Diagnostic]) -> dict[str, onnx.ValueInfoProto]:
+    """The outputs' types after shape inference; the declared ones (and a warning) when it fails."""
+    try:
+        typed = infer_shapes(model, data_prop=True)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
+        first = str(exc).strip().splitlines()[0]
+        diagnostics.append(Diagnostic.warning(f"shape inference failed ({first}); using the declared output types"))
+        typed = model
+    return {o.name: o for o in typed.graph.output}
 
 
 def _summary(layout: Layout) -> str:

@@ -54,6 +54,44 @@ def plan_layout(
     Every check happens here, before the graph is touched; ``fail`` raises the pass's error.
     """
     notes: list[Diagnostic] = []
+    names, types, dims = _read_outputs(model, infos, fail)
+    target, lossy = _target_dtype(names, types, options, fail, notes)
+    rank, axis = _rank_and_axis(dims, names, options, fail)
+    parts = tuple(
+        PartLayout(n, dtype_name(t), tuple(d), cast=t != target)
+        for n, t, d in zip(names, types, dims, strict=True)
+    )
+    draft = Layout(options.name, axis, rank, dtype_name(target), parts, flatten=options.flatten)
+    padded = _padded_axes(draft, options, fail, notes)
+    if padded:
+        _check_pad_value(options.pad, target, fail)
+        if not all(draft.aligned(i)[j].is_const() for i in range(len(parts)) for j in padded):
+            if default_opset(model) < 12:
+                fail("pad= with symbolic dims needs opset >= 12 (Max on int64)")
+    parts = tuple(
+        replace(p, start=render_dim(b[0]), stop=render_dim(b[1]))
+        for p, b in zip(parts, draft.bounds(), strict=True)
+    )
+    layout = Layout(
+        options.name, axis, rank, dtype_name(target), parts, keep=options.keep,
+        flatten=options.flatten, pad=options.pad, padded_axes=tuple(padded), lossy=lossy,
+    )  # fmt: skip
+    unresolved = layout.unresolved()
+    if unresolved:
+        layout = replace(layout, shapes=f"{options.name}_shapes")
+        notes.append(Diagnostic.info(
+            f"added output {layout.shapes!r} (int64, the parts' shapes): the merged shape "
+            f"alone does not tell {', '.join(sorted(show_symbol(s) for s in unresolved))}"
+        ))  # fmt: skip
+    _check_opset(default_opset(model), layout, fail)
+    layout.check()
+    return layout, notes
+
+
+def _read_outputs(
+    model: onnx.ModelProto, infos: Sequence[onnx.ValueInfoProto], fail: Callable[[str], NoReturn]
+) -> tuple[list[str], list[int], list[list[PartDim]]]:
+    """Each output's name, element type and dims (shape inference's ``unk__N`` read as unknown)."""
     names = [i.name for i in infos]
     types, dims = [], []
     ours = _dim_params(model.graph)
@@ -63,6 +101,17 @@ def plan_layout(
         # ONNX shape inference names dims it cannot tell unk__N: they are unknown to us
         dims.append([None if isinstance(d, str) and _GENERATED.fullmatch(d) and d not in ours else d
                      for d in shape])  # fmt: skip
+    return names, types, dims
+
+
+def _target_dtype(
+    names: list[str],
+    types: list[int],
+    options: LayoutOptions,
+    fail: Callable[[str], NoReturn],
+    notes: list[Diagnostic],
+) -> tuple[int, bool]:
+    """The merged element type, and whether a cast to it loses information (allowed by lossy=)."""
     target = options.elem_type
     if target is None:
         first = next((i for i, t in enumerate(types) if t != types[0]), None)
@@ -89,6 +138,13 @@ def plan_layout(
             f"cast {n!r} {dtype_name(t)} -> {dtype_name(target)} loses information "
             "(lossy=true): split_outputs is exact only for values the merged type holds"
         ))  # fmt: skip
+    return target, lossy
+
+
+def _rank_and_axis(
+    dims: list[list[PartDim]], names: list[str], options: LayoutOptions, fail: Callable[[str], NoReturn]
+) -> tuple[int, int]:
+    """The common rank after flatten= and unsqueezing, and the concat axis in it (non-negative)."""
     if options.flatten is not None:
         for n, d in zip(names, dims, strict=True):
             if len(d) < options.flatten:
@@ -105,17 +161,20 @@ def plan_layout(
             f"axis={options.axis} is out of range for outputs of rank {rank} after alignment "
             f"(valid: {-rank}..{rank - 1})"
         )
-    axis %= rank
-    parts = tuple(
-        PartLayout(n, dtype_name(t), tuple(d), cast=t != target)
-        for n, t, d in zip(names, types, dims, strict=True)
-    )
-    draft = Layout(options.name, axis, rank, dtype_name(target), parts, flatten=options.flatten)
+    return rank, axis % rank
+
+
+def _padded_axes(
+    draft: Layout, options: LayoutOptions, fail: Callable[[str], NoReturn], notes: list[Diagnostic]
+) -> list[int]:
+    """The axes other than the concat axis whose dims differ, so pad= pads them; without pad= a
+    known difference is an error and an unknown one a warning."""
+    names = [p.name for p in draft.parts]  # not part_names: a name listed twice is two parts
     padded = []
-    for j in range(rank):
-        if j == axis:
+    for j in range(draft.rank):
+        if j == draft.axis:
             continue
-        column = [draft.aligned(i)[j] for i in range(len(parts))]
+        column = [draft.aligned(i)[j] for i in range(len(draft.parts))]
         known = list(dict.fromkeys(c for c in column if not has_unknown(c)))
         if len(known) > 1:
             if options.pad is None:
@@ -124,7 +183,7 @@ def plan_layout(
                     f"outputs {names[i1]!r} and {names[i2]!r} differ in dim {j} "
                     f"({render_dim(known[0])} vs {render_dim(known[1])}; shapes after alignment "
                     f"{show_dims(draft.aligned(i1))} and {show_dims(draft.aligned(i2))}), so they "
-                    f"cannot be concatenated on axis {axis}; pass pad=VALUE to pad to the "
+                    f"cannot be concatenated on axis {draft.axis}; pass pad=VALUE to pad to the "
                     "largest, flatten=N, another axis=, or fewer outputs="
                 )
             padded.append(j)
@@ -136,30 +195,7 @@ def plan_layout(
                     f"dim {j} is unknown for some outputs ({show_dims(column)}): ONNX Runtime's "
                     "Concat checks at run time that it agrees"
                 ))  # fmt: skip
-    if padded:
-        _check_pad_value(options.pad, target, fail)
-        if not all(draft.aligned(i)[j].is_const() for i in range(len(parts)) for j in padded):
-            if default_opset(model) < 12:
-                fail("pad= with symbolic dims needs opset >= 12 (Max on int64)")
-    bounds = draft.bounds()
-    parts = tuple(
-        replace(p, start=render_dim(b[0]), stop=render_dim(b[1]))
-        for p, b in zip(parts, bounds, strict=True)
-    )
-    layout = Layout(
-        options.name, axis, rank, dtype_name(target), parts, keep=options.keep,
-        flatten=options.flatten, pad=options.pad, padded_axes=tuple(padded), lossy=lossy,
-    )  # fmt: skip
-    unresolved = layout.unresolved()
-    if unresolved:
-        layout = replace(layout, shapes=f"{options.name}_shapes")
-        notes.append(Diagnostic.info(
-            f"added output {layout.shapes!r} (int64, the parts' shapes): the merged shape "
-            f"alone does not tell {', '.join(sorted(show_symbol(s) for s in unresolved))}"
-        ))  # fmt: skip
-    _check_opset(default_opset(model), layout, fail)
-    layout.check()
-    return layout, notes
+    return padded
 
 
 #: Pad(2) (opsets 2-10) takes pads and value as attributes and pads only these.

@@ -1,6 +1,6 @@
 """Fold constants with onnxsim, falling back to onnx-graphsurgeon, without pinning symbolic dims.
 
-    options.py        onnxsim settings; size, input-shape and optimizer-name checks
+    options.py        the option table (OPTION_CHECKS); onnxsim settings; size, input-shape, optimizer names
     capture.py        native console output to a log; FolderFailed
     onnxsim_import.py import onnxsim without the torch import only its PPQ bridge makes
     onnxsim_child.py  onnxsim in a forked child (or in-process), by path for models near 2 GB
@@ -73,20 +73,13 @@ from onnxsurgery.passes.fold_constants.onnxsim_child import (
     wants_isolation,
 )
 from onnxsurgery.passes.fold_constants.options import (
-    BATCHED_GEMM,
     OnnxsimSettings,
-    known_optimizers,
     onnxsim_version,
-    parse_input_shapes,
-    parse_size,
+    read_options,
 )
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 
 __all__ = ["FoldConstants"]
-
-#: fold-constants' ``check=N`` runs onnxsim's own comparison N times; beyond this many runs it
-#: is a typo (each run is a full inference), refused before anything runs.
-MAX_CHECK_RUNS = 1000
 
 _MODEL_FIELDS = ("producer_name", "producer_version", "domain", "model_version", "doc_string")
 
@@ -145,45 +138,18 @@ class FoldConstants(Pass):
             batched_gemm=batched_gemm,
             hold_weights=hold_weights,
         )
-        for option, value in (
-            ("fuse_bn", fuse_bn),
-            ("fallback", fallback),
-            ("batched_gemm", batched_gemm),
-            ("hold_weights", hold_weights),
-        ):
-            if not isinstance(value, bool):
-                raise ValueError(f"{option} must be true or false, got {value!r}")
-        if not isinstance(isolate, bool) and isolate != "auto":
-            raise ValueError(f"isolate must be true, false or auto, got {isolate!r}")
-        if isinstance(check, bool) or not isinstance(check, int) or not 0 <= check <= MAX_CHECK_RUNS:
-            raise ValueError(
-                f"check must be a number of random-input runs from 0 to {MAX_CHECK_RUNS}, "
-                f"got {str(check)[:40]}"
-            )
-        if isinstance(skip, str):
-            skip = [skip]
-        skip_names = tuple(skip or ())
-        if skip_names:
-            known = known_optimizers()
-            unknown = [s for s in skip_names if s not in known]
-            if unknown:
-                raise ValueError(
-                    f"skip: unknown onnx-optimizer pass(es) {', '.join(map(repr, unknown))}; "
-                    f"onnxsim runs: {', '.join(known)}"
-                )
-        if batched_gemm and BATCHED_GEMM in skip_names:
-            raise ValueError(f"batched_gemm=true contradicts skip=[{BATCHED_GEMM}]")
+        values = read_options(self.options)
         self.settings = OnnxsimSettings(
-            fuse_bn=fuse_bn,
-            size_threshold=parse_size(size_threshold) if size_threshold is not None else None,
-            skip=skip_names,
-            check=check,
-            input_shapes=parse_input_shapes(input_shapes) if input_shapes is not None else None,
-            batched_gemm=batched_gemm,
+            fuse_bn=values["fuse_bn"],
+            size_threshold=values["size_threshold"],
+            skip=values["skip"],
+            check=values["check"],
+            input_shapes=values["input_shapes"],
+            batched_gemm=values["batched_gemm"],
         )
-        self.fallback = fallback
-        self.isolate = isolate
-        self.hold_weights = hold_weights
+        self.fallback = values["fallback"]
+        self.isolate = values["isolate"]
+        self.hold_weights = values["hold_weights"]
 
     def run(self, model: onnx.ModelProto, ctx: PassContext) -> PassResult:
         pinned_inputs = set(self.settings.input_shapes or ())

@@ -287,32 +287,7 @@ def run_onnxsim(
     where = "forked child process" if forked else "in-process"
     with tempfile.TemporaryDirectory(prefix="onnxsurgery-fold-") as tmp:
         workdir = Path(tmp)
-        folded = None
-        if forked:
-            check_ok = _run_forked(
-                lambda: _simplify_to_file(given, settings, workdir, large=large), workdir
-            )
-        else:
-            try:
-                with captured_output(workdir / "native.log"):
-                    folded, check_ok = _simplify(
-                        given, settings, workdir, owned=given is not model, large=large
-                    )
-            except Exception as exc:
-                raise FolderFailed(
-                    f"{type(exc).__name__}: {first_line(str(exc)) or type(exc).__name__}",
-                    log=read_log(workdir / "native.log"),
-                ) from exc
-        if folded is None:
-            out_path = workdir / "folded.onnx"
-            if not out_path.is_file():
-                raise FolderFailed("onnxsim returned without writing a model")
-            try:
-                folded = onnx.load(str(out_path), load_external_data=True)
-            except Exception as exc:
-                raise FolderFailed(
-                    f"onnxsim's output cannot be read back: {first_line(str(exc))}"
-                ) from exc
+        folded, check_ok = _fold(given, settings, workdir, forked=forked, owned=given is not model, large=large)
         if held:
             where += (
                 f"; {len(held)} weight(s) no folding reads ({format_bytes(nbytes - given_bytes)}) "
@@ -328,6 +303,42 @@ def run_onnxsim(
             read_log(workdir / "native.log"),
             held=[] if restore else held,
         )
+
+
+def _fold(
+    given: onnx.ModelProto,
+    settings: OnnxsimSettings,
+    workdir: Path,
+    *,
+    forked: bool,
+    owned: bool,
+    large: bool,
+) -> tuple[onnx.ModelProto, bool]:
+    """onnxsim's result for ``given`` and whether its own check passed, from a forked child (by
+    file, in ``workdir``) or in-process with native output logged; any failure as FolderFailed."""
+    if forked:
+        check_ok = _run_forked(lambda: _simplify_to_file(given, settings, workdir, large=large), workdir)
+        return _read_folded(workdir), check_ok
+    try:
+        with captured_output(workdir / "native.log"):
+            folded, check_ok = _simplify(given, settings, workdir, owned=owned, large=large)
+    except Exception as exc:
+        raise FolderFailed(
+            f"{type(exc).__name__}: {first_line(str(exc)) or type(exc).__name__}",
+            log=read_log(workdir / "native.log"),
+        ) from exc
+    return folded if folded is not None else _read_folded(workdir), check_ok
+
+
+def _read_folded(workdir: Path) -> onnx.ModelProto:
+    """The model onnxsim wrote to ``workdir/folded.onnx``, with its external data."""
+    out_path = workdir / "folded.onnx"
+    if not out_path.is_file():
+        raise FolderFailed("onnxsim returned without writing a model")
+    try:
+        return onnx.load(str(out_path), load_external_data=True)
+    except Exception as exc:
+        raise FolderFailed(f"onnxsim's output cannot be read back: {first_line(str(exc))}") from exc
 
 
 # ---------------------------------------------------------------------------------------------

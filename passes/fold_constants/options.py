@@ -1,10 +1,11 @@
-"""fold-constants' options: onnxsim's settings, size and input-shape parsing, optimizer names."""
+"""fold-constants' options: the table that checks them, onnxsim's settings, size and input-shape parsing,
+optimizer names."""
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,13 +14,20 @@ from onnxsurgery.passes.fold_constants.onnxsim_import import import_onnxsim
 
 __all__ = [
     "BATCHED_GEMM",
+    "MAX_CHECK_RUNS",
     "MAX_SIZE_THRESHOLD",
+    "OPTION_CHECKS",
     "OnnxsimSettings",
     "known_optimizers",
     "onnxsim_version",
     "parse_input_shapes",
     "parse_size",
+    "read_options",
 ]
+
+#: fold-constants' ``check=N`` runs onnxsim's own comparison N times; beyond this many runs it
+#: is a typo (each run is a full inference), refused before anything runs.
+MAX_CHECK_RUNS = 1000
 
 #: onnxsim refuses tensor size thresholds at or above this (``tensor_size_threshold should be
 #: less than 2GB``).
@@ -35,6 +43,40 @@ _DEFAULT_EXTRA_OPTIMIZERS = (BATCHED_GEMM,)
 
 # ---------------------------------------------------------------------------------------------
 # options
+
+
+def _flag(option: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{option} must be true or false, got {value!r}")
+    return value
+
+
+def _isolate(option: str, value: Any) -> bool | str:
+    if not isinstance(value, bool) and value != "auto":
+        raise ValueError(f"{option} must be true, false or auto, got {value!r}")
+    return value
+
+
+def _runs(option: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_CHECK_RUNS:
+        raise ValueError(
+            f"{option} must be a number of random-input runs from 0 to {MAX_CHECK_RUNS}, "
+            f"got {str(value)[:40]}"
+        )
+    return value
+
+
+def _optimizer_names(option: str, value: Any) -> tuple[str, ...]:
+    names = tuple([value] if isinstance(value, str) else value or ())
+    if names:
+        known = known_optimizers()
+        unknown = [s for s in names if s not in known]
+        if unknown:
+            raise ValueError(
+                f"{option}: unknown onnx-optimizer pass(es) {', '.join(map(repr, unknown))}; "
+                f"onnxsim runs: {', '.join(known)}"
+            )
+    return names
 
 
 def parse_size(value: int | str) -> int:
@@ -123,3 +165,33 @@ class OnnxsimSettings:
             if self.check:
                 kw["test_input_shapes"] = {k: list(v) for k, v in self.input_shapes.items()}
         return kw
+
+
+def _unless_none(parse: Callable[[Any], Any]) -> Callable[[str, Any], Any]:
+    return lambda option, value: None if value is None else parse(value)
+
+
+#: Each option of fold-constants and its check, which returns the value the pass keeps, in the
+#: order they are checked (the first wrong one is the error).
+OPTION_CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    "fuse_bn": _flag,
+    "fallback": _flag,
+    "batched_gemm": _flag,
+    "hold_weights": _flag,
+    "isolate": _isolate,
+    "check": _runs,
+    "skip": _optimizer_names,
+    "size_threshold": _unless_none(parse_size),
+    "input_shapes": _unless_none(parse_input_shapes),
+}
+
+
+def read_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Check fold-constants' options through :data:`OPTION_CHECKS`: the values the pass keeps,
+    or ValueError/TypeError naming the first wrong option."""
+    values: dict[str, Any] = {}
+    for option, check in OPTION_CHECKS.items():
+        values[option] = check(option, options[option])
+        if option == "skip" and values["batched_gemm"] and BATCHED_GEMM in values["skip"]:
+            raise ValueError(f"batched_gemm=true contradicts skip=[{BATCHED_GEMM}]")
+    return values

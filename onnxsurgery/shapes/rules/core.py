@@ -371,9 +371,34 @@ def fallback(ctx: NodeCtx) -> list[TensorInfo | None]:
     """ONNX's per-node shape inference with symbolic dims as dim_params; unknowns become atoms."""
     node = ctx.node
     names: dict[str, Dim] = {}
+    types, data = _inference_inputs(ctx, names)
+    inferred: dict[str, onnx.TypeProto] = {}
+    if node.domain in ("", "ai.onnx") and not subgraphs(node):
+        try:
+            schema = onnx.defs.get_schema(node.op_type, ctx.a.opset, node.domain)
+            inferred = onnx.shape_inference.infer_node_outputs(
+                schema, node, types, data, opset_imports=list(ctx.a.model.opset_import)
+            )
+        except Exception:  # noqa: BLE001 - inference is best effort here
+            inferred = {}
+    symbolic = ctx.symbolic_inputs()
+    outs = [
+        _inferred_info(ctx, k, inferred.get(name), ctx.a.static.get(name), names, symbolic)
+        for k, name in enumerate(node.output)
+    ]
+    if symbolic and node.op_type not in ("Constant",):
+        ctx.a.note(node, f"no symbolic rule for {node.op_type}; used ONNX shape inference")
+    return outs
+
+
+def _inference_inputs(
+    ctx: NodeCtx, names: dict[str, Dim]
+) -> tuple[dict[str, onnx.TypeProto], dict[str, onnx.TensorProto]]:
+    """The node's input types for ONNX inference (symbolic dims as dim_params, recorded in
+    ``names``) and the values it knows: constants, and integer vectors known element-wise."""
     types: dict[str, onnx.TypeProto] = {}
     data: dict[str, onnx.TensorProto] = {}
-    for name in node.input:
+    for name in ctx.node.input:
         if not name or name in types:
             continue
         t = _type_for(ctx.a.info(name), names)
@@ -393,49 +418,40 @@ def fallback(ctx: NodeCtx) -> list[TensorInfo | None]:
                 if info.rank == 0:
                     arr = arr.reshape(())
                 data[name] = onnx.numpy_helper.from_array(arr, name)
-    inferred: dict[str, onnx.TypeProto] = {}
-    if node.domain in ("", "ai.onnx") and not subgraphs(node):
-        try:
-            schema = onnx.defs.get_schema(node.op_type, ctx.a.opset, node.domain)
-            inferred = onnx.shape_inference.infer_node_outputs(
-                schema, node, types, data, opset_imports=list(ctx.a.model.opset_import)
-            )
-        except Exception:  # noqa: BLE001 - inference is best effort here
-            inferred = {}
-    symbolic = ctx.symbolic_inputs()
-    outs: list[TensorInfo | None] = []
-    for k, name in enumerate(node.output):
-        t = inferred.get(name)
-        static = ctx.a.static.get(name)
-        dtype = t.tensor_type.elem_type if t is not None else 0
-        dims_in: list | None = None
-        if t is not None and t.tensor_type.HasField("shape"):
-            dims_in = list(t.tensor_type.shape.dim)
-        elif static is not None:
-            dims_in = [None] * len(static)
-        if dims_in is None:
-            outs.append(None)
-            continue
-        shape: list[Dim] = []
-        ok = True
-        for axis, d in enumerate(dims_in):
-            if d is not None and d.HasField("dim_value"):
-                shape.append(Dim.const(d.dim_value))
-            elif d is not None and d.dim_param in names:
-                shape.append(names[d.dim_param])
+    return types, data
+
+
+def _inferred_info(
+    ctx: NodeCtx,
+    k: int,
+    t: onnx.TypeProto | None,
+    static: list[int | None] | None,
+    names: dict[str, Dim],
+    symbolic: bool,
+) -> TensorInfo | None:
+    """Output ``k`` as ONNX inferred it (``t``): its dim_params read back through ``names``, a
+    dim it left unknown taken from the static shape (a derived atom when inputs are symbolic);
+    None when neither tells the rank or a dim."""
+    dtype = t.tensor_type.elem_type if t is not None else 0
+    dims_in: list | None = None
+    if t is not None and t.tensor_type.HasField("shape"):
+        dims_in = list(t.tensor_type.shape.dim)
+    elif static is not None:
+        dims_in = [None] * len(static)
+    if dims_in is None:
+        return None
+    shape: list[Dim] = []
+    for axis, d in enumerate(dims_in):
+        if d is not None and d.HasField("dim_value"):
+            shape.append(Dim.const(d.dim_value))
+        elif d is not None and d.dim_param in names:
+            shape.append(names[d.dim_param])
+        else:
+            sv = static[axis] if static is not None and axis < len(static) else None
+            if sv is None:
+                return None
+            if not symbolic:
+                shape.append(Dim.const(sv))
             else:
-                sv = static[axis] if static is not None and axis < len(static) else None
-                if sv is None:
-                    ok = False
-                    break
-                if not symbolic:
-                    shape.append(Dim.const(sv))
-                else:
-                    shape.append(ctx.derived(sv, k, axis, f"{node.op_type} output dim (no rule)"))
-        if not ok:
-            outs.append(None)
-            continue
-        outs.append(TensorInfo(shape, dtype))
-    if symbolic and node.op_type not in ("Constant",):
-        ctx.a.note(node, f"no symbolic rule for {node.op_type}; used ONNX shape inference")
-    return outs
+                shape.append(ctx.derived(sv, k, axis, f"{ctx.node.op_type} output dim (no rule)"))
+    return TensorInfo(shape, dtype)
