@@ -281,6 +281,7 @@ def run(
             tolerances=tolerances,
             limits=limits,
             diffs=report is not None,  # what each pass changed goes into the JSON
+            histograms=report is not None,  # each output's errors, drawn by the page
         )
         with _keeping_failed(keep_failed), terminal.progress_line(quiet) as progress:
             result = pipeline.run(model, target, progress=progress)
@@ -552,10 +553,13 @@ def validate_command(
             assert ref is not None  # _check_validate_usage: --ref or --against
             with terminal.progress_line(quiet) as progress:
                 result = validate(
-                    model, ref, **within, tolerances=tolerances, progress=_as_stage("validate", progress)
-                )
+                    model, ref, **within, tolerances=tolerances, progress=_as_stage("validate", progress),
+                    histograms=report is not None,
+                )  # fmt: skip
         else:
-            result = onnxsurgery.compare_models(model, against, **inputs, **within, tolerances=tolerances)
+            result = onnxsurgery.compare_models(
+                model, against, **inputs, **within, tolerances=tolerances, histograms=report is not None
+            )
         shown = result
         if localize and not result:
             from onnxsurgery import divergence

@@ -54,7 +54,7 @@ def test_histogram_counts_every_compared_element_by_power_of_two(dtype) -> None:
     actual[:100] = expected[:100]  # exact matches
     expected[5], actual[5] = np.nan, 1.0  # NaN placed differently: not an error of any size
     expected[6] = actual[6] = np.inf  # placed alike: a match
-    result = compare_arrays(actual, expected)
+    result = compare_arrays(actual, expected, histogram=True)
     hist = result.histogram
     assert hist is not None
     with np.errstate(invalid="ignore"):
@@ -71,9 +71,9 @@ def test_histogram_counts_every_compared_element_by_power_of_two(dtype) -> None:
 
 
 def test_histogram_is_none_where_nothing_was_differenced() -> None:
-    assert compare_arrays(np.array(["a"]), np.array(["b"])).histogram is None
-    assert compare_arrays(np.zeros(3), np.zeros(4)).to_dict()["histogram"] is None
-    assert compare_arrays(np.zeros(3), np.zeros(3)).histogram.to_dict() == {"zeros": 3, "edges": [1.0], "counts": []}
+    assert compare_arrays(np.array(["a"]), np.array(["b"]), histogram=True).histogram is None
+    assert compare_arrays(np.zeros(3), np.zeros(4), histogram=True).to_dict()["histogram"] is None
+    assert compare_arrays(np.zeros(3), np.zeros(3), histogram=True).histogram.to_dict() == {"zeros": 3, "edges": [1.0], "counts": []}
 
 
 # the localized node's neighbourhood --------------------------------------------------------------
@@ -234,3 +234,17 @@ def test_run_and_validate_pages_render_in_chromium_and_show_the_json_numbers(tmp
         assert console_same == []
         assert _check_numbers(dom_same, data) > 40
     assert "error histograms" in dom and dom.count("<svg") >= 5
+
+
+def test_histograms_are_counted_only_where_a_report_asks() -> None:
+    # counting every element's error about doubles a comparison's time: a plain validate,
+    # a run without --report and the symbolize check do not pay for it
+    from onnxsurgery import validate
+
+    fixture = Path(__file__).resolve().parent.parent / "fixtures" / "alexnet_view" / "torchscript"
+    plain = validate(fixture / "model.onnx", fixture / "test_data_set_0", provider="cpu")
+    asked = validate(fixture / "model.onnx", fixture / "test_data_set_0", provider="cpu", histograms=True)
+    assert plain and asked
+    assert plain.cases[0].outputs[0].histogram is None
+    assert asked.cases[0].outputs[0].histogram is not None
+    assert compare_arrays(np.ones(4), np.ones(4) + 1e-9).histogram is None

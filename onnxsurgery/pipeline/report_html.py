@@ -22,15 +22,20 @@ from onnxsurgery.pipeline.report import write_json
 from onnxsurgery.pipeline.report_svg import histogram_geometry, neighbourhood_geometry
 from onnxsurgery.validation.arrays import format_number
 
-__all__ = ["HTML_SUFFIXES", "render_html", "write_report"]
+__all__ = ["HTML_SUFFIXES", "is_page", "render_html", "write_report"]
 
 #: File name endings that get the page; every other name (``-`` included) gets the JSON.
 HTML_SUFFIXES = (".html", ".htm")
 
 
+def is_page(path: str | os.PathLike | None) -> bool:
+    """Whether a report written to ``path`` is the page rather than JSON."""
+    return path is not None and os.fspath(path).lower().endswith(HTML_SUFFIXES)
+
+
 def write_report(data: dict[str, Any], path: str | os.PathLike) -> Path:
     """Write a report's dict as the page where ``path`` ends in .html/.htm, else as JSON."""
-    if os.fspath(path).lower().endswith(HTML_SUFFIXES):
+    if is_page(path):
         page = render_html(data)
 
         def write(staged: Path) -> None:

@@ -134,6 +134,7 @@ class Pipeline:
         limits: Limits | Mapping[str, Any] | None = None,
         tolerances: Mapping[str, tuple[float | None, float | None]] | None = None,
         diffs: bool = False,
+        histograms: bool = False,
     ) -> None:
         self.limits = limits if isinstance(limits, Limits) else current_limits().updated(limits)
         items = parse_passes(passes) if isinstance(passes, str) else list(passes)
@@ -150,6 +151,8 @@ class Pipeline:
         self.tolerances = dict(tolerances or {})
         #: record what each pass changed (``PassRecord.diff``; ``run --report`` asks for it)
         self.diffs = diffs
+        #: count each output's errors into a histogram (``--report FILE.html`` draws them)
+        self.histograms = histograms
 
     def __repr__(self) -> str:
         return f"Pipeline([{', '.join(map(repr, self.passes))}])"
@@ -377,6 +380,7 @@ class Pipeline:
                 label=str(ctx.references),
                 progress=ctx.stage,
                 tolerances=self.tolerances,
+                histograms=self.histograms,
                 **kwargs,
             )
         except OnnxSurgeryError:
@@ -444,10 +448,12 @@ def run(
     limits: Limits | Mapping[str, Any] | None = None,
     tolerances: Mapping[str, tuple[float | None, float | None]] | None = None,
     diffs: bool = False,
+    histograms: bool = False,
 ) -> PipelineReport:
     """Run ``passes`` on ``model`` and write ``output``: the Python form of ``onnxsurgery run``.
     A ModelProto with external data needs ``base_dir``, the folder its data files are in;
-    ``diffs`` records what each pass changed (``report.passes[i].diff``)."""
+    ``diffs`` records what each pass changed (``report.passes[i].diff``), ``histograms`` each
+    validated output's error histogram (both what ``--report FILE.html`` shows)."""
     pipeline = Pipeline(
         passes,
         check=check,
@@ -458,5 +464,6 @@ def run(
         limits=limits,
         tolerances=tolerances,
         diffs=diffs,
+        histograms=histograms,
     )
     return pipeline.run(model, output, external_data=external_data, base_dir=base_dir)

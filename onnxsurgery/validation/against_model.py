@@ -53,8 +53,10 @@ def compare_models(
     atol: float = DEFAULT_ATOL,
     rtol: float = DEFAULT_RTOL,
     tolerances: Tolerances | None = None,
+    histograms: bool = False,
 ) -> ValidationReport:
-    """Run ``model_a`` and ``model_b`` on the same inputs and compare a's outputs with b's.
+    """Run ``model_a`` and ``model_b`` on the same inputs and compare a's outputs with b's
+    (``histograms``: with each output's error histogram, as ``validate`` gives them).
 
     ``model_b`` is the reference. Inputs come from ``feeds_or_cases`` (a reference path or list
     of cases, whose stored outputs are not used; one feeds dict; a list of them) or, when it is
@@ -69,6 +71,7 @@ def compare_models(
         raise UsageError(f"cases must be an integer >= 1, got {cases!r}")
     choice = provider if isinstance(provider, ProviderChoice) else resolve_provider(provider)
     runner_a = ModelRunner(model_a, choice)
+    runner_a.histograms = histograms
     runner_b = ModelRunner(model_b, choice)
     label_b = runner_b.label if not isinstance(model_b, onnx.ModelProto) else "the other model"
     shapes = dict(shapes or {})

@@ -79,6 +79,7 @@ def validate(
     output_map: OutputMapFn | None = None,
     label: str | None = None,
     progress: Callable[[str, int | None, int | None], None] | None = None,
+    histograms: bool = False,
 ) -> ValidationReport:
     """Run ``model`` on every reference case and compare each output with torch's.
 
@@ -101,12 +102,14 @@ def validate(
     provider cannot run, ModelLoadError when ONNX Runtime cannot load the model,
     ReferenceDataError when the references cannot be read or bound to the model; everything
     about a single case goes into the report. ``progress(stage, done, total)`` hears before
-    each case (the CLI's progress line).
+    each case (the CLI's progress line). ``histograms`` adds each output's error histogram
+    (what ``--report FILE.html`` draws).
     """
     check_global_tolerances(atol, rtol)
     loaders, cases, reference = _reference_source(references)
     choice = provider if isinstance(provider, ProviderChoice) else resolve_provider(provider)
     runner = ModelRunner(model, choice)
+    runner.histograms = histograms
     required = [s.name for s in runner.specs if not s.optional]
     outputs: Sequence[str] | None = runner.output_names if output_map is None else None
     if runner.layout is not None:  # merged by concat-outputs: as the pipeline maps after it

@@ -244,13 +244,16 @@ def compare_arrays(
     atol: float | None = None,
     rtol: float | None = None,
     name: str = "output",
+    histogram: bool = False,
 ) -> OutputComparison:
     """Compare ``actual`` (the model's output) with ``expected`` (the reference).
 
     ``atol``/``rtol`` of ``None`` take the dtype's default: :data:`DEFAULT_ATOL` /
     :data:`DEFAULT_RTOL` for floating outputs, exact (0, 0) for bool, integer and string outputs.
     Shapes must match exactly; a different dtype fails (the values are still compared, so the
-    report says how far off they are too).
+    report says how far off they are too). ``histogram`` also counts every element's error by
+    binary exponent (``OutputComparison.histogram``, what an HTML report draws; it about doubles
+    the comparison's time, so only a run that writes a report asks).
     """
     actual = np.asarray(actual)
     expected = np.asarray(expected)
@@ -283,7 +286,7 @@ def compare_arrays(
     text_kinds = "OSU"
     if actual.dtype.kind in text_kinds or expected.dtype.kind in text_kinds:
         return _compare_text(actual, expected, base, dtype_problem)
-    stats = _Stats(actual, expected, atol, rtol, exact_kind)
+    stats = _Stats(actual, expected, atol, rtol, exact_kind, histogram)
     passed = dtype_problem is None and stats.mismatches == 0
     return replace(
         base,
@@ -351,7 +354,13 @@ class _Stats:
     """
 
     def __init__(
-        self, actual: np.ndarray, expected: np.ndarray, atol: float, rtol: float, exact_kind: bool
+        self,
+        actual: np.ndarray,
+        expected: np.ndarray,
+        atol: float,
+        rtol: float,
+        exact_kind: bool,
+        histogram: bool = False,
     ) -> None:
         self.max_abs = 0.0
         self.max_rel = 0.0
@@ -382,7 +391,7 @@ class _Stats:
         self._tmp = np.empty(n, real)
         self._mask = np.empty(n, bool)
         # the errors' exponents, counted chunk by chunk (None: a dtype without a bit layout here)
-        self._layout = _EXPONENT_BITS.get(real)
+        self._layout = _EXPONENT_BITS.get(real) if histogram else None
         bins = 1 << (self._layout[0].itemsize * 8 - 1 - self._layout[1]) if self._layout else 0
         self._exps = np.empty(n, self._layout[0]) if self._layout else None
         self._hist = np.zeros(bins, np.int64)

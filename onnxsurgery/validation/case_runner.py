@@ -47,6 +47,8 @@ class ModelRunner:
         self.output_names = [o.name for o in proto.graph.output]
         #: concat-outputs' layout record (a merged_outputs.Layout), or None
         self.layout: Any = _layout_of(proto, self.label)
+        #: count each output's errors into a histogram (an HTML report draws them)
+        self.histograms = False
         try:
             self.session = create_session(
                 proto if isinstance(model, onnx.ModelProto) else model, choice, spin=False
@@ -152,7 +154,9 @@ def run_case(
             continue
         ref = np.asarray(expected[out_name])
         a, r = tolerance_for(out_name, ref, atol, rtol, tolerances)
-        compared = compare_arrays(actual[out_name], ref, atol=a, rtol=r, name=out_name)
+        compared = compare_arrays(
+            actual[out_name], ref, atol=a, rtol=r, name=out_name, histogram=runner.histograms
+        )
         result.outputs.append(_merged_part(runner, compared))
     for ref_name in expected:
         if ref_name not in actual:
