@@ -84,6 +84,7 @@ from onnxsurgery.errors import OnnxSurgeryError
 from onnxsurgery.passes.symbolize.blockers import blocker_summary, group_blockers
 from onnxsurgery.passes.symbolize.check import (
     LEVELS,
+    CheckRequest,
     check_dynamic,
     reference_mismatch,
     traced_only,
@@ -293,20 +294,22 @@ class Symbolize(Pass):
         if self.check:
             ctx.stage("checking on ONNX Runtime at the traced size and other sizes")
             result = check_dynamic(
-                model,
-                new,
-                plan.axes,
-                plan.symbols,
-                _output_dims(plan),
-                ctx.provider,
-                dynamic=plan.analysis.dynamic,
-                fixed=blocked,
-                batch_rows=plan.rows,
-                steps=_size_steps(plan),
-                relations=plan.relations,
-                references=self._references(ctx),
-                output_map=ctx.map_outputs if ctx.output_maps else None,
-                bare=bare,
+                CheckRequest(
+                    model,
+                    new,
+                    plan.axes,
+                    plan.symbols,
+                    _output_dims(plan),
+                    ctx.provider,
+                    dynamic=plan.analysis.dynamic,
+                    fixed=blocked,
+                    batch_rows=plan.rows,
+                    steps=_size_steps(plan),
+                    relations=plan.relations,
+                    references=self._references(ctx),
+                    output_map=ctx.map_outputs if ctx.output_maps else None,
+                    bare=bare,
+                )
             )
             diagnostics.append(Diagnostic.info(f"check: {result}"))
         else:
