@@ -1,7 +1,8 @@
 """The check's evidence that a symbol is a batch: rows that do not see each other.
 
-For a symbol whose rows are independent (:func:`~onnxsurgery.passes.symbolize.check.check_dynamic`,
-step 3): a new row 0 leaves the original model's other rows as they were at the traced size
+For a symbol whose rows are independent (the evidence checks
+:func:`~onnxsurgery.passes.symbolize.check.check_batch_in_original`, ``check_rows`` and
+``check_first_rows``): a new row 0 leaves the original model's other rows as they were at the traced size
 (:func:`new_row_zero`, :func:`original_rows_independent`); each row of a larger batch equals
 that row run alone (:func:`rows_alone`, :func:`rows_differ`); and the first traced-many rows
 equal the original model on those rows (:func:`head_rows`, :func:`first_differs`; where a
