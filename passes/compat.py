@@ -342,7 +342,7 @@ class Compat(Pass):
         for name, want in zip(names, expected, strict=True):
             comparison = compare_arrays(actual[name], np.asarray(want), name=name)
             if not comparison.passed:
-                worst.append(f"{name}: {comparison.problem or f'max abs diff {comparison.max_abs:g}'}")
+                worst.append(comparison.describe())
         if worst:
             self.fail(
                 "the converted model differs from the original (onnx.reference) on random "

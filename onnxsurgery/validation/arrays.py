@@ -258,13 +258,7 @@ def compare_arrays(
     actual = np.asarray(actual)
     expected = np.asarray(expected)
     exact_kind = is_exact_dtype(expected.dtype)
-    if atol is None:
-        atol = 0.0 if exact_kind else DEFAULT_ATOL
-    if rtol is None:
-        rtol = 0.0 if exact_kind else DEFAULT_RTOL
-    atol, rtol = float(atol), float(rtol)
-    if not (atol >= 0 and rtol >= 0):
-        raise ValueError(f"{name}: tolerances must be >= 0, got atol={atol}, rtol={rtol}")
+    atol, rtol = _tolerances(exact_kind, atol, rtol, name)
     base = OutputComparison(  # what every outcome says; the rest is filled in below
         name=name,
         passed=False,
@@ -305,6 +299,20 @@ def compare_arrays(
     )
 
 
+def _tolerances(
+    exact_kind: bool, atol: float | None, rtol: float | None, name: str
+) -> tuple[float, float]:
+    """The tolerances given, or the dtype's defaults (exact for bool, integers and strings)."""
+    if atol is None:
+        atol = 0.0 if exact_kind else DEFAULT_ATOL
+    if rtol is None:
+        rtol = 0.0 if exact_kind else DEFAULT_RTOL
+    atol, rtol = float(atol), float(rtol)
+    if not (atol >= 0 and rtol >= 0):
+        raise ValueError(f"{name}: tolerances must be >= 0, got atol={atol}, rtol={rtol}")
+    return atol, rtol
+
+
 def _compare_text(
     actual: np.ndarray, expected: np.ndarray, base: OutputComparison, dtype_problem: str | None
 ) -> OutputComparison:
@@ -342,6 +350,26 @@ def _work_dtype(a: np.dtype, e: np.dtype) -> np.dtype:
     if a.kind == "f" and e.kind == "f":
         return np.result_type(a, e, np.float32)
     return np.dtype(np.float64)
+
+
+def _differences(
+    a_in: np.ndarray, e_in: np.ndarray, diff: np.ndarray, mag: np.ndarray, work: np.dtype
+) -> None:
+    """``|a - e|`` into ``diff`` and ``|e|`` into ``mag``, in the work dtype."""
+    if work.kind == "c":
+        np.abs(np.subtract(a_in, e_in, dtype=work), out=diff)
+        np.abs(e_in.astype(work), out=mag)
+    elif a_in.dtype == e_in.dtype and a_in.dtype in _WIDE_INTS:
+        # 64-bit integers: float64 cannot hold them all (2**62 + 1 would equal 2**62), so
+        # |a - e| is taken exactly, as unsigned 64-bit (wrapping is the right answer there)
+        # and only then rounded to float64
+        u = a_in.view(np.uint64), e_in.view(np.uint64)
+        np.copyto(diff, np.where(a_in >= e_in, u[0] - u[1], u[1] - u[0]), casting="unsafe")
+        np.abs(e_in, out=mag, dtype=work)
+    else:
+        np.subtract(a_in, e_in, out=diff, dtype=work)  # inf - inf is NaN: handled below
+        np.abs(diff, out=diff)
+        np.abs(e_in, out=mag, dtype=work)
 
 
 class _Stats:
@@ -427,44 +455,12 @@ class _Stats:
         if k == 0:
             return
         diff, mag, tmp, mask = self._diff[:k], self._mag[:k], self._tmp[:k], self._mask[:k]
-        if work.kind == "c":
-            np.abs(np.subtract(a_in, e_in, dtype=work), out=diff)
-            np.abs(e_in.astype(work), out=mag)
-        elif a_in.dtype == e_in.dtype and a_in.dtype in _WIDE_INTS:
-            # 64-bit integers: float64 cannot hold them all (2**62 + 1 would equal 2**62), so
-            # |a - e| is taken exactly, as unsigned 64-bit (wrapping is the right answer there)
-            # and only then rounded to float64
-            u = a_in.view(np.uint64), e_in.view(np.uint64)
-            np.copyto(diff, np.where(a_in >= e_in, u[0] - u[1], u[1] - u[0]), casting="unsafe")
-            np.abs(e_in, out=mag, dtype=work)
-        else:
-            np.subtract(a_in, e_in, out=diff, dtype=work)  # inf - inf is NaN: handled below
-            np.abs(diff, out=diff)
-            np.abs(e_in, out=mag, dtype=work)
+        _differences(a_in, e_in, diff, mag, work)
         chunk_max = float(np.maximum.reduce(diff))
         skip = None  # elements left out of the finite statistics
         alike_at = None  # NaN/Inf placed alike: a match, but never the worst element
         if not math.isfinite(chunk_max):
-            # Only the few elements where a side is NaN/Inf (or the difference overflowed).
-            bad = np.flatnonzero(~np.isfinite(diff))
-            av, ev = a_in[bad], e_in[bad]
-            alike = (np.isnan(av) & np.isnan(ev)) | (np.isinf(av) & (av == ev))
-            alike_at = bad[alike]
-            diff[alike_at] = 0.0  # NaN where torch has NaN, same-signed Inf: a match
-            mag[bad[alike]] = 0.0
-            skip = bad[~alike]
-            both_finite = np.isfinite(av[~alike]) & np.isfinite(ev[~alike])
-            placed = skip[~both_finite]
-            if placed.size:
-                if self._first_nonfinite < 0:
-                    self._first_nonfinite = start + int(placed[0])
-                self.nonfinite += int(placed.size)
-            if both_finite.any():  # finite values whose difference overflowed: a huge error
-                self.max_abs = math.inf
-            self.mismatches += int(skip.size)
-            diff[skip] = 0.0
-            mag[skip] = 0.0
-            self._finite -= int(skip.size)
+            skip, alike_at = self._set_nonfinite_aside(a_in, e_in, diff, mag, start)
             chunk_max = float(diff.max())
         self._count_errors(diff, 0 if skip is None else int(skip.size))
         self._finite += k
@@ -527,6 +523,33 @@ class _Stats:
         first, last = int(filled[0]), int(filled[-1])
         counts = tuple(int(c) for c in self._hist[first : last + 1])
         return ErrorHistogram(int(self._hist[0]), first - self._layout[2], counts)
+
+    def _set_nonfinite_aside(
+        self, a_in: np.ndarray, e_in: np.ndarray, diff: np.ndarray, mag: np.ndarray, start: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Only the few elements where a side is NaN/Inf (or the difference overflowed): NaN/Inf
+        placed alike count as a match (their ``diff`` 0), the others as mismatches left out of
+        the finite statistics (their ``diff`` 0 too). Returns (those left out, those alike)."""
+        bad = np.flatnonzero(~np.isfinite(diff))
+        av, ev = a_in[bad], e_in[bad]
+        alike = (np.isnan(av) & np.isnan(ev)) | (np.isinf(av) & (av == ev))
+        alike_at = bad[alike]
+        diff[alike_at] = 0.0  # NaN where torch has NaN, same-signed Inf: a match
+        mag[bad[alike]] = 0.0
+        skip = bad[~alike]
+        both_finite = np.isfinite(av[~alike]) & np.isfinite(ev[~alike])
+        placed = skip[~both_finite]
+        if placed.size:
+            if self._first_nonfinite < 0:
+                self._first_nonfinite = start + int(placed[0])
+            self.nonfinite += int(placed.size)
+        if both_finite.any():  # finite values whose difference overflowed: a huge error
+            self.max_abs = math.inf
+        self.mismatches += int(skip.size)
+        diff[skip] = 0.0
+        mag[skip] = 0.0
+        self._finite -= int(skip.size)
+        return skip, alike_at
 
     def _near_zero_only(
         self, diff: np.ndarray, mag: np.ndarray, chunk_max: float, start: int, atol: float, rtol: float

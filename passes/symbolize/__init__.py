@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import onnx
@@ -84,6 +85,8 @@ from onnxsurgery.errors import OnnxSurgeryError
 from onnxsurgery.passes.symbolize.blockers import blocker_summary, group_blockers
 from onnxsurgery.passes.symbolize.check import (
     LEVELS,
+    CheckRequest,
+    CheckResult,
     check_dynamic,
     reference_mismatch,
     traced_only,
@@ -98,6 +101,9 @@ from onnxsurgery.validation.references import load_cases
 from onnxsurgery.validation.runtime import goes_by_path
 
 __all__ = ["Symbolize"]
+
+#: A rewrite reference cases may choose where the graph cannot (None: it does not apply).
+Reading = Callable[[onnx.ModelProto], onnx.ModelProto | None]
 
 _AXIS_KEY = re.compile(r"^(?P<input>\*|[^:]+):(?P<axis>-?\d+)$")
 
@@ -235,11 +241,46 @@ class Symbolize(Pass):
             return PassResult(
                 model, modified=False, diagnostics=[Diagnostic.info("no input axis to symbolize")]
             )
-        ctx.stage("planning")
         # One weightless view serves every step that needs the graph without the weights (shape
         # inference, the rewrite, the check's sessions, the report).
         assert ctx.handle is not None  # Pass.__call__ sets it
         bare = ctx.handle.weightless()
+        plan, diagnostics, reading = self._plan(model, bare, axes, ctx)
+        new = self._rewrite(model, bare, plan, reading, ctx)
+        if not (plan.changes or _io_changed(model, new)):
+            diagnostics.append(Diagnostic.info("the model is already dynamic on these axes"))
+            return PassResult(model, modified=False, diagnostics=diagnostics, report=plan)
+        diagnostics += [
+            Diagnostic.info(
+                f"input {c.input_index} ({c.input}): {c.old} -> {c.new}", node=c.node, op=c.op
+            )
+            for c in plan.changes
+        ]
+        result = self._check(model, new, bare, plan, ctx)
+        if self.check:
+            diagnostics.append(Diagnostic.info(f"check: {result}"))
+        plan.verification = result
+        diagnostics += self._verified(result)
+        syms = ", ".join(
+            f"{s} (traced {v}, verified: {result.levels.get(s, 'traced-only')})"
+            for s, v in plan.symbols.items()
+        )
+        diagnostics.insert(
+            0, Diagnostic.info(f"symbols {syms}; {len(plan.changes)} constant(s) rewritten")
+        )
+        # The rewritten view, placeholders and all: the handle gives it its weights.
+        return PassResult(new, modified=True, diagnostics=diagnostics, report=plan)
+
+    def _plan(
+        self,
+        model: onnx.ModelProto,
+        bare: onnx.ModelProto,
+        axes: dict[str, dict[int, str]],
+        ctx: PassContext,
+    ) -> tuple[SymbolizePlan, list[Diagnostic], Reading | None]:
+        """The plan, its diagnostics, and the rewrite the reference cases chose where the graph
+        could not (:meth:`_decide_by_references`); fails listing the blockers when strict."""
+        ctx.stage("planning")
         try:
             plan = plan_symbolize(model, axes, self.rows, bare=bare)
         except ValueError as exc:
@@ -262,16 +303,29 @@ class Symbolize(Pass):
                 Diagnostic.blocker(str(g), node=g.blockers[0].node, op=g.blockers[0].op)
                 for g in group_blockers(plan.blockers)
             ]
+        return plan, diagnostics, reading
+
+    def _rewrite(
+        self,
+        model: onnx.ModelProto,
+        bare: onnx.ModelProto,
+        plan: SymbolizePlan,
+        reading: Reading | None,
+        ctx: PassContext,
+    ) -> onnx.ModelProto:
+        """Apply the plan (then the chosen reading) to the weightless view.
+
+        The rewrite changes the graph, not the weights: it edits the weightless view, which the
+        check runs with the original's weights, and which gets them back from the handle once
+        the pass returns, so two full copies of the weights never sit beside the check's
+        sessions. (Over 2 GB even so, ORT reads it from a file, weights and all: a full copy,
+        then.)"""
         ctx.stage("rewriting")
-        # The rewrite changes the graph, not the weights: it edits the weightless view, which
-        # the check runs with the original's weights, and which gets them back from the handle
-        # once the pass returns, so two full copies of the weights never sit beside the
-        # check's sessions.
-        # (Over 2 GB even so, ORT reads it from a file, weights and all: a full copy, then.)
-        by_path = goes_by_path(bare)
-        new = apply_plan(model if by_path else bare, plan)
+        new = apply_plan(model if goes_by_path(bare) else bare, plan)
         if reading is not None:  # what the reference cases chose where the graph could not
-            new = reading(new)
+            chosen = reading(new)
+            assert chosen is not None  # the cases chose it having run it on this very rewrite
+            new = chosen
         # The rewrite was the last reader of the constants' arrays (as large as the weights),
         # and of the original's nodes: the check and the report need none of them. The plan is
         # the run's report and outlives the input model: it keeps the graph it analysed, not
@@ -279,20 +333,23 @@ class Symbolize(Pass):
         plan.analysis.consts.clear()
         plan.analysis.producers.clear()
         plan.analysis.model = bare
-        modified = bool(plan.changes) or _io_changed(model, new)
-        if not modified:
-            diagnostics.append(Diagnostic.info("the model is already dynamic on these axes"))
-            return PassResult(model, modified=False, diagnostics=diagnostics, report=plan)
-        diagnostics += [
-            Diagnostic.info(
-                f"input {c.input_index} ({c.input}): {c.old} -> {c.new}", node=c.node, op=c.op
-            )
-            for c in plan.changes
-        ]
-        blocked = {s for b in plan.blockers for s in b.symbols}
-        if self.check:
-            ctx.stage("checking on ONNX Runtime at the traced size and other sizes")
-            result = check_dynamic(
+        return new
+
+    def _check(
+        self,
+        model: onnx.ModelProto,
+        new: onnx.ModelProto,
+        bare: onnx.ModelProto,
+        plan: SymbolizePlan,
+        ctx: PassContext,
+    ) -> CheckResult:
+        """The check of the rewrite on ONNX Runtime (:func:`check_dynamic`), or, with
+        ``check=false``, every symbol at its traced size."""
+        if not self.check:
+            return traced_only(plan.symbols)
+        ctx.stage("checking on ONNX Runtime at the traced size and other sizes")
+        return check_dynamic(
+            CheckRequest(
                 model,
                 new,
                 plan.axes,
@@ -300,7 +357,7 @@ class Symbolize(Pass):
                 _output_dims(plan),
                 ctx.provider,
                 dynamic=plan.analysis.dynamic,
-                fixed=blocked,
+                fixed={s for b in plan.blockers for s in b.symbols},
                 batch_rows=plan.rows,
                 steps=_size_steps(plan),
                 relations=plan.relations,
@@ -308,56 +365,22 @@ class Symbolize(Pass):
                 output_map=ctx.map_outputs if ctx.output_maps else None,
                 bare=bare,
             )
-            diagnostics.append(Diagnostic.info(f"check: {result}"))
-        else:
-            result = traced_only(plan.symbols)
-        plan.verification = result
-        diagnostics += self._verified(result)
-        syms = ", ".join(
-            f"{s} (traced {v}, verified: {result.levels.get(s, 'traced-only')})"
-            for s, v in plan.symbols.items()
         )
-        diagnostics.insert(
-            0, Diagnostic.info(f"symbols {syms}; {len(plan.changes)} constant(s) rewritten")
-        )
-        # The rewritten view, placeholders and all: the handle gives it its weights.
-        return PassResult(new, modified=True, diagnostics=diagnostics, report=plan)
 
     def _decide_by_references(
         self, model: onnx.ModelProto, bare: onnx.ModelProto, plan: SymbolizePlan, ctx: PassContext
-    ) -> tuple[str | None, Callable[[onnx.ModelProto], onnx.ModelProto | None] | None]:
+    ) -> tuple[str | None, Reading | None]:
         """Where every blocker is one the graph cannot decide but a rewrite could fix, and the run
-        has reference cases, let them decide between the readings (the plan's ``same_padding``:
-        fixed pads as exported, or ``auto_pad=SAME_UPPER``; its ``grid_tables``: the table
-        resized to the grid bicubically or bilinearly): the one that alone matches every case is
-        kept and the blockers go. Returns (what was decided, the rewrite to apply after the
-        plan's), or (None, None) with the blockers left as they are, told why if cases were given.
+        has reference cases, let them decide between the readings (:func:`_readings`): the one
+        that alone matches every case is kept and the blockers go. Returns (what was decided,
+        the rewrite to apply after the plan's), or (None, None) with the blockers left as they
+        are, told why if cases were given.
         """
-        nodes = {b.node for b in plan.blockers}
-        if not (plan.blockers and self.check):
+        choice = _readings(plan) if plan.blockers and self.check else None
+        references = self._references(ctx) if choice is not None else []
+        if choice is None or not references:
             return None, None
-        if nodes <= plan.same_padding.keys():
-            ops = [plan.same_padding[n] for n in sorted(nodes)]
-            what = f"padding of {len(ops)} op(s)"
-            readings: dict[str, Callable] = {
-                "the fixed pads as exported": lambda m: m,
-                "'same' padding (auto_pad=SAME_UPPER)": lambda m: same_padding(m, ops),
-            }
-        elif nodes <= plan.grid_tables.keys():
-            tables = [plan.grid_tables[n] for n in sorted(nodes)]
-            what = f"{len(tables)} table(s) over a patch grid"
-            arrays = {t.tensor: plan.analysis.consts[t.tensor] for t in tables}
-            readings = {
-                f"resized {how} to the grid": (
-                    lambda m, how=how: resize_tables(m, tables, how, arrays)
-                )
-                for how in GRID_RESIZES
-            }
-        else:
-            return None, None
-        references = self._references(ctx)
-        if not references:
-            return None, None
+        what, readings = choice
         base = apply_plan(model if goes_by_path(bare) else bare, plan)
         mapping = ctx.map_outputs if ctx.output_maps else None
         verdict = {}
@@ -370,7 +393,7 @@ class Symbolize(Pass):
                     model, candidate, plan.axes, plan.symbols, references, ctx.provider, mapping,
                     bare=bare,
                 )
-            )
+            )  # fmt: skip
         passed = [label for label, why in verdict.items() if why is None]
         if len(passed) != 1:
             why = (
@@ -418,9 +441,31 @@ class Symbolize(Pass):
         ]
 
 
+def _readings(plan: SymbolizePlan) -> tuple[str, dict[str, Reading]] | None:
+    """What the reference cases could decide, and the readings to choose between, where every
+    blocker is one the graph cannot decide but a rewrite could fix: the plan's
+    ``same_padding`` (fixed pads as exported, or ``auto_pad=SAME_UPPER``) or its
+    ``grid_tables`` (the table resized to the grid bicubically or bilinearly); else None."""
+    nodes = {b.node for b in plan.blockers}
+    if nodes <= plan.same_padding.keys():
+        ops = [plan.same_padding[n] for n in sorted(nodes)]
+        return f"padding of {len(ops)} op(s)", {
+            "the fixed pads as exported": lambda m: m,
+            "'same' padding (auto_pad=SAME_UPPER)": lambda m: same_padding(m, ops),
+        }
+    if nodes <= plan.grid_tables.keys():
+        tables = [plan.grid_tables[n] for n in sorted(nodes)]
+        arrays = {t.tensor: plan.analysis.consts[t.tensor] for t in tables}
+        return f"{len(tables)} table(s) over a patch grid", {
+            f"resized {how} to the grid": partial(resize_tables, tables=tables, how=how, arrays=arrays)
+            for how in GRID_RESIZES
+        }
+    return None
+
+
 def _size_steps(plan: SymbolizePlan) -> dict[str, int]:
     """For symbols a strided op divides: the power of two (up to 8) dividing the traced size."""
-    divided = set()
+    divided: set[str] = set()
     for num, _, _ in plan.analysis.floors:
         divided.update(s for s in plan.symbols if s in num)
     steps = {}

@@ -2,19 +2,30 @@
 
 :func:`check_dynamic` feeds inputs shaped by the graph (:func:`~onnxsurgery.passes.symbolize.feeds.check_feeds`: token ids over the
 vocabulary their gather reads, sizes never made up, initializers listed as inputs never fed) to
+the original model (one session), then to the rewritten one (one session, sharing its weights),
+and hands what they said to a list of evidence checks (:data:`EVIDENCE`), each with one job:
 
-1. the original and the rewritten model at the traced size: outputs must agree within 1e-5;
-2. the rewritten model at two other sizes per free symbol (symbols the graph ties to others,
-   ``total = past + seq``, follow them): it must run, and every output dim that the plan
-   expresses in the symbols must come out as that expression evaluated at the size;
-3. for batches (rows independent): each row must equal a run of that row alone, and the first
-   traced-many rows of a larger batch must equal the original model on those rows (a size grown
-   alone begins with the traced run's inputs, so those are the traced run's outputs);
-4. the reference cases given to the run: every output must match torch's.
+1. :func:`check_traced_size`: at the traced size the outputs agree with the original's within
+   1e-5;
+2. :func:`check_batch_in_original`, :func:`check_rows`, :func:`check_first_rows`: for batches
+   (rows independent), a new row 0 leaves the original's other rows alone, each row of a larger
+   batch equals a run of that row alone, and the first traced-many rows of a larger batch equal
+   the original model on those rows (a size grown alone begins with the traced run's inputs, so
+   those are the traced run's outputs);
+3. :func:`check_shapes`: at two other sizes per free symbol (symbols the graph ties to others,
+   ``total = past + seq``, follow them) the model runs, and every output dim that the plan
+   expresses in the symbols comes out as that expression evaluated at the size;
+4. :func:`check_prefix`: evidence only, a larger run's first positions equal the original's;
+5. :func:`check_claims`, :func:`check_references`: the reference cases given to the run fit
+   the model, and every output matches torch's.
 
-Each symbol ends at the best level it reached (:data:`LEVELS`, :class:`CheckResult`). Failures
-raise :class:`~onnxsurgery.errors.PassError` with the ONNX Runtime error translated into the
-node that broke (:func:`~onnxsurgery.validation.runtime.describe_ort_error`).
+Every comparison goes through validation's :func:`~onnxsurgery.validation.arrays.compare_arrays`
+and a failure quotes its ``describe()`` after the check's context: a tolerance failure is worded
+in ``validation/`` alone. Each check returns its first failure (:class:`Finding`); the driver
+raises the earliest in the order the checks read the runs, as a
+:class:`~onnxsurgery.errors.PassError` (ONNX Runtime errors translated into the node that broke,
+:func:`~onnxsurgery.validation.runtime.describe_ort_error`). Each symbol ends at the best level
+it reached (:data:`LEVELS`, :class:`CheckResult`).
 """
 
 from __future__ import annotations
@@ -33,12 +44,13 @@ from onnxsurgery.passes.symbolize.ort_failure import ort_failure
 from onnxsurgery.passes.symbolize.row_checks import (
     axes_of,
     begin_with,
-    check_rows,
+    compare,
     first_differs,
     head_rows,
     new_row_zero,
     original_rows_independent,
     rows_alone,
+    rows_differ,
 )
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.validation.arrays import compare_arrays
@@ -49,16 +61,35 @@ from onnxsurgery.validation.runtime import (
     run_model,
     session_weights,
 )
+from onnxsurgery.validation.session_weights import SharedWeight
 from onnxsurgery.validation.tolerances import DEFAULT_ATOL
 
 __all__ = [
+    "EVIDENCE",
     "LEVELS",
+    "CheckRequest",
     "CheckResult",
+    "CheckState",
+    "Finding",
+    "check_batch_in_original",
+    "check_claims",
     "check_dynamic",
+    "check_first_rows",
+    "check_prefix",
+    "check_references",
+    "check_rows",
+    "check_shapes",
+    "check_traced_size",
     "check_sizes",
     "reference_mismatch",
     "traced_only",
 ]
+
+
+#: A function from a case's outputs to the model's (concat-outputs' layout).
+OutputMap = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
+#: A run's outputs by name, or the error ONNX Runtime raised.
+Said = dict[str, np.ndarray] | Exception
 
 
 #: How far a symbol was verified, best first (see :class:`CheckResult`).
@@ -140,263 +171,425 @@ def check_sizes(
     return sizes
 
 
-def check_dynamic(
-    original: onnx.ModelProto,
-    model: onnx.ModelProto,
-    axes: Mapping[str, Mapping[int, str]],
-    traced: Mapping[str, int],
-    output_dims: Mapping[str, list[Dim] | None],
-    provider: str = "auto",
-    *,
-    dynamic: Set[str] = frozenset(),
-    fixed: Set[str] = frozenset(),
-    batch_rows: Set[str] = frozenset(),
-    steps: Mapping[str, int] | None = None,
-    relations: Mapping[str, Dim] | None = None,
-    references: Sequence[Case] = (),
-    output_map: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None = None,
-    atol: float = 1e-5,
-    rtol: float = 1e-5,
-    bare: onnx.ModelProto | None = None,
-) -> CheckResult:
-    """Check ``model`` (symbolized ``original``) at the traced size and two others per symbol.
+@dataclass(frozen=True)
+class CheckRequest:
+    """What :func:`check_dynamic` is asked: check ``model`` (``original`` symbolized) at the
+    traced size and two others per symbol.
 
-    ``traced`` maps each symbol to its traced size; symbols in ``dynamic`` had no traced size (their
-    axes were dynamic already) and are checked at 2; symbols in ``fixed`` (kept from being
-    generalized by a blocker, with ``strict=False``) stay at their traced size. For symbols in
-    ``batch_rows`` (batches, whose rows are independent) each row's outputs must also equal a run
-    of that row alone: a constant that still carries the traced batch (a mask or an index read at
-    row 0) shows up there even when every shape is right. ``output_dims`` gives each output's symbolic
-    dims (None where unknown). ``references`` (stored torch cases; ``output_map`` maps their
-    outputs onto the model's) are run too: any mismatch fails the check, and a symbol whose other
-    sizes they cover is verified to ``references``. Cases that move a symbol in ``fixed`` are
-    outside what the model claims and are left out. ``bare``: ``weightless(original)``, where
-    the caller has it (the original's session is built from it).
+    ``traced`` maps each symbol to its traced size; symbols in ``dynamic`` had no traced size
+    (their axes were dynamic already) and are checked at 2; symbols in ``fixed`` (kept from
+    being generalized by a blocker, with ``strict=False``) stay at their traced size. For
+    symbols in ``batch_rows`` (batches, whose rows are independent) each row's outputs must also
+    equal a run of that row alone: a constant that still carries the traced batch (a mask or an
+    index read at row 0) shows up there even when every shape is right. ``output_dims`` gives
+    each output's symbolic dims (None where unknown). ``steps`` and ``relations``: see
+    :func:`check_sizes`. ``references`` (stored torch cases; ``output_map`` maps their outputs
+    onto the model's) are run too: any mismatch fails the check, and a symbol whose other sizes
+    they cover is verified to ``references``. Cases that move a symbol in ``fixed`` are outside
+    what the model claims and are left out. ``atol``/``rtol``: the tolerance against the
+    original model. ``bare``: ``weightless(original)``, where the caller has it (the original's
+    session is built from it).
     """
-    base = {s: (2 if s in dynamic else v) for s, v in traced.items()}
-    result = CheckResult()
-    where = ", ".join(f"{k}={v}" for k, v in base.items())
-    feeds = check_feeds(model, axes, base, 0, batch_rows, references)
-    names = {o.name for o in model.graph.output}
-    # Everything the original model is asked, it is asked first, with one session, in one go
-    # (run_many); then that session (ORT's own copy of every weight) is gone before the
-    # rewritten model's is built. What it says is judged below in the order the checks read
-    # (its errors raised there too).
-    try:
-        reference = create_session(
-            original, provider, threads=1, prepack=False, bare=bare, mapped=True
-        )
-    except Exception as exc:  # noqa: BLE001 - ORT raises several types
-        raise _original_failed(exc, model, axes, base, where) from None
-    said = {o.name for o in reference.get_outputs()}
-    jobs: list[Mapping[str, np.ndarray]] = [feeds]
-    new_row_at: dict[str, int] = {}
-    for sym in batch_rows:
-        if base[sym] >= 2:
-            changed = new_row_zero(model, axes, output_dims, sym, base, feeds, said, batch_rows, references)
-            if changed is not None:
-                new_row_at[sym] = len(jobs)
-                jobs.append(changed)
-    try:  # raised once the traced size is judged, as when these inputs were made after it
-        steps_at = [
-            _SizeRun(size, ", ".join(f"{s}={v}" for s, v in size.items()),
-                     check_feeds(model, axes, size, k, batch_rows, references))
-            for k, size in enumerate(check_sizes(base, fixed, steps, relations)[1:], start=1)
-        ]  # fmt: skip
-    except PassError as exc:
-        steps_at, no_inputs = [], exc
-    else:
-        no_inputs = None
-    heads_at: list[tuple[_SizeRun, str, int]] = []
-    sized = set(shape_inputs(model))
-    for run in steps_at:
-        for sym in base:
-            # Grown alone: the first traced-many rows (batches: rows are independent, so they
-            # must) or positions (a causal prefix may; a mismatch proves nothing) can be set
-            # against the original model at its traced size.
-            grown = run.size[sym] > base[sym] and all(
-                run.size[o] == base[o] for o in base if o != sym
-            )
-            related = any(sym in v.atoms() for v in (relations or {}).values())
-            in_axis, out_axis = axes_of(axes, output_dims, sym, names)
-            if not grown or related or sym in fixed or not in_axis or not out_axis:
-                continue
-            if begin_with(run.inputs, feeds, in_axis, base[sym], sized):
-                heads_at.append((run, sym, 0))  # its first entries are the traced run's own
-            else:
-                heads_at.append((run, sym, len(jobs)))
-                jobs.append(head_rows(run.inputs, in_axis, base[sym]))
-    said_all = run_many(reference, jobs)
-    expected = said_all[0]
-    if isinstance(expected, Exception):
-        raise _original_failed(expected, model, axes, base, where) from None
-    not_batch: PassError | None = None
-    for sym in batch_rows:
-        if base[sym] >= 2:
-            try:
-                original_rows_independent(
-                    axes, output_dims, sym, base, expected,
-                    said_all[new_row_at[sym]] if sym in new_row_at else None, atol, rtol,
-                )  # fmt: skip
-            except PassError as exc:
-                not_batch = exc
-                break
-    if no_inputs is not None:
-        raise no_inputs
-    for run, sym, k in heads_at:  # an error is judged where the check reads it
-        run.heads[sym] = said_all[k]
-    del said_all
-    try:
-        claimed, floor = _claimed_cases(
-            reference, axes, base, fixed, references, output_map, model_inputs(model)
-        )
-    except PassError as exc:
-        claimed, floor, unmapped = [], {}, exc
-    else:
-        unmapped = None
-    shared = session_weights(reference)
-    del reference
-    try:
-        session = create_session(model, provider, threads=1, prepack=False, share_with=shared)
-    except Exception as exc:  # noqa: BLE001
-        raise ort_failure("loading the rewritten model", exc) from None
-    del shared
-    # Every run of the rewritten model, made at once (two at a time), judged below in the order
-    # the checks read them: the traced size, then each other size with its rows run alone.
-    outputs = {o.name for o in session.get_outputs()}
-    jobs: list[Mapping[str, np.ndarray]] = [feeds]
-    for run in steps_at:
-        run.outs = len(jobs)
-        jobs.append(run.inputs)
-        for sym in batch_rows:
-            if run.size[sym] >= 2 and run.size[sym] != base[sym]:
-                alone = rows_alone(axes, output_dims, sym, run.inputs, outputs)
-                run.alone[sym] = {row: len(jobs) + k for k, row in enumerate(alone)}
-                jobs += alone.values()
-    done = run_many(session, jobs)
-    got = done[0]
-    if isinstance(got, Exception):
-        raise ort_failure(f"at the traced size {where}", got, model) from None
-    for name, ref in expected.items():
-        out = got.get(name)
-        if out is None or out.shape != ref.shape:
-            raise PassError(
-                f"check at the traced size {where}: output {name!r} has shape "
-                f"{None if out is None else list(out.shape)}, the original {list(ref.shape)}"
-            )
-        if ref.dtype.kind in "fc":
-            diff = np.abs(out.astype(np.float64) - ref.astype(np.float64))
-            bad = ~(diff <= atol + rtol * np.abs(ref.astype(np.float64))) & ~(
-                np.isnan(out) & np.isnan(ref)
-            )
-            if np.any(bad):
-                raise PassError(
-                    f"check at the traced size {where}: output {name!r} differs from the original "
-                    f"by up to {float(np.nanmax(diff)):.3g} (tolerance {atol:g})"
-                )
-            if diff.size:
-                result.max_abs_diff = max(result.max_abs_diff, float(np.nanmax(diff)))
-        elif not np.array_equal(out, ref):
-            raise PassError(
-                f"check at the traced size {where}: output {name!r} differs from the original"
-            )
-    if not_batch is not None:
-        raise not_batch
-    result.sizes.append(base)
-    rows_shown: set[str] = set()
-    rows_original: set[str] = set()  # the first traced-many rows matched the original model
-    prefix: set[str] = set()  # a larger run's first traced-many positions matched the original
-    for run in steps_at:
-        size, text = run.size, run.text
-        outs = done[run.outs]
-        if isinstance(outs, Exception):
-            raise ort_failure(f"at {text}", outs, model) from None
-        for sym in batch_rows:
-            if size[sym] >= 2 and size[sym] != base[sym]:
-                singles = {row: done[k] for row, k in run.alone.get(sym, {}).items()}
-                if check_rows(model, axes, output_dims, sym, outs, singles, text, atol, rtol):
-                    result.rows_checked = True
-                    rows_shown.add(sym)
-        for sym, want in run.heads.items():
-            n = base[sym]
-            _, out_axis = axes_of(axes, output_dims, sym, outs)
-            if sym in batch_rows:
-                if isinstance(want, Exception):
-                    raise ort_failure(f"of the original model on the first {n} rows ({text})", want) from None
-                bad = first_differs(want, out_axis, n, outs, atol, rtol)
-                if bad is not None:
-                    raise PassError(
-                        f"check at {text}: the first {n} {sym} rows of output {bad!r} differ from "
-                        f"the original model run on those rows; a constant still carries the "
-                        f"traced {sym}"
-                    )
-                rows_original.add(sym)
-            elif not isinstance(want, Exception):  # the original may not run on a prefix
-                if first_differs(want, out_axis, n, outs, atol, rtol) is None:
-                    prefix.add(sym)
-        for name, dims in output_dims.items():
-            if dims is None or name not in outs:
-                continue
-            shape = outs[name].shape
-            want = []
-            for d in dims:
-                try:
-                    want.append(d.evaluate(size) if d is not None else None)
-                except KeyError:
-                    want.append(None)
-            ok = len(shape) == len(want) and all(
-                w is None or w == g for w, g in zip(want, shape, strict=False)
-            )
-            if not ok:
-                shown = ", ".join("?" if w is None else str(w) for w in want)
-                raise PassError(
-                    f"check at {text}: output {name!r} has shape {list(shape)}, expected [{shown}] "
-                    "from the symbols"
-                )
-        result.sizes.append(size)
-    if unmapped is not None:
-        raise unmapped
-    covered = _check_references(model, session, base, claimed, floor, result)
-    for sym in base:
-        if sym in fixed:
-            result.levels[sym], result.oracles[sym] = "traced-only", "kept at its traced size"
-        elif sym in covered:
-            result.levels[sym] = "references"
-            result.oracles[sym] = "stored torch outputs at " + ", ".join(
-                f"{sym}={v}" for v in sorted(covered[sym])
-            )
-        elif sym in rows_shown:
-            result.levels[sym] = "rows"
-            result.oracles[sym] = "each row equals a run of that row alone" + (
-                f"; the first {base[sym]} rows of a larger {sym} equal the original model"
-                if sym in rows_original
-                else ""
-            )
-        else:
-            result.levels[sym] = "runs"
-            result.oracles[sym] = "ran with the output shapes the symbols give; values unverified" + (
-                f" beyond the first {base[sym]} positions, which equal the original model "
-                "(as in a causal model)"
-                if sym in prefix
-                else ""
-            )
-    return result
+
+    original: onnx.ModelProto
+    model: onnx.ModelProto
+    axes: Mapping[str, Mapping[int, str]]
+    traced: Mapping[str, int]
+    output_dims: Mapping[str, Sequence[Dim | None] | None]
+    provider: str = "auto"
+    dynamic: Set[str] = frozenset()
+    fixed: Set[str] = frozenset()
+    batch_rows: Set[str] = frozenset()
+    steps: Mapping[str, int] | None = None
+    relations: Mapping[str, Dim] | None = None
+    references: Sequence[Case] = ()
+    output_map: OutputMap | None = None
+    atol: float = 1e-5
+    rtol: float = 1e-5
+    bare: onnx.ModelProto | None = None
+
+
+def check_dynamic(ask: CheckRequest) -> CheckResult:
+    """Run the check ``ask`` describes: every run of the original model, then every run of the
+    rewritten one, then the evidence checks (:data:`EVIDENCE`) over what they said, each
+    returning its first failure; the earliest failure in the order the checks read the runs is
+    raised. The reference cases run last, only when all else held."""
+    state = _start(ask)
+    _run_rewritten(state, _run_original(state))
+    findings = [f for check in EVIDENCE if (f := check(state)) is not None]
+    if not findings and (f := check_references(state)) is not None:
+        findings.append(f)
+    if findings:
+        raise min(findings, key=lambda f: f.order).error
+    return _result(state)
 
 
 @dataclass
 class _SizeRun:
-    """One size the rewritten model runs at, its inputs, the original model's outputs on
-    their first traced-many entries along each symbol grown alone (or the error it raised),
-    and where its own runs are among the check's."""
+    """One size the rewritten model runs at (``k``: its place among the sizes), its inputs, the
+    original model's outputs on their first traced-many entries along each symbol grown alone
+    (``heads``), and what the rewritten model said: at this size (``outs``), and for each batch
+    its first and last row run alone (``alone``)."""
 
+    k: int
     size: dict[str, int]
     text: str
     inputs: dict[str, np.ndarray]
-    heads: dict[str, dict[str, np.ndarray] | Exception] = field(default_factory=dict)
-    #: where the rewritten model's run at this size, and each batch row run alone, are among
-    #: the check's runs (:func:`~onnxsurgery.validation.runtime.run_many`)
-    outs: int = -1
-    alone: dict[str, dict[int, int]] = field(default_factory=dict)
+    heads: dict[str, Said] = field(default_factory=dict)
+    outs: Said = field(default_factory=dict)
+    alone: dict[str, dict[int, Said]] = field(default_factory=dict)
+
+
+@dataclass
+class _Claims:
+    """The reference cases the model claims, each with its sizes and its outputs mapped onto
+    the model's; per output, the export's own error (:func:`_export_error`); or why the cases
+    cannot be claimed (``failure``)."""
+
+    cases: list[tuple[Case, dict[str, int], Mapping[str, np.ndarray]]] = field(default_factory=list)
+    floor: dict[str, float] = field(default_factory=dict)
+    failure: PassError | None = None
+
+
+@dataclass
+class CheckState:
+    """What the evidence checks share: the request, the traced size (``base``, ``where``) and
+    its inputs, what each model said, and what each check found (``rows_shown``, ...)."""
+
+    ask: CheckRequest
+    base: dict[str, int]
+    where: str
+    feeds: dict[str, np.ndarray]
+    expected: dict[str, np.ndarray] = field(default_factory=dict)
+    new_row: dict[str, Said] = field(default_factory=dict)
+    runs: list[_SizeRun] = field(default_factory=list)
+    claims: _Claims = field(default_factory=_Claims)
+    got: Said = field(default_factory=dict)
+    session: ort.InferenceSession | None = None
+    result: CheckResult = field(default_factory=CheckResult)
+    rows_shown: set[str] = field(default_factory=set)
+    #: the first traced-many rows of a larger batch matched the original model
+    rows_original: set[str] = field(default_factory=set)
+    #: a larger run's first traced-many positions matched the original
+    prefix: set[str] = field(default_factory=set)
+    covered: dict[str, set[int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A failed evidence check: the error, and where it comes in the order the checks read the
+    runs (the traced size, the original's rows, each other size in turn, the references)."""
+
+    order: tuple[int, ...]
+    error: PassError
+
+
+def _start(ask: CheckRequest) -> CheckState:
+    """The check's state at the traced size (symbols in ``dynamic`` at 2), with its inputs."""
+    base = {s: (2 if s in ask.dynamic else v) for s, v in ask.traced.items()}
+    feeds = check_feeds(ask.model, ask.axes, base, 0, ask.batch_rows, ask.references)
+    return CheckState(ask, base, _text(base), feeds)
+
+
+def _text(size: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in size.items())
+
+
+# -- the runs: the original model's, then the rewritten model's, each with one session --------
+
+
+def _run_original(state: CheckState) -> Mapping[str, SharedWeight]:
+    """Everything the original model is asked, with one session: the traced size and, for each
+    batch, the traced inputs with a new row 0; then (once the traced size ran) the first
+    traced-many entries of each size grown alone; the reference cases it claims. Returns the
+    session's weights for the rewritten model's session to share: the session (ORT's own copy
+    of every weight) is gone when this returns."""
+    ask, base = state.ask, state.base
+    try:
+        session = create_session(
+            ask.original, ask.provider, threads=1, prepack=False, bare=ask.bare, mapped=True
+        )
+    except Exception as exc:  # noqa: BLE001 - ORT raises several types
+        raise _original_failed(exc, ask.model, ask.axes, base, state.where) from None
+    said = {o.name for o in session.get_outputs()}
+    new_rows = {}
+    for sym in ask.batch_rows:
+        if base[sym] >= 2:
+            changed = new_row_zero(
+                ask.model, ask.axes, ask.output_dims, sym, base, state.feeds, said,
+                ask.batch_rows, ask.references,
+            )  # fmt: skip
+            if changed is not None:
+                new_rows[sym] = changed
+    done = run_many(session, [state.feeds, *new_rows.values()])
+    if isinstance(done[0], Exception):
+        raise _original_failed(done[0], ask.model, ask.axes, base, state.where) from None
+    state.expected, state.new_row = done[0], dict(zip(new_rows, done[1:], strict=True))
+    state.runs = _size_runs(state)
+    _run_heads(state, session)
+    state.claims = _claimed_cases(
+        session, ask.axes, base, ask.fixed, ask.references, ask.output_map, model_inputs(ask.model)
+    )
+    return session_weights(session)
+
+
+def _size_runs(state: CheckState) -> list[_SizeRun]:
+    """Each size other than the traced one (:func:`check_sizes`) with its inputs."""
+    ask = state.ask
+    sizes = check_sizes(state.base, ask.fixed, ask.steps, ask.relations)[1:]
+    return [
+        _SizeRun(k, size, _text(size), check_feeds(ask.model, ask.axes, size, k, ask.batch_rows, ask.references))
+        for k, size in enumerate(sizes, start=1)
+    ]  # fmt: skip
+
+
+def _run_heads(state: CheckState, session: ort.InferenceSession) -> None:
+    """The original model on the first traced-many entries of each size grown along one symbol
+    alone (batches: rows are independent, so they must match; other symbols: a causal prefix
+    may, a mismatch proves nothing). Where the grown inputs can begin with the traced inputs
+    (:func:`begin_with`), they are made to, and the traced run's outputs serve."""
+    ask, base = state.ask, state.base
+    names = {o.name for o in ask.model.graph.output}
+    sized = set(shape_inputs(ask.model))
+    relations = ask.relations or {}
+    jobs: list[tuple[_SizeRun, str, dict[str, np.ndarray]]] = []
+    for run in state.runs:
+        for sym in base:
+            grown = run.size[sym] > base[sym] and all(
+                run.size[o] == base[o] for o in base if o != sym
+            )
+            related = any(sym in v.atoms() for v in relations.values())
+            in_axis, out_axis = axes_of(ask.axes, ask.output_dims, sym, names)
+            if not grown or related or sym in ask.fixed or not in_axis or not out_axis:
+                continue
+            if begin_with(run.inputs, state.feeds, in_axis, base[sym], sized):
+                run.heads[sym] = state.expected  # its first entries are the traced run's own
+            else:
+                run.heads[sym] = {}
+                jobs.append((run, sym, head_rows(run.inputs, in_axis, base[sym])))
+    if jobs:
+        for (run, sym, _), said in zip(jobs, run_many(session, [j[2] for j in jobs]), strict=True):
+            run.heads[sym] = said
+
+
+def _run_rewritten(state: CheckState, shared: Mapping[str, SharedWeight]) -> None:
+    """Every run of the rewritten model, made at once (two at a time): the traced size, then
+    each other size with, for each batch, its first and last rows run alone."""
+    ask, base = state.ask, state.base
+    try:
+        session = create_session(ask.model, ask.provider, threads=1, prepack=False, share_with=shared)
+    except Exception as exc:  # noqa: BLE001
+        raise ort_failure("loading the rewritten model", exc) from None
+    del shared
+    outputs = {o.name for o in session.get_outputs()}
+    jobs: list[Mapping[str, np.ndarray]] = [state.feeds]
+    places: list[tuple[_SizeRun, str, list[int]]] = []
+    for run in state.runs:
+        jobs.append(run.inputs)
+        for sym in ask.batch_rows:
+            if run.size[sym] >= 2 and run.size[sym] != base[sym]:
+                alone = rows_alone(ask.axes, ask.output_dims, sym, run.inputs, outputs)
+                places.append((run, sym, list(alone)))
+                jobs += alone.values()
+    done = run_many(session, jobs)
+    state.got, state.session = done[0], session
+    at = 1
+    for run in state.runs:
+        run.outs = done[at]
+        at += 1
+        for _, sym, rows in (p for p in places if p[0] is run):
+            run.alone[sym] = {row: done[at + i] for i, row in enumerate(rows)}
+            at += len(rows)
+
+
+# -- the evidence checks: each reads the runs and returns its first failure, or None ---------
+
+
+def check_traced_size(state: CheckState) -> Finding | None:
+    """At the traced size the rewritten model must run and give the original's outputs, within
+    the check's tolerance (``max_abs_diff`` records how close)."""
+    ask, got = state.ask, state.got
+    if isinstance(got, Exception):
+        return Finding((0,), ort_failure(f"at the traced size {state.where}", got, ask.model))
+    for name, ref in state.expected.items():
+        cmp = compare(got.get(name), ref, name, ask.atol, ask.rtol)
+        if not cmp:
+            return Finding((0,), PassError(
+                f"check at the traced size {state.where}: output {name!r} differs from the "
+                f"original: {cmp.describe()}"
+            ))  # fmt: skip
+        if ref.dtype.kind in "fc" and cmp.max_abs is not None and ref.size:
+            state.result.max_abs_diff = max(state.result.max_abs_diff, cmp.max_abs)
+    return None
+
+
+def check_batch_in_original(state: CheckState) -> Finding | None:
+    """Each batch is one in the original model: a new row 0 leaves the other rows as they were
+    (:func:`original_rows_independent`)."""
+    ask = state.ask
+    for sym in ask.batch_rows:
+        if state.base[sym] >= 2:
+            error = original_rows_independent(
+                ask.axes, ask.output_dims, sym, state.base, state.expected,
+                state.new_row.get(sym), ask.atol, ask.rtol,
+            )  # fmt: skip
+            if error is not None:
+                return Finding((1,), error)
+    return None
+
+
+def check_shapes(state: CheckState) -> Finding | None:
+    """At each other size the rewritten model must run, and every output dim the symbols
+    express must come out as that expression evaluated at the size."""
+    for run in state.runs:
+        if isinstance(run.outs, Exception):
+            return Finding((2, run.k, 0), ort_failure(f"at {run.text}", run.outs, state.ask.model))
+        for name, dims in state.ask.output_dims.items():
+            if dims is None or name not in run.outs:
+                continue
+            shape, want = run.outs[name].shape, _expected_dims(dims, run.size)
+            if len(shape) != len(want) or any(
+                w is not None and w != g for w, g in zip(want, shape, strict=False)
+            ):
+                shown = ", ".join("?" if w is None else str(w) for w in want)
+                return Finding((2, run.k, 3), PassError(
+                    f"check at {run.text}: output {name!r} has shape {list(shape)}, expected "
+                    f"[{shown}] from the symbols"
+                ))  # fmt: skip
+    return None
+
+
+def _expected_dims(dims: Sequence[Dim | None], size: Mapping[str, int]) -> list[int | None]:
+    """Each dim evaluated at ``size``; None where unknown or not given by the symbols."""
+    want: list[int | None] = []
+    for d in dims:
+        try:
+            want.append(d.evaluate(size) if d is not None else None)
+        except KeyError:
+            want.append(None)
+    return want
+
+
+def check_rows(state: CheckState) -> Finding | None:
+    """At each other size of a batch, its first and last rows run alone must equal those rows
+    of the batch (:func:`rows_differ`)."""
+    ask = state.ask
+    for run in state.runs:
+        if isinstance(run.outs, Exception):
+            continue  # check_shapes says so, first
+        for sym, singles in run.alone.items():
+            error = rows_differ(
+                ask.model, ask.axes, ask.output_dims, sym, run.outs, singles, run.text,
+                ask.atol, ask.rtol,
+            )  # fmt: skip
+            if error is not None:
+                return Finding((2, run.k, 1), error)
+            if singles:
+                state.result.rows_checked = True
+                state.rows_shown.add(sym)
+    return None
+
+
+def check_first_rows(state: CheckState) -> Finding | None:
+    """A batch grown alone must begin with the original model's rows: its first traced-many
+    rows equal the original run on those rows (a constant that still carries the traced batch
+    shows up here)."""
+    ask = state.ask
+    for run in state.runs:
+        if isinstance(run.outs, Exception):
+            continue
+        for sym, want in run.heads.items():
+            if sym not in ask.batch_rows:
+                continue
+            n, text = state.base[sym], run.text
+            if isinstance(want, Exception):
+                what = f"of the original model on the first {n} rows ({text})"
+                return Finding((2, run.k, 2), ort_failure(what, want))
+            _, out_axis = axes_of(ask.axes, ask.output_dims, sym, run.outs)
+            cmp = first_differs(want, out_axis, n, run.outs, ask.atol, ask.rtol)
+            if cmp is not None:
+                return Finding((2, run.k, 2), PassError(
+                    f"check at {text}: the first {n} {sym} rows of output {cmp.name!r} differ "
+                    f"from the original model run on those rows: {cmp.describe()}; a constant "
+                    f"still carries the traced {sym}"
+                ))  # fmt: skip
+            state.rows_original.add(sym)
+    return None
+
+
+def check_prefix(state: CheckState) -> Finding | None:
+    """Evidence only, never a failure: a symbol other than a batch grown alone whose first
+    traced-many positions equal the original model's (as in a causal model)."""
+    ask = state.ask
+    for run in state.runs:
+        if isinstance(run.outs, Exception):
+            continue
+        for sym, want in run.heads.items():
+            if sym in ask.batch_rows or isinstance(want, Exception):
+                continue  # the original may not run on a prefix
+            _, out_axis = axes_of(ask.axes, ask.output_dims, sym, run.outs)
+            if first_differs(want, out_axis, state.base[sym], run.outs, ask.atol, ask.rtol) is None:
+                state.prefix.add(sym)
+    return None
+
+
+def check_claims(state: CheckState) -> Finding | None:
+    """The reference cases fit the rewritten model and map onto its outputs."""
+    failure = state.claims.failure
+    return None if failure is None else Finding((3,), failure)
+
+
+def check_references(state: CheckState) -> Finding | None:
+    """Every reference case the model claims must match the stored torch outputs
+    (:func:`_check_references`)."""
+    assert state.session is not None  # _run_rewritten made it
+    covered, failure = _check_references(state.ask.model, state.session, state.base, state.claims)
+    state.covered = covered
+    state.result.reference_cases = len(state.claims.cases)
+    return None if failure is None else Finding((4,), failure)
+
+
+#: The evidence checks, judged together; the reference cases (:func:`check_references`) run
+#: after them, only when they all held.
+EVIDENCE: tuple[Callable[[CheckState], Finding | None], ...] = (
+    check_traced_size,
+    check_batch_in_original,
+    check_shapes,
+    check_rows,
+    check_first_rows,
+    check_prefix,
+    check_claims,
+)
+
+
+def _result(state: CheckState) -> CheckResult:
+    """The sizes checked and how far each symbol was verified, from what the checks found."""
+    result, base = state.result, state.base
+    result.sizes = [base] + [run.size for run in state.runs]
+    for sym in base:
+        result.levels[sym], result.oracles[sym] = _level(state, sym)
+    return result
+
+
+def _level(state: CheckState, sym: str) -> tuple[str, str]:
+    n = state.base[sym]
+    if sym in state.ask.fixed:
+        return "traced-only", "kept at its traced size"
+    if sym in state.covered:
+        return "references", "stored torch outputs at " + ", ".join(
+            f"{sym}={v}" for v in sorted(state.covered[sym])
+        )
+    if sym in state.rows_shown:
+        return "rows", "each row equals a run of that row alone" + (
+            f"; the first {n} rows of a larger {sym} equal the original model"
+            if sym in state.rows_original
+            else ""
+        )
+    return "runs", "ran with the output shapes the symbols give; values unverified" + (
+        f" beyond the first {n} positions, which equal the original model (as in a causal model)"
+        if sym in state.prefix
+        else ""
+    )
 
 
 def reference_mismatch(
@@ -406,7 +599,7 @@ def reference_mismatch(
     traced: Mapping[str, int],
     references: Sequence[Case],
     provider: str = "auto",
-    output_map: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None = None,
+    output_map: OutputMap | None = None,
     *,
     bare: onnx.ModelProto | None = None,
 ) -> str | None:
@@ -418,19 +611,21 @@ def reference_mismatch(
         reference = create_session(
             original, provider, threads=1, prepack=False, bare=bare, mapped=True
         )
-        claimed, floor = _claimed_cases(
+        claims = _claimed_cases(
             reference, axes, traced, frozenset(), references, output_map, model_inputs(model)
         )
+        if claims.failure is not None:
+            return str(claims.failure)
         shared = session_weights(reference)
         del reference
         session = create_session(model, provider, threads=1, prepack=False, share_with=shared)
         del shared
-        _check_references(model, session, traced, claimed, floor, CheckResult())
     except OnnxSurgeryError as exc:
         return str(exc)
     except Exception as exc:  # noqa: BLE001 - ORT raises several types
         return str(ort_failure("building a session", exc, model))
-    return None
+    _, failure = _check_references(model, session, traced, claims)
+    return None if failure is None else str(failure)
 
 
 def traced_only(traced: Mapping[str, int]) -> CheckResult:
@@ -468,45 +663,50 @@ def _claimed_cases(
     base: Mapping[str, int],
     fixed: Set[str],
     references: Sequence[Case],
-    output_map: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None,
+    output_map: OutputMap | None,
     specs: Sequence[InputSpec],
-) -> tuple[list[tuple[Case, dict[str, int], Mapping[str, np.ndarray]]], dict[str, float]]:
+) -> _Claims:
     """The reference cases the model claims (none moving a symbol in ``fixed``), each with its
     sizes and its outputs mapped onto the model's; and per output, the original model's own
     error at the traced size where the default tolerance is too tight (:func:`_export_error`).
     Each case is checked against the rewritten model's inputs (``specs``) before any runs
-    (:func:`_fitting`)."""
+    (:func:`_fitting`); the first that does not fit, or whose outputs do not map, is the
+    claims' ``failure``."""
     claimed = []
     for case in references:
         sizes = case_sizes(axes, case.inputs)
         if any(sizes.get(s, base[s]) != base[s] for s in fixed):
             continue
-        case = _fitting(specs, case, references)
+        fitting = _fitting(specs, case, references)
+        if isinstance(fitting, PassError):
+            return _Claims(failure=fitting)
         try:
-            want = output_map(case.outputs) if output_map is not None else case.outputs
+            want = output_map(fitting.outputs) if output_map is not None else fitting.outputs
         except (KeyError, ValueError, OnnxSurgeryError) as exc:
-            raise PassError(
-                f"check: mapping reference case {case.name}'s outputs onto the model's failed: {exc}"
-            ) from None
-        claimed.append((case, sizes, want))
+            return _Claims(failure=PassError(
+                f"check: mapping reference case {fitting.name}'s outputs onto the model's failed: {exc}"
+            ))  # fmt: skip
+        claimed.append((fitting, sizes, want))
     traced = [(c, w) for c, sizes, w in claimed if all(sizes.get(s, v) == v for s, v in base.items())]
-    return claimed, _export_error(original, traced)
+    return _Claims(claimed, _export_error(original, traced))
 
 
-def _fitting(specs: Sequence[InputSpec], case: Case, references: Sequence[Case]) -> Case:
+def _fitting(
+    specs: Sequence[InputSpec], case: Case, references: Sequence[Case]
+) -> Case | PassError:
     """``case`` with its inputs bound to the model's and checked against what the rewritten
-    model declares (``specs``), as validation checks a case, before ONNX Runtime runs it; a case
-    that does not fit is a PassError in validation's words, naming the axis to symbolize where a
-    fixed axis is what the references vary."""
+    model declares (``specs``), as validation checks a case, before ONNX Runtime runs it; for a
+    case that does not fit, a PassError in validation's words, naming the axis to symbolize
+    where a fixed axis is what the references vary."""
     required = [s.name for s in specs if not s.optional]
     try:
         bound = bind_cases([case], required, None)[0]
         feeds, _ = check_inputs(specs, bound.inputs)
     except ReferenceDataError as exc:
-        raise PassError(f"check: {exc}") from None
+        return PassError(f"check: {exc}")
     except CaseFailure as exc:
         hint = _unsymbolized(exc, bound, references)
-        raise PassError(f"check at reference case {case.name}: {exc}{hint}") from None
+        return PassError(f"check at reference case {case.name}: {exc}{hint}")
     return Case(name=case.name, inputs=feeds, outputs=case.outputs, source=case.source)
 
 
@@ -533,38 +733,36 @@ def _unsymbolized(exc: CaseFailure, case: Case, references: Sequence[Case]) -> s
 
 def _check_references(
     model: onnx.ModelProto,
-    session,
+    session: ort.InferenceSession,
     base: Mapping[str, int],
-    claimed: Sequence[tuple[Case, dict[str, int], Mapping[str, np.ndarray]]],
-    floor: Mapping[str, float],
-    result: CheckResult,
-) -> dict[str, set[int]]:
+    claims: _Claims,
+) -> tuple[dict[str, set[int]], PassError | None]:
     """Run every reference case the model claims (:func:`_claimed_cases`); a mismatch fails the
     check (at the default tolerance, or the original model's own error at the traced size where
     that is larger). Returns, per symbol, the sizes other than the traced one that matching cases
-    covered."""
+    covered, and the first failure (or None)."""
     covered: dict[str, set[int]] = {}
-    for case, sizes, want in claimed:
-        where = f"reference case {case.name} ({', '.join(f'{k}={v}' for k, v in sizes.items())})"
+    for case, sizes, want in claims.cases:
+        where = f"reference case {case.name} ({_text(sizes)})"
         try:
             got = run_model(session, case.inputs)
         except Exception as exc:  # noqa: BLE001
-            raise ort_failure(f"at {where}", exc, model) from None
+            return covered, ort_failure(f"at {where}", exc, model)
         for name, ref in want.items():
             if name not in got:
                 continue
+            floor = claims.floor
             atol = max(DEFAULT_ATOL, floor.get(name, 0.0)) if name in floor else None
             cmp = compare_arrays(got[name], np.asarray(ref), atol=atol, name=name)
             if not cmp:
-                raise PassError(
+                return covered, PassError(
                     f"check at {where}: output {name!r} does not match the stored torch outputs: "
                     f"{cmp.describe()}"
                 )
-        result.reference_cases += 1
         for sym, v in sizes.items():
             if sym in base and v != base[sym]:
                 covered.setdefault(sym, set()).add(v)
-    return covered
+    return covered, None
 
 
 def _original_failed(

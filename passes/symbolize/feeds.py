@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 from onnxsurgery.errors import PassError
-from onnxsurgery.model.signature import model_inputs
+from onnxsurgery.model.signature import InputSpec, model_inputs
 from onnxsurgery.validation.feeds import graph_int_array, index_range, random_array, shape_inputs
 from onnxsurgery.validation.references import Case
 
@@ -93,39 +93,13 @@ def check_feeds(
                 "check makes up no values for it: run symbolize with check=false"
             )
         axis_symbols = axes.get(spec.name, {})
-        declared = spec.dims or ()
-        dims = []
-        for k, d in enumerate(declared):
-            ax_sym = axis_symbols.get(k) or axis_symbols.get(k - len(declared))
-            if ax_sym is not None:
-                dims.append(size[ax_sym])
-            elif isinstance(d, int):
-                dims.append(d)
-            else:
-                dims.append(size.get(d or "", 2))
+        dims = _dims(spec, axis_symbols, size)
         dtype = spec.dtype if spec.dtype is not None else np.dtype(np.float32)
         if spec.name in as_sizes:
-            given = _given_value(spec.name, size, axes, references)
-            if given is not None:
-                feeds[spec.name] = given
-                continue
-            slots = as_sizes[spec.name]
-            if all((op, k) in _ONES_OK for _, op, k in slots):
-                feeds[spec.name] = np.ones(dims, dtype=dtype)
-                continue
-            node, op, k = next(x for x in slots if (x[1], x[2]) not in _ONES_OK)
-            where = ", ".join(f"{s}={v}" for s, v in size.items())
-            raise PassError(
-                f"check at {where}: input {spec.name!r} is read as a size (input {k} of {op} "
-                f"{node!r}) and no reference case gives its value here; the check does not make "
-                "sizes up: pass --ref with cases at these sizes, or check=false",
-                node=node,
-            )
-        if dtype.kind not in "iu":
+            feeds[spec.name] = _size_feed(spec.name, as_sizes[spec.name], dims, dtype, size, axes, references)
+        elif dtype.kind not in "iu":
             feeds[spec.name] = random_array(dtype, dims, rng)
-            continue
-        per_row = len(dims) == 1 and axis_symbols.get(0) in rows
-        if per_row and others and index_range(model, spec.name) is None:
+        elif len(dims) == 1 and axis_symbols.get(0) in rows and others and index_range(model, spec.name) is None:
             arr = random_array(dtype, dims, rng, int_range=(1, min(others) + 1))
             if arr.size:
                 arr[rng.integers(0, arr.size)] = min(others)
@@ -133,6 +107,49 @@ def check_feeds(
         else:
             feeds[spec.name] = graph_int_array(model, spec.name, dtype, dims, rng)
     return {name: np.asarray(arr) for name, arr in feeds.items()}
+
+
+def _dims(spec: InputSpec, axis_symbols: Mapping[int, str], size: Mapping[str, int]) -> list[int]:
+    """The shape of ``spec``'s feed at ``size``: a named axis at its symbol's size, a fixed dim
+    as declared, another dynamic one at its own symbol's size, else 2."""
+    declared = spec.dims or ()
+    dims = []
+    for k, d in enumerate(declared):
+        ax_sym = axis_symbols.get(k) or axis_symbols.get(k - len(declared))
+        if ax_sym is not None:
+            dims.append(size[ax_sym])
+        elif isinstance(d, int):
+            dims.append(d)
+        else:
+            dims.append(size.get(d or "", 2))
+    return dims
+
+
+def _size_feed(
+    name: str,
+    slots: Sequence[tuple[str, str, int]],
+    dims: list[int],
+    dtype: np.dtype,
+    size: Mapping[str, int],
+    axes: Mapping[str, Mapping[int, str]],
+    references: Sequence[Case],
+) -> np.ndarray:
+    """The feed of input ``name``, read as a size at ``slots`` ((node, op, input index) each):
+    from a reference case at this size, else all ones where that is valid (an Expand target,
+    Tile repeats); never made up."""
+    given = _given_value(name, size, axes, references)
+    if given is not None:
+        return given
+    if all((op, k) in _ONES_OK for _, op, k in slots):
+        return np.ones(dims, dtype=dtype)
+    node, op, k = next(x for x in slots if (x[1], x[2]) not in _ONES_OK)
+    where = ", ".join(f"{s}={v}" for s, v in size.items())
+    raise PassError(
+        f"check at {where}: input {name!r} is read as a size (input {k} of {op} "
+        f"{node!r}) and no reference case gives its value here; the check does not make "
+        "sizes up: pass --ref with cases at these sizes, or check=false",
+        node=node,
+    )
 
 
 def unsized_axes(

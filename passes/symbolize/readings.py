@@ -88,54 +88,11 @@ def resize_tables(
     for t in tables:
         if t.tensor not in inits or t.node not in nodes:
             return None
-        arr = arrays[t.tensor]
-        dim, (h, w) = arr.shape[2], t.shape
         base = safe_name(f"symbolize/{t.tensor}/{how}")
         leads.add(f"{base}/lead")
-        grid = arr[:, t.lead :].reshape(1, h, w, dim).transpose(0, 3, 1, 2)
-        graph.initializer.extend(
-            [
-                numpy_helper.from_array(np.ascontiguousarray(grid), f"{base}/grid"),
-                numpy_helper.from_array(arr[:, : t.lead], f"{base}/lead"),
-                numpy_helper.from_array(np.array([1, dim], np.int64), f"{base}/head"),
-                numpy_helper.from_array(np.array([2], np.int64), f"{base}/2"),
-                numpy_helper.from_array(np.array([4], np.int64), f"{base}/4"),
-                numpy_helper.from_array(np.array([1, -1, dim], np.int64), f"{base}/rows"),
-            ]
-        )
-        out_name = f"{base}/table"
-        added += [
-            helper.make_node("Shape", [t.grid], [f"{base}/shape"], name=f"{base}/shape"),
-            helper.make_node(
-                "Slice", [f"{base}/shape", f"{base}/2", f"{base}/4"], [f"{base}/hw"],
-                name=f"{base}/hw",
-            ),
-            helper.make_node(
-                "Concat", [f"{base}/head", f"{base}/hw"], [f"{base}/sizes"], name=f"{base}/sizes",
-                axis=0,
-            ),
-            helper.make_node(
-                "Resize", [f"{base}/grid", "", "", f"{base}/sizes"], [f"{base}/resized"],
-                name=f"{base}/resize", coordinate_transformation_mode="half_pixel",
-                **GRID_RESIZES[how],
-            ),
-            helper.make_node(
-                "Transpose", [f"{base}/resized"], [f"{base}/hwc"], name=f"{base}/hwc",
-                perm=[0, 2, 3, 1],
-            ),
-            helper.make_node(
-                "Reshape", [f"{base}/hwc", f"{base}/rows"], [f"{base}/flat"], name=f"{base}/flat"
-            ),
-        ]  # fmt: skip
-        if t.lead:
-            added.append(
-                helper.make_node(
-                    "Concat", [f"{base}/lead", f"{base}/flat"], [out_name], name=out_name, axis=1
-                )
-            )
-        else:
-            out_name = f"{base}/flat"
-        nodes[t.node].input[t.index] = out_name
+        graph.initializer.extend(_grid_initializers(t, arrays[t.tensor], base))
+        added += _resize_nodes(t, arrays[t.tensor].shape[2], base, how)
+        nodes[t.node].input[t.index] = added[-1].output[0]
     graph.node.extend(added)
     available = {i.name for i in graph.input} | {i.name for i in graph.initializer}
     ordered = toposort_graph(list(graph.node), available)
@@ -144,3 +101,54 @@ def resize_tables(
     remove_orphans(out, {t.tensor for t in tables} | leads)
     drop_value_info(graph)
     return out
+
+
+def _grid_initializers(t: GridTable, arr: np.ndarray, base: str) -> list[onnx.TensorProto]:
+    """The table's grid rows as an image [1, dim, h, w], its leading rows, and the constants
+    :func:`_resize_nodes` reads, named under ``base``."""
+    dim, (h, w) = arr.shape[2], t.shape
+    grid = arr[:, t.lead :].reshape(1, h, w, dim).transpose(0, 3, 1, 2)
+    return [
+        numpy_helper.from_array(np.ascontiguousarray(grid), f"{base}/grid"),
+        numpy_helper.from_array(arr[:, : t.lead], f"{base}/lead"),
+        numpy_helper.from_array(np.array([1, dim], np.int64), f"{base}/head"),
+        numpy_helper.from_array(np.array([2], np.int64), f"{base}/2"),
+        numpy_helper.from_array(np.array([4], np.int64), f"{base}/4"),
+        numpy_helper.from_array(np.array([1, -1, dim], np.int64), f"{base}/rows"),
+    ]
+
+
+def _resize_nodes(t: GridTable, dim: int, base: str, how: str) -> list[onnx.NodeProto]:
+    """The nodes that resize the grid to axes 2, 3 of ``t.grid`` at run time and lay it out as
+    the table's rows again, its leading rows first; the last one's output is the new table."""
+    nodes = [
+        helper.make_node("Shape", [t.grid], [f"{base}/shape"], name=f"{base}/shape"),
+        helper.make_node(
+            "Slice", [f"{base}/shape", f"{base}/2", f"{base}/4"], [f"{base}/hw"],
+            name=f"{base}/hw",
+        ),
+        helper.make_node(
+            "Concat", [f"{base}/head", f"{base}/hw"], [f"{base}/sizes"], name=f"{base}/sizes",
+            axis=0,
+        ),
+        helper.make_node(
+            "Resize", [f"{base}/grid", "", "", f"{base}/sizes"], [f"{base}/resized"],
+            name=f"{base}/resize", coordinate_transformation_mode="half_pixel",
+            **GRID_RESIZES[how],
+        ),
+        helper.make_node(
+            "Transpose", [f"{base}/resized"], [f"{base}/hwc"], name=f"{base}/hwc",
+            perm=[0, 2, 3, 1],
+        ),
+        helper.make_node(
+            "Reshape", [f"{base}/hwc", f"{base}/rows"], [f"{base}/flat"], name=f"{base}/flat"
+        ),
+    ]  # fmt: skip
+    if t.lead:
+        out_name = f"{base}/table"
+        nodes.append(
+            helper.make_node(
+                "Concat", [f"{base}/lead", f"{base}/flat"], [out_name], name=out_name, axis=1
+            )
+        )
+    return nodes

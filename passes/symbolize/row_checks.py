@@ -1,11 +1,16 @@
 """The check's evidence that a symbol is a batch: rows that do not see each other.
 
-For a symbol whose rows are independent (:func:`~onnxsurgery.passes.symbolize.check.check_dynamic`,
-step 3): a new row 0 leaves the original model's other rows as they were at the traced size
+For a symbol whose rows are independent (the evidence checks
+:func:`~onnxsurgery.passes.symbolize.check.check_batch_in_original`, ``check_rows`` and
+``check_first_rows``): a new row 0 leaves the original model's other rows as they were at the traced size
 (:func:`new_row_zero`, :func:`original_rows_independent`); each row of a larger batch equals
-that row run alone (:func:`rows_alone`, :func:`check_rows`); and the first traced-many rows
+that row run alone (:func:`rows_alone`, :func:`rows_differ`); and the first traced-many rows
 equal the original model on those rows (:func:`head_rows`, :func:`first_differs`; where a
 larger batch begins with the traced run's inputs, :func:`begin_with`, those are the traced run's).
+
+Every comparison is validation's :func:`~onnxsurgery.validation.arrays.compare_arrays`
+(:func:`compare`; across batch sizes :func:`agree`, at :data:`ROWS_SLACK` times the tolerance),
+and a failure quotes its ``describe()``: a tolerance failure is worded in ``validation/`` alone.
 """
 
 from __future__ import annotations
@@ -19,24 +24,28 @@ from onnxsurgery.errors import PassError
 from onnxsurgery.passes.symbolize.feeds import check_feeds
 from onnxsurgery.passes.symbolize.ort_failure import ort_failure
 from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.validation.arrays import OutputComparison, compare_arrays
 from onnxsurgery.validation.references import Case
+from onnxsurgery.validation.tolerances import tolerance_for
 
 __all__ = [
+    "ROWS_SLACK",
     "agree",
     "axes_of",
     "begin_with",
-    "check_rows",
+    "compare",
     "first_differs",
     "head_rows",
     "new_row_zero",
     "original_rows_independent",
     "rows_alone",
+    "rows_differ",
 ]
 
 
 def axes_of(
     axes: Mapping[str, Mapping[int, str]],
-    output_dims: Mapping[str, list[Dim | None] | None],
+    output_dims: Mapping[str, Sequence[Dim | None] | None],
     sym: str,
     outs: Container[str],
 ) -> tuple[dict[str, int], dict[str, int]]:
@@ -55,7 +64,7 @@ def axes_of(
 def new_row_zero(
     model: onnx.ModelProto,
     axes: Mapping[str, Mapping[int, str]],
-    output_dims: Mapping[str, list[Dim | None] | None],
+    output_dims: Mapping[str, Sequence[Dim | None] | None],
     sym: str,
     base: Mapping[str, int],
     feeds: Mapping[str, np.ndarray],
@@ -82,30 +91,32 @@ def new_row_zero(
 
 def original_rows_independent(
     axes: Mapping[str, Mapping[int, str]],
-    output_dims: Mapping[str, list[Dim | None] | None],
+    output_dims: Mapping[str, Sequence[Dim | None] | None],
     sym: str,
     base: Mapping[str, int],
     expected: Mapping[str, np.ndarray],
     got: Mapping[str, np.ndarray] | Exception | None,
     atol: float,
     rtol: float,
-) -> None:
+) -> PassError | None:
     """What makes ``sym`` a batch, shown on the original model at its traced size: a new row 0
     (``got``: the original run on :func:`new_row_zero`'s inputs, the error it raised, or None
     when there were none) leaves every other row of every output that follows ``sym`` as it
-    was."""
+    was. The failure, or None."""
     if got is None or isinstance(got, Exception):  # the original may reject the new row
-        return
+        return None
     _, out_axis = axes_of(axes, output_dims, sym, expected)
     n = base[sym]
     for name, axis in out_axis.items():
         keep = np.take(expected[name], range(1, n), axis=axis)
-        if not agree(np.take(got[name], range(1, n), axis=axis), keep, atol, rtol):
-            raise PassError(
+        cmp = agree(np.take(got[name], range(1, n), axis=axis), keep, name, atol, rtol)
+        if not cmp:
+            return PassError(
                 f"check at the traced size: in the original model, a new {sym} row 0 changes the "
-                f"other rows of output {name!r}: {sym}'s rows are not independent, so it is no "
-                f"batch; name the batches with rows=... (rows= for none)"
+                f"other rows of output {name!r} ({cmp.describe()}): {sym}'s rows are not "
+                f"independent, so it is no batch; name the batches with rows=... (rows= for none)"
             )
+    return None
 
 
 def first_differs(
@@ -115,13 +126,14 @@ def first_differs(
     outs: Mapping[str, np.ndarray],
     atol: float,
     rtol: float,
-) -> str | None:
-    """The first output whose first ``n`` entries (along ``out_axis``) differ from ``want``, the
-    original model run on the first ``n`` entries of the inputs; None when all agree."""
+) -> OutputComparison | None:
+    """The comparison of the first output whose first ``n`` entries (along ``out_axis``) differ
+    from ``want``, the original model run on the first ``n`` entries of the inputs; None when
+    all agree."""
     for name, axis in out_axis.items():
-        ref = want.get(name)
-        if ref is None or not agree(np.take(outs[name], range(n), axis=axis), ref, atol, rtol):
-            return name
+        cmp = agree(np.take(outs[name], range(n), axis=axis), want.get(name), name, atol, rtol)
+        if not cmp:
+            return cmp
     return None
 
 
@@ -173,19 +185,36 @@ def head_rows(
     }
 
 
-def agree(got: np.ndarray, ref: np.ndarray, atol: float, rtol: float) -> bool:
-    """Same shape and values, floats within 10x the check's tolerance (ORT's kernels differ
-    a little between batch sizes)."""
-    if got.shape != ref.shape:
-        return False
-    if ref.dtype.kind in "fc":
-        return bool(np.allclose(got, ref, atol=atol * 10, rtol=rtol * 10, equal_nan=True))
-    return bool(np.array_equal(got, ref))
+#: How much looser than the check's tolerance a comparison across batch sizes is: ORT's kernels
+#: differ a little between batch sizes.
+ROWS_SLACK = 10
+
+
+def compare(
+    got: np.ndarray | None, want: np.ndarray, name: str, atol: float, rtol: float
+) -> OutputComparison:
+    """``got`` against ``want``, its oracle, through validation's :func:`compare_arrays` (whose
+    ``describe()`` words a failure): floats within ``atol``/``rtol``, other dtypes exact; None
+    (no such output) fails."""
+    if got is None:
+        return OutputComparison.missing(name, "no such output")
+    a, r = tolerance_for(name, want, atol, rtol, {})
+    return compare_arrays(got, want, atol=a, rtol=r, name=name)
+
+
+def agree(
+    got: np.ndarray, want: np.ndarray | None, name: str, atol: float, rtol: float
+) -> OutputComparison:
+    """:func:`compare` across batch sizes: floats within :data:`ROWS_SLACK` times the check's
+    tolerance; ``want`` None (the original has no such output) fails."""
+    if want is None:
+        return OutputComparison.missing(name, "not an output of the original model")
+    return compare(got, want, name, atol * ROWS_SLACK, rtol * ROWS_SLACK)
 
 
 def rows_alone(
     axes: Mapping[str, Mapping[int, str]],
-    output_dims: Mapping[str, list[Dim | None] | None],
+    output_dims: Mapping[str, Sequence[Dim | None] | None],
     sym: str,
     inputs: Mapping[str, np.ndarray],
     outputs: Container[str],
@@ -205,35 +234,34 @@ def rows_alone(
     }
 
 
-def check_rows(
+def rows_differ(
     model: onnx.ModelProto,
     axes: Mapping[str, Mapping[int, str]],
-    output_dims: Mapping[str, list[Dim | None] | None],
+    output_dims: Mapping[str, Sequence[Dim | None] | None],
     sym: str,
     outs: Mapping[str, np.ndarray],
     singles: Mapping[int, Mapping[str, np.ndarray] | Exception],
     text: str,
     atol: float,
     rtol: float,
-) -> bool:
+) -> PassError | None:
     """Each row of a batch run must equal running that row alone (rows are independent):
-    ``singles`` holds the runs of :func:`rows_alone` (or the errors they raised). False when
-    no output follows ``sym`` (nothing to compare)."""
-    in_axis, out_axis = axes_of(axes, output_dims, sym, outs)
-    if not out_axis or not in_axis:
-        return False
+    ``singles`` holds the runs of :func:`rows_alone` (or the errors they raised). The failure,
+    or None."""
+    _, out_axis = axes_of(axes, output_dims, sym, outs)
     for row, single in singles.items():
         if isinstance(single, Exception):
-            raise ort_failure(f"of {sym} row {row} alone ({text})", single, model) from None
+            return ort_failure(f"of {sym} row {row} alone ({text})", single, model)
         for name, axis in out_axis.items():
             want = np.take(outs[name], [row], axis=axis)
             got = single[name]
             if got.shape != want.shape:
                 continue
-            if not agree(got, want, atol, rtol):
-                raise PassError(
+            cmp = agree(got, want, name, atol, rtol)
+            if not cmp:
+                return PassError(
                     f"check at {text}: {sym} rows are not independent: row {row} of output "
-                    f"{name!r} differs from running that row alone; a constant still carries the "
-                    f"traced {sym} (a mask or an index that reads one row)"
+                    f"{name!r} differs from running that row alone: {cmp.describe()}; a constant "
+                    f"still carries the traced {sym} (a mask or an index that reads one row)"
                 )
-    return True
+    return None
