@@ -17,8 +17,12 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
+import onnxsurgery
+from onnxsurgery.model import weights_on_disk
 from onnxsurgery.model.io import load_weights, read_model_file, save_model
 from onnxsurgery.model.tensors import on_disk
+from onnxsurgery.passes.fold_constants import held_weights as held_module
+from onnxsurgery.passes.fold_constants import onnxsim_child
 from onnxsurgery.validation.runtime import create_session, run_session
 
 #: Two weights of 16 KiB (fp32) and a bias under the external-data threshold.
@@ -180,3 +184,23 @@ def test_a_file_longer_than_the_tensor_without_a_length_is_read_in(tmp_path):
     held = read_model_file(path, weights_on_disk=True).model
     assert [t.name for t in held.graph.initializer if on_disk(t)] == ["w2"]
     assert len(held.graph.initializer[0].raw_data) == 64 * 64 * 4 + 4
+
+
+def test_fold_constants_reads_in_only_the_weights_onnxsim_gets(tmp_path, monkeypatch):
+    """Over 2 GB (the threshold lowered here) onnxsim holds back the weights no folding reads:
+    those stay where they lie, never read in, and the folded model computes what it did."""
+    monkeypatch.setattr(onnxsim_child, "LARGE_MODEL_BYTES", 1)
+    monkeypatch.setattr(held_module, "HELD_MIN_BYTES", 1)
+    path = _torch_layout(_model(), tmp_path / "in")
+    read: list[str] = []
+    real = weights_on_disk.tensor_data
+    monkeypatch.setattr(weights_on_disk, "tensor_data", lambda t: read.append(t.name) or real(t))
+    (tmp_path / "out").mkdir()
+    out = tmp_path / "out" / "m.onnx"
+    report = onnxsurgery.run(path, "fold-constants", output=out, provider="cpu")
+    assert "3 weight(s) no folding reads" in report.passes[0].diagnostics[0].message
+    assert read == []
+    x = {"x": np.random.default_rng(1).standard_normal((2, 64)).astype(np.float32)}
+    expected = run_session(create_session(read_model_file(path).model, "cpu"), ["y"], x)
+    got = run_session(create_session(read_model_file(out).model, "cpu"), ["y"], x)
+    np.testing.assert_array_equal(got[0], expected[0])
