@@ -23,6 +23,8 @@ from onnxsurgery.model.io import load_weights, read_model_file, save_model
 from onnxsurgery.model.tensors import on_disk
 from onnxsurgery.passes.fold_constants import held_weights as held_module
 from onnxsurgery.passes.fold_constants import onnxsim_child
+from onnxsurgery.validation.against_references import validate
+from onnxsurgery.validation.references import Case
 from onnxsurgery.validation.runtime import create_session, run_session
 
 #: Two weights of 16 KiB (fp32) and a bias under the external-data threshold.
@@ -204,3 +206,30 @@ def test_fold_constants_reads_in_only_the_weights_onnxsim_gets(tmp_path, monkeyp
     expected = run_session(create_session(read_model_file(path).model, "cpu"), ["y"], x)
     got = run_session(create_session(read_model_file(out).model, "cpu"), ["y"], x)
     np.testing.assert_array_equal(got[0], expected[0])
+
+
+def _fp16_case(path: Path, error: float) -> Case:
+    """A case for the fp16 model at ``path``: its own output, as float64 math gives it, rounded
+    to float16 and moved by ``error`` relative (torch's fp16 kernels round differently)."""
+    model = read_model_file(path).model
+    w1, w2 = (numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer[:2])
+    x = (np.random.default_rng(2).standard_normal((2, 64)) / 8).astype(np.float16)
+    y = ((x.astype(np.float64) @ w1 + 1) @ w2) * (1 + error)
+    return Case(name="case", inputs={"x": x}, outputs={"y": y.astype(np.float16)})
+
+
+@pytest.mark.parametrize(("error", "passed"), [(2e-3, True), (5e-2, False)])
+def test_fp16_outputs_are_compared_at_the_fp16_tolerance(tmp_path, error, passed):
+    """Float16 outputs against torch's float16 outputs: the default is the fp16 tolerance
+    (rounding differences of a few steps pass; 5% off does not), and the report says so."""
+    path = _torch_layout(_model(onnx.TensorProto.FLOAT16), tmp_path / "in")
+    report = validate(str(path), [_fp16_case(path, error)], provider="cpu")
+    assert bool(report) is passed
+    assert "float16 outputs atol 2e-2, rtol 1e-2 (fp16 defaults)" in report.tolerance_text()
+    assert "float16 at atol 2e-2, rtol 1e-2" in report.summary or not passed
+
+
+def test_a_tolerance_given_applies_to_fp16_outputs_as_given(tmp_path):
+    path = _torch_layout(_model(onnx.TensorProto.FLOAT16), tmp_path / "in")
+    report = validate(str(path), [_fp16_case(path, 2e-3)], provider="cpu", atol=1e-4, rtol=1e-4)
+    assert not report

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxsurgery.validation.tolerances import DEFAULT_ATOL, DEFAULT_RTOL, is_exact_dtype
+from onnxsurgery.validation.tolerances import default_tolerance, is_exact_dtype
 
 __all__ = [
     "CHUNK",
@@ -225,18 +225,18 @@ def compare_arrays(
 ) -> OutputComparison:
     """Compare ``actual`` (the model's output) with ``expected`` (the reference).
 
-    ``atol``/``rtol`` of ``None`` take the dtype's default: :data:`DEFAULT_ATOL` /
-    :data:`DEFAULT_RTOL` for floating outputs, exact (0, 0) for bool, integer and string outputs.
+    ``atol``/``rtol`` of ``None`` take the dtype's default (:func:`default_tolerance`):
+    :data:`DEFAULT_ATOL` / :data:`DEFAULT_RTOL` for floating outputs, wider for float16 and
+    bfloat16, exact (0, 0) for bool, integer and string outputs.
     Shapes must match exactly; a different dtype fails (the values are still compared, so the
     report says how far off they are too).
     """
     actual = np.asarray(actual)
     expected = np.asarray(expected)
     exact_kind = is_exact_dtype(expected.dtype)
-    if atol is None:
-        atol = 0.0 if exact_kind else DEFAULT_ATOL
-    if rtol is None:
-        rtol = 0.0 if exact_kind else DEFAULT_RTOL
+    default_atol, default_rtol = default_tolerance(expected.dtype)
+    atol = default_atol if atol is None else atol
+    rtol = default_rtol if rtol is None else rtol
     atol, rtol = float(atol), float(rtol)
     if not (atol >= 0 and rtol >= 0):
         raise ValueError(f"{name}: tolerances must be >= 0, got atol={atol}, rtol={rtol}")
