@@ -233,3 +233,22 @@ def test_a_tolerance_given_applies_to_fp16_outputs_as_given(tmp_path):
     path = _torch_layout(_model(onnx.TensorProto.FLOAT16), tmp_path / "in")
     report = validate(str(path), [_fp16_case(path, 2e-3)], provider="cpu", atol=1e-4, rtol=1e-4)
     assert not report
+
+
+def test_validate_by_path_reads_no_weight_in(tmp_path, monkeypatch):
+    """ONNX Runtime reads a model given by path from its files: validation's own copy of the
+    model is its graph, the weights left where they lie (else they sat in memory twice)."""
+    path = _torch_layout(_model(onnx.TensorProto.FLOAT16), tmp_path / "in")
+    case = _fp16_case(path, 2e-3)
+    read: list[str] = []
+    real = weights_on_disk.tensor_data
+    monkeypatch.setattr(weights_on_disk, "tensor_data", lambda t: read.append(t.name) or real(t))
+    loads: list[str] = []
+    real_load = onnx.external_data_helper.load_external_data_for_tensor
+    monkeypatch.setattr(
+        onnx.external_data_helper,
+        "load_external_data_for_tensor",
+        lambda t, base: loads.append(t.name) or real_load(t, base),
+    )
+    assert validate(str(path), [case], provider="cpu")
+    assert (read, loads) == ([], [])
