@@ -7,7 +7,10 @@ whole-process benchmark (bench_pipeline.py) runs last, because in the full run i
 one's rows (``--json``) and text go to ``--results`` (bench/results.json, a committed snapshot,
 rewritten on every run); a summary line per benchmark closes the run. Exit 1 if any failed.
 
-    python bench/run_all.py [--quick] [--out build/bench] [-k NAME]
+    python bench/run_all.py [--quick] [--out build/bench] [-k NAME] [--llm]
+
+``--llm`` (never with ``--quick``) adds, last, the LLM exports of ``bench_llm.py``: a
+TinyLlama-1.1B-shaped decoder in fp32 and fp16, exported by torch into /tmp once (6.5 GB).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ BENCHMARKS = [
     ("bench_fold_constants", ["--no-generated", "--repeat", "1"], ["--repeat", "3"]),
     ("bench_pipeline", ["--quick"], ["--runs", "3", "--large"]),
 ]
+#: The group ``--llm`` adds (full runs only), after the others.
+LLM_BENCHMARKS = [("bench_llm", None, [])]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=HERE / "results.json")
     parser.add_argument("--quick", action="store_true", help="the short form of every benchmark")
     parser.add_argument("-k", dest="only", default="", help="run only benchmarks whose name contains this")
+    parser.add_argument("--llm", action="store_true", help="also the LLM exports (bench_llm.py), last")
     args = parser.parse_args(argv)
+    if args.llm and args.quick:
+        parser.error("--llm has no quick form: run it without --quick")
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict = {
         "mode": "quick" if args.quick else "full",
@@ -52,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     summary = []
     started = time.perf_counter()
-    for name, quick, full in BENCHMARKS:
+    for name, quick, full in BENCHMARKS + (LLM_BENCHMARKS if args.llm else []):
         if args.only not in name:
             continue
         print(f"\n=== {name} ===", flush=True)

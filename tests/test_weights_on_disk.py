@@ -384,7 +384,10 @@ def test_weights_stored_inline_left_on_disk_save_to_the_bytes_of_the_model_loade
 def _weight_model(**fields) -> onnx.ModelProto:
     tensors = [numpy_helper.from_array(np.ones(300, np.float32), name) for name in ("a", "b")]
     for key, value in fields.items():
-        setattr(tensors[1], key, value)
+        if isinstance(value, list):  # a repeated field
+            getattr(tensors[1], key).extend(value)
+        else:
+            setattr(tensors[1], key, value)
     graph = onnx.helper.make_graph(
         [onnx.helper.make_node("Add", ["a", "b"], ["y"])],
         "g",
@@ -397,10 +400,12 @@ def _weight_model(**fields) -> onnx.ModelProto:
 
 @pytest.mark.parametrize(
     "fields",
-    [{"doc_string": "a note"}, {"data_type": onnx.TensorProto.INT32}, {"dims": [299]}],
-    ids=["another-field", "not-float", "wrong-size"],
+    [{"float_data": [1.0]}, {"data_type": onnx.TensorProto.INT32}, {"dims": [299]}],
+    ids=["data-besides-raw-data", "not-float", "wrong-size"],
 )
-def test_only_plain_float_weights_stored_inline_are_left_on_disk(fields, tmp_path):
+def test_only_float_weights_of_raw_data_alone_stored_inline_are_left_on_disk(fields, tmp_path):
+    """A field that describes a weight (doc_string: ``test_llm_layouts.py``) does not keep it
+    in memory; data in another field besides ``raw_data`` does."""
     path = tmp_path / "m.onnx"
     if "dims" in fields:
         model = _weight_model()

@@ -143,7 +143,7 @@ def prepare_model(
                     "(base_dir=...), or load the model with onnxsurgery.load_model(path)"
                 )
             check_external_data(model, Path(base_dir), where)
-            stay = may_stay_on_disk(model) if weights_on_disk else set()
+            stay = may_stay_on_disk(model, Path(base_dir)) if weights_on_disk else set()
             ours = [t for t in model.graph.initializer if t.name in stay or is_inline(t)]
             for tensor in ours:  # out of onnx's sight while it loads every other tensor
                 tensor.data_location = onnx.TensorProto.DEFAULT

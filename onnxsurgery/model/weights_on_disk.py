@@ -64,14 +64,28 @@ _NUMPY_NATIVE = frozenset((onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx
 INLINE_KEY = "onnxsurgery.inline"
 
 
+#: :data:`INLINE_KEY`'s value for a weight whose file set ``data_location`` to DEFAULT (as
+#: ``onnx.save`` writes a model whose external data it loaded): read back in, it is set again.
+_DEFAULT_SET = "default"
+
+
 def is_inline(tensor: onnx.TensorProto) -> bool:
     """A weight :func:`strip_inline_weights` left in the model file it was stored inline in."""
     return any(entry.key == INLINE_KEY for entry in tensor.external_data)
 
 
+def _inline_location_set(tensor: onnx.TensorProto) -> bool:
+    """Whether a weight stored inline had ``data_location`` (DEFAULT) set in its file."""
+    return any(e.key == INLINE_KEY and e.value == _DEFAULT_SET for e in tensor.external_data)
+
+
 #: Field numbers of the wire format: ModelProto.graph, GraphProto.initializer, and TensorProto's.
 _GRAPH, _INITIALIZER = 7, 5
 _DIMS, _DATA_TYPE, _NAME, _RAW_DATA, _EXTERNAL_DATA, _DATA_LOCATION = 1, 2, 8, 9, 13, 14
+#: TensorProto fields that hold data or say where it lies (segment, the typed ``*_data`` lists):
+#: a tensor with any of these beside ``raw_data`` stays as it is.
+_DATA_FIELDS = frozenset((3, 4, 5, 6, 7, 10, 11, _EXTERNAL_DATA))
+_METADATA_PROPS = 16  # repeated: may come several times
 
 
 def _graph_span(view: Buffer) -> tuple[int, int, int] | None:
@@ -132,9 +146,13 @@ def read_without_weights(path: Path, location: str) -> bytes | None:
 
 
 def _strip_tensor(view: Buffer, at: int, end: int, location: str) -> bytes | None:
-    """The TensorProto in ``view[at:end]`` without its ``raw_data``, naming where it lies."""
+    """The TensorProto in ``view[at:end]`` without its ``raw_data``, naming where it lies.
+
+    Fields that only describe the tensor (doc_string, metadata_props, a ``data_location`` of
+    DEFAULT) stay with it; one that holds data besides ``raw_data``, or any given twice, keeps
+    the tensor as it is."""
     dims: list[int] = []
-    seen: dict[int, tuple[int, int, int, int]] = {}
+    seen: dict[int, tuple[int, int, int, int, int]] = {}
     for number, wire, tag_at, v_at, v_end, value in fields(view, at, end):
         if number == _DIMS and wire == 0:
             dims.append(value)
@@ -143,34 +161,46 @@ def _strip_tensor(view: Buffer, at: int, end: int, location: str) -> bytes | Non
             while pos < v_end:
                 dim, pos = varint(view, pos)
                 dims.append(dim)
-        elif number in (_DATA_TYPE, _NAME, _RAW_DATA) and number not in seen:
-            seen[number] = (wire, tag_at, v_at, v_end, value)
-        else:  # any other field, or one given twice: the tensor stays as it is
+        elif number in _DATA_FIELDS or (number in seen and number != _METADATA_PROPS):
             return None
-    if set(seen) != {_DATA_TYPE, _NAME, _RAW_DATA}:
+        else:
+            seen[number] = (wire, tag_at, v_at, v_end, value)
+    if not {_DATA_TYPE, _NAME, _RAW_DATA} <= set(seen):
         return None
-    (t_wire, *_, data_type), (n_wire, *_), (r_wire, r_tag, r_at, r_end, _) = (
+    (t_wire, *_, data_type), (n_wire, *_), (r_wire, _, r_at, r_end, _) = (
         seen[_DATA_TYPE], seen[_NAME], seen[_RAW_DATA]
     )
     if (t_wire, n_wire, r_wire) != (0, 2, 2) or data_type not in DISK_TYPES:
         return None
+    set_default = _DATA_LOCATION in seen
+    if set_default and seen[_DATA_LOCATION][::4] != (0, onnx.TensorProto.DEFAULT):
+        return None
     nbytes = tensor_nbytes(onnx.TensorProto(data_type=data_type, dims=dims))
     if nbytes < EXTERNAL_THRESHOLD or r_end - r_at != nbytes or seen[_NAME][3] == seen[_NAME][2]:
         return None
-    entries = (("location", location), ("offset", str(r_at)), ("length", str(nbytes)), (INLINE_KEY, "1"))
+    marker = _DEFAULT_SET if set_default else "1"
+    entries = (("location", location), ("offset", str(r_at)), ("length", str(nbytes)), (INLINE_KEY, marker))
     described = b"".join(
         len_field(_EXTERNAL_DATA, len_field(1, key.encode()) + len_field(2, value.encode()))
         for key, value in entries
     )
     location_field = varint_bytes(_DATA_LOCATION << 3) + varint_bytes(onnx.TensorProto.EXTERNAL)
-    return b"".join((view[at:r_tag], view[r_end:end], described, location_field))
+    kept = b"".join(
+        view[tag_at:v_end]
+        for number, _, tag_at, _, v_end, _ in fields(view, at, end)
+        if number not in (_RAW_DATA, _DATA_LOCATION)
+    )
+    return b"".join((kept, described, location_field))
 
 
-def may_stay_on_disk(model: onnx.ModelProto) -> set[str]:
+def may_stay_on_disk(model: onnx.ModelProto, base: Path | None = None) -> set[str]:
     """Names of the main-graph weights a loader may leave in their data file: large
-    floating-point initializers with plain external data (location, offset and a length that
-    fits their dims and type) that no subgraph reads (a tool may move such a weight into the
-    subgraph, where a weightless copy would not stand in for it)."""
+    floating-point initializers with external data whose bytes it can locate, that no subgraph
+    reads (a tool may move such a weight into the subgraph, where a weightless copy would not
+    stand in for it). Keys besides location, offset and length (a checksum) and fields that
+    describe the tensor (doc_string) do not matter. A length, where given, must fit the
+    tensor's dims and type; where not (torch's exporter writes ``location`` alone), the bytes
+    from the offset to the end of the file in ``base`` (what onnx's loader reads) must."""
     in_subgraphs: set[str] = set()
     for node in model.graph.node:
         for sub in subgraphs(node):
@@ -182,24 +212,41 @@ def may_stay_on_disk(model: onnx.ModelProto) -> set[str]:
             or tensor.data_type not in DISK_TYPES
             or tensor.name in in_subgraphs
             or not tensor.name
-            or {e.key for e in tensor.external_data} - {"location", "offset", "length", INLINE_KEY}
             or tensor.HasField("segment")
         ):
             continue
-        lengths = [e.value for e in tensor.external_data if e.key == "length"]
         nbytes = tensor_nbytes(onnx.TensorProto(data_type=tensor.data_type, dims=tensor.dims))
-        if nbytes >= EXTERNAL_THRESHOLD and lengths and int(lengths[0]) == nbytes:
+        if nbytes >= EXTERNAL_THRESHOLD and _stored_length(tensor, base) == nbytes:
             names.add(tensor.name)
     return names
 
 
+def _stored_length(tensor: onnx.TensorProto, base: Path | None) -> int | None:
+    """The length of a tensor's external data: its ``length`` entry, or without one the bytes
+    from its offset to the end of its file in ``base``; None where that cannot be told."""
+    entries = {e.key: e.value for e in tensor.external_data}
+    try:
+        if "length" in entries:
+            return int(entries["length"])
+        if base is None or not entries.get("location"):
+            return None
+        return (base / entries["location"]).stat().st_size - int(entries.get("offset") or 0)
+    except (OSError, ValueError):
+        return None
+
+
 def leave_on_disk(tensor: onnx.TensorProto, base: Path) -> None:
-    """Record, in place, where ``tensor``'s data lies: its file's absolute (resolved) path."""
+    """Record, in place, where ``tensor``'s data lies: its file's absolute (resolved) path, its
+    offset and its length (from the tensor's dims and type where the file gives none)."""
     for entry in tensor.external_data:
         if entry.key == "location":
             entry.value = str((base / entry.value).resolve())
-    if not any(e.key == "offset" for e in tensor.external_data):
+    keys = {e.key for e in tensor.external_data}
+    if "offset" not in keys:
         tensor.external_data.add(key="offset", value="0")
+    if "length" not in keys:
+        nbytes = tensor_nbytes(onnx.TensorProto(data_type=tensor.data_type, dims=tensor.dims))
+        tensor.external_data.add(key="length", value=str(nbytes))
 
 
 #: From this many bytes of tensors a session asked for with ``mapped=True`` maps its weights
@@ -224,9 +271,9 @@ def load_tensor(tensor: onnx.TensorProto) -> None:
     """Read a weight left on disk into ``tensor``, the fields set as onnx's loader sets them
     (a weight from inside the ``.onnx`` file as it was there)."""
     data = tensor_data(tensor)
-    inline = is_inline(tensor)
+    inline, set_default = is_inline(tensor), _inline_location_set(tensor)
     del tensor.external_data[:]
-    if inline:  # stored inline in the file it came from: as it was there
+    if inline and not set_default:  # stored inline in the file it came from: as it was there
         tensor.ClearField("data_location")
     else:
         tensor.data_location = onnx.TensorProto.DEFAULT
@@ -348,7 +395,8 @@ def write_inline(model: onnx.ModelProto, out: BinaryIO, serialized: bytes) -> bo
         last = g_at
         for i in sorted(disk):
             _, _, tag_at, at, end, _ = spans[i]
-            head, tail = _inline_fields(view, at, end, is_inline(inits[i]))
+            inline = is_inline(inits[i]) and not _inline_location_set(inits[i])
+            head, tail = _inline_fields(view, at, end, inline)
             length = disk_location(inits[i])[2]  # type: ignore[index]
             raw_head = varint_bytes(_RAW_DATA << 3 | 2) + varint_bytes(length)
             size = len(head) + len(raw_head) + length + len(tail)
@@ -380,7 +428,7 @@ def write_inline(model: onnx.ModelProto, out: BinaryIO, serialized: bytes) -> bo
 def _inline_fields(view: memoryview, at: int, end: int, inline: bool) -> tuple[bytes, bytes]:
     """The fields of the serialized tensor in ``view[at:end]`` (a weight on disk) that come
     before and after its ``raw_data`` once read in (:func:`load_tensor`): external_data gone,
-    data_location gone (stored inline at first) or DEFAULT (from a data file)."""
+    data_location gone (``inline``: stored inline at first, without one) or DEFAULT."""
     kept: list[tuple[int, bytes]] = []
     for number, _, tag_at, _, v_end, _ in fields(view, at, end):
         if number not in (_EXTERNAL_DATA, _DATA_LOCATION, _RAW_DATA):

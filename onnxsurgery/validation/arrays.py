@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxsurgery.validation.tolerances import DEFAULT_ATOL, DEFAULT_RTOL, is_exact_dtype
+from onnxsurgery.validation.tolerances import default_tolerance, is_exact_dtype
 
 __all__ = [
     "CHUNK",
@@ -248,8 +248,9 @@ def compare_arrays(
 ) -> OutputComparison:
     """Compare ``actual`` (the model's output) with ``expected`` (the reference).
 
-    ``atol``/``rtol`` of ``None`` take the dtype's default: :data:`DEFAULT_ATOL` /
-    :data:`DEFAULT_RTOL` for floating outputs, exact (0, 0) for bool, integer and string outputs.
+    ``atol``/``rtol`` of ``None`` take the dtype's default (:func:`default_tolerance`):
+    :data:`DEFAULT_ATOL` / :data:`DEFAULT_RTOL` for floating outputs, wider for float16 and
+    bfloat16, exact (0, 0) for bool, integer and string outputs.
     Shapes must match exactly; a different dtype fails (the values are still compared, so the
     report says how far off they are too). ``histogram`` also counts every element's error by
     binary exponent (``OutputComparison.histogram``, what an HTML report draws; it about doubles
@@ -258,7 +259,7 @@ def compare_arrays(
     actual = np.asarray(actual)
     expected = np.asarray(expected)
     exact_kind = is_exact_dtype(expected.dtype)
-    atol, rtol = _tolerances(exact_kind, atol, rtol, name)
+    atol, rtol = _tolerances(expected.dtype, atol, rtol, name)
     base = OutputComparison(  # what every outcome says; the rest is filled in below
         name=name,
         passed=False,
@@ -300,13 +301,13 @@ def compare_arrays(
 
 
 def _tolerances(
-    exact_kind: bool, atol: float | None, rtol: float | None, name: str
+    dtype: np.dtype, atol: float | None, rtol: float | None, name: str
 ) -> tuple[float, float]:
-    """The tolerances given, or the dtype's defaults (exact for bool, integers and strings)."""
-    if atol is None:
-        atol = 0.0 if exact_kind else DEFAULT_ATOL
-    if rtol is None:
-        rtol = 0.0 if exact_kind else DEFAULT_RTOL
+    """The tolerances given, or the dtype's defaults (:func:`~.tolerances.default_tolerance`:
+    exact for bool, integers and strings, wider for float16/bfloat16)."""
+    default_atol, default_rtol = default_tolerance(dtype)
+    atol = default_atol if atol is None else atol
+    rtol = default_rtol if rtol is None else rtol
     atol, rtol = float(atol), float(rtol)
     if not (atol >= 0 and rtol >= 0):
         raise ValueError(f"{name}: tolerances must be >= 0, got atol={atol}, rtol={rtol}")

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 
 from onnxsurgery.errors import ModelLoadError
-from onnxsurgery.model.io import as_model
+from onnxsurgery.model.io import read_model_file
 from onnxsurgery.model.signature import CaseFailure, check_inputs, model_inputs
 from onnxsurgery.validation.arrays import OutputComparison, compare_arrays
 from onnxsurgery.validation.report import CaseResult, ValidationReport
@@ -41,7 +41,10 @@ class ModelRunner:
     """One model, one session, reused over every case."""
 
     def __init__(self, model: onnx.ModelProto | str | os.PathLike, choice: ProviderChoice) -> None:
-        proto = as_model(model)
+        # a path: its graph, weights left where they lie (ORT reads them from the file itself)
+        proto = model if isinstance(model, onnx.ModelProto) else read_model_file(
+            model, weights_on_disk=True
+        ).model
         self.label = str(model) if not isinstance(model, onnx.ModelProto) else "model"
         self.specs = model_inputs(proto)
         self.output_names = [o.name for o in proto.graph.output]

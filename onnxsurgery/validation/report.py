@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from onnxsurgery.validation.arrays import OutputComparison, format_number
-from onnxsurgery.validation.tolerances import DEFAULT_ATOL, DEFAULT_RTOL
+from onnxsurgery.validation.tolerances import DEFAULT_ATOL, DEFAULT_RTOL, HALF_ATOL, HALF_RTOL
 
 if TYPE_CHECKING:  # rich is imported where a report is rendered: a quiet run never loads it
     from rich.console import Console, ConsoleOptions, Group, JustifyMethod, RenderResult
@@ -92,10 +92,24 @@ class ValidationReport:
     def compare_seconds(self) -> float:
         return sum(c.compare_seconds for c in self.cases)
 
+    def _half_at_defaults(self) -> bool:
+        """Whether a float16/bfloat16 output was compared at the default tolerance (the fp16 one)."""
+        if (self.atol, self.rtol) != (DEFAULT_ATOL, DEFAULT_RTOL):
+            return False
+        half = {"float16", "bfloat16"}
+        return any(
+            o.expected_dtype in half and o.name not in self.tolerances
+            for c in self.cases
+            for o in c.outputs
+        )
+
     def tolerance_text(self) -> str:
         text = f"atol {format_number(self.atol)}, rtol {format_number(self.rtol)}"
         if (self.atol, self.rtol) == (DEFAULT_ATOL, DEFAULT_RTOL):
             text += " (fp32 defaults)"
+            if self._half_at_defaults():
+                text += f"; float16 outputs atol {format_number(HALF_ATOL)}, "
+                text += f"rtol {format_number(HALF_RTOL)} (fp16 defaults)"
         text += "; bool/int outputs exact"
         for name, (a, r) in self.tolerances.items():
             parts = [
@@ -115,6 +129,8 @@ class ValidationReport:
             if not self.cases:
                 return "no cases"
             extra = " and per-output tolerances" if self.tolerances else ""
+            if self._half_at_defaults():
+                extra += f"; float16 at atol {format_number(HALF_ATOL)}, rtol {format_number(HALF_RTOL)}"
             tol = f"atol {format_number(self.atol)}, rtol {format_number(self.rtol)}{extra}"
             return f"{head}: all match ({tol})"
         parts = []

@@ -57,7 +57,9 @@ import onnx
 from onnxsurgery.errors import PassError
 from onnxsurgery.model.equality import same_graph
 from onnxsurgery.model.io import check_model, infer_shapes, tensor_bytes
+from onnxsurgery.model.tensors import on_disk
 from onnxsurgery.model.walk import graphs_by_path, subgraphs
+from onnxsurgery.model.weights_on_disk import load_tensor, load_weights
 from onnxsurgery.passes.fold_constants.capture import first_line
 from onnxsurgery.passes.fold_constants.changes import format_bytes, op_delta, pinned_dims
 from onnxsurgery.passes.fold_constants.graphsurgeon import (
@@ -71,6 +73,7 @@ from onnxsurgery.passes.fold_constants.onnxsim_child import (
     fork_available,
     run_onnxsim,
     wants_isolation,
+    weights_to_hold,
 )
 from onnxsurgery.passes.fold_constants.options import (
     OnnxsimSettings,
@@ -113,6 +116,8 @@ class FoldConstants(Pass):
     """
 
     name = "fold-constants"
+    #: Weights onnxsim holds back (over 2 GB) stay in their data file; it reads in the rest.
+    weights_on_disk = True
 
     def __init__(
         self,
@@ -162,6 +167,8 @@ class FoldConstants(Pass):
                     f"are {', '.join(map(repr, sorted(names))) or '(none)'}"
                 )
         diagnostics: list[Diagnostic] = []
+        ctx.stage("reading the weights folding reads from the data file")
+        self._read_weights_onnxsim_gets(model)
         original = model
         model = _without_subgraph_value_info(model)
         ctx.stage(f"onnxsim {onnxsim_version()}")
@@ -172,6 +179,7 @@ class FoldConstants(Pass):
             if not self.fallback:
                 self.fail(f"onnxsim failed: {failure}", details=log)
             ctx.stage("onnx-graphsurgeon (onnxsim failed)")
+            load_weights(model)  # the fallback folds in this process, every weight in
             folded, how = self._graphsurgeon(model, pinned_inputs)
             if folded is None:
                 # Folding is an optimization: a model that runs is never refused for it.
@@ -189,6 +197,14 @@ class FoldConstants(Pass):
         assert ctx.handle is not None  # Pass.__call__ sets it
         before = ctx.handle.weightless() if held else original
         return self._result(original, before, folded, diagnostics, model, held)
+
+    def _read_weights_onnxsim_gets(self, model: onnx.ModelProto) -> None:
+        """Read, in place, each weight left on disk that onnxsim gets: all but those it holds
+        back (``weights_to_hold``), which stay where they lie until the model is saved."""
+        held = set(weights_to_hold(model, self.hold_weights))
+        for tensor in model.graph.initializer:
+            if on_disk(tensor) and tensor.name not in held:
+                load_tensor(tensor)
 
     def _graphsurgeon(
         self, model: onnx.ModelProto, pinned_inputs: set[str]

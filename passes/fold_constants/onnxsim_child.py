@@ -54,6 +54,7 @@ __all__ = [
     "fork_available",
     "run_onnxsim",
     "wants_isolation",
+    "weights_to_hold",
 ]
 
 #: ``isolate="auto"`` forks for models with at least this many bytes of tensors: those that go
@@ -254,6 +255,14 @@ def wants_isolation(model: onnx.ModelProto, isolate: bool | str) -> bool:
     return bool(isolate)
 
 
+def weights_to_hold(model: onnx.ModelProto, hold_weights: bool = True) -> list[str]:
+    """The weights :func:`run_onnxsim` gives onnxsim as graph inputs: over 2 GB, those no
+    folding reads (``held_weights.py``); none below, or with ``hold_weights`` false."""
+    if hold_weights and tensor_bytes(model) >= LARGE_MODEL_BYTES:
+        return held_weights(model)
+    return []
+
+
 def run_onnxsim(
     model: onnx.ModelProto,
     settings: OnnxsimSettings,
@@ -279,8 +288,7 @@ def run_onnxsim(
     forked = fork_available() and (
         nbytes >= AUTO_ISOLATE_BYTES if isolate == "auto" else bool(isolate)
     )
-    # Over 2 GB, weights no folding reads reach onnxsim as graph inputs (held_weights.py).
-    held = held_weights(model) if hold_weights and nbytes >= LARGE_MODEL_BYTES else []
+    held = weights_to_hold(model, hold_weights)
     given = without_held(model, held) if held else model
     given_bytes = tensor_bytes(given) if held else nbytes
     large = given_bytes >= LARGE_MODEL_BYTES

@@ -1,0 +1,254 @@
+"""Every way an exporter lays out a model's weights, and the loader leaves each weight on disk.
+
+Large models reach the pipeline in layouts this file builds small: one file per tensor as
+torch's exporter writes it (``location`` alone, no offset or length), stored inline by
+``onnx.save`` after a load (``data_location`` set to DEFAULT), with a doc_string, with a
+checksum entry. For each the loader must leave every large weight where it lies, and the model
+read back in, saved, or run on ONNX Runtime must be the very same as with every weight read
+into memory (``weights_on_disk=False``, the oracle).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+import onnxsurgery
+from onnxsurgery.model import weights_on_disk
+from onnxsurgery.model.io import load_weights, read_model_file, save_model
+from onnxsurgery.model.tensors import on_disk
+from onnxsurgery.passes.fold_constants import held_weights as held_module
+from onnxsurgery.passes.fold_constants import onnxsim_child
+from onnxsurgery.validation.against_references import validate
+from onnxsurgery.validation.references import Case
+from onnxsurgery.validation.runtime import create_session, run_session
+
+#: Two weights of 16 KiB (fp32) and a bias under the external-data threshold.
+_WEIGHTS = ("w1", "w2")
+
+
+def _model(dtype: int = onnx.TensorProto.FLOAT) -> onnx.ModelProto:
+    np_type = helper.tensor_dtype_to_np_dtype(dtype)
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np_type), name)
+        for name in _WEIGHTS
+    ]
+    inits.append(numpy_helper.from_array(np.ones(64, np_type), "bias"))
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["h"]),
+            helper.make_node("Add", ["h", "bias"], ["hb"]),
+            helper.make_node("MatMul", ["hb", "w2"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", dtype, [2, 64])],
+        [helper.make_tensor_value_info("y", dtype, [2, 64])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _torch_layout(model: onnx.ModelProto, folder: Path) -> Path:
+    """As torch's TorchScript exporter writes a model over 2 GB: each initializer of 1 KiB and
+    more in a file of its own named after it, its external data ``location`` alone."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for tensor in model.graph.initializer:
+        if len(tensor.raw_data) < 1024:
+            continue
+        (folder / tensor.name).write_bytes(tensor.raw_data)
+        tensor.ClearField("raw_data")
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        tensor.external_data.add(key="location", value=tensor.name)
+    path = folder / "model.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def _saved_after_load(model: onnx.ModelProto, folder: Path) -> Path:
+    """Inline, as ``onnx.save`` writes a model whose external data ``onnx.load`` read in: each
+    such tensor carries ``data_location`` = DEFAULT."""
+    external = folder / "external"
+    external.mkdir(parents=True)
+    onnx.save(model, str(external / "model.onnx"), save_as_external_data=True, size_threshold=1024)
+    loaded = onnx.load(str(external / "model.onnx"))
+    assert loaded.graph.initializer[0].HasField("data_location")  # what the class is about
+    path = folder / "model.onnx"
+    onnx.save(loaded, str(path))
+    return path
+
+
+def _with_doc_strings(model: onnx.ModelProto) -> onnx.ModelProto:
+    for tensor in model.graph.initializer:
+        tensor.doc_string = f"the weight {tensor.name}"
+        tensor.metadata_props.add(key="origin", value="test")
+        tensor.metadata_props.add(key="layer", value="0")
+    return model
+
+
+def _inline(model: onnx.ModelProto, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "model.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def _external(model: onnx.ModelProto, folder: Path, *, checksum: bool = False) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "model.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, size_threshold=1024)
+    if checksum:
+        written = onnx.load(str(path), load_external_data=False)
+        for tensor in written.graph.initializer:
+            if tensor.data_location == onnx.TensorProto.EXTERNAL:
+                tensor.external_data.add(key="checksum", value="0" * 40)
+        path.write_bytes(written.SerializeToString())
+    return path
+
+
+def _without_offset_length(model: onnx.ModelProto, folder: Path) -> Path:
+    """One file per tensor, as ``onnx.save(all_tensors_to_one_file=False)``, then the offset
+    and length entries taken out (``location`` only, the bytes the whole file)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "model.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=False, size_threshold=1024)
+    written = onnx.load(str(path), load_external_data=False)
+    for tensor in written.graph.initializer:
+        kept = [(e.key, e.value) for e in tensor.external_data if e.key == "location"]
+        del tensor.external_data[:]
+        for key, value in kept:
+            tensor.external_data.add(key=key, value=value)
+    path.write_bytes(written.SerializeToString())
+    return path
+
+
+LAYOUTS = {
+    "torch-exporter": lambda m, d: _torch_layout(m, d),
+    "onnx-save-after-load": lambda m, d: _saved_after_load(m, d),
+    "inline-doc-string": lambda m, d: _inline(_with_doc_strings(m), d),
+    "external-doc-string": lambda m, d: _external(_with_doc_strings(m), d),
+    "external-checksum": lambda m, d: _external(m, d, checksum=True),
+    "no-offset-no-length": lambda m, d: _without_offset_length(m, d),
+}
+DTYPES = {"fp32": onnx.TensorProto.FLOAT, "fp16": onnx.TensorProto.FLOAT16}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_large_weight_stays_on_disk(tmp_path, layout, dtype):
+    path = LAYOUTS[layout](_model(DTYPES[dtype]), tmp_path / "in")
+    held = read_model_file(path, weights_on_disk=True).model
+    assert [t.name for t in held.graph.initializer if on_disk(t)] == list(_WEIGHTS)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_read_back_in_it_is_the_model_onnx_loads(tmp_path, layout):
+    path = LAYOUTS[layout](_model(), tmp_path / "in")
+    oracle = read_model_file(path).model
+    held = read_model_file(path, weights_on_disk=True).model
+    assert load_weights(held).SerializeToString() == oracle.SerializeToString()
+
+
+@pytest.mark.parametrize("external_data", [True, False])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_saved_from_disk_it_is_the_bytes_a_full_load_saves(tmp_path, layout, external_data):
+    path = LAYOUTS[layout](_model(), tmp_path / "in")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    oracle = save_model(read_model_file(path).model, tmp_path / "a" / "m.onnx", external_data=external_data)
+    held = read_model_file(path, weights_on_disk=True).model
+    ours = save_model(held, tmp_path / "b" / "m.onnx", external_data=external_data)
+    assert ours.read_bytes() == oracle.read_bytes()
+    if external_data:
+        assert (tmp_path / "b" / "m.onnx.data").read_bytes() == (tmp_path / "a" / "m.onnx.data").read_bytes()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_onnx_runtime_reads_the_weights_where_they_lie(tmp_path, layout):
+    path = LAYOUTS[layout](_model(), tmp_path / "in")
+    x = {"x": np.random.default_rng(1).standard_normal((2, 64)).astype(np.float32)}
+    expected = run_session(create_session(read_model_file(path).model, "cpu"), ["y"], x)
+    held = read_model_file(path, weights_on_disk=True).model
+    got = run_session(create_session(held, "cpu"), ["y"], x)
+    np.testing.assert_array_equal(got[0], expected[0])
+
+
+def test_a_file_longer_than_the_tensor_without_a_length_is_read_in(tmp_path):
+    """Without a length, onnx reads to the end of the file: a file holding more than the tensor
+    is not the tensor's bytes alone, so that weight is read in, as onnx reads it."""
+    path = _torch_layout(_model(), tmp_path / "in")
+    with open(tmp_path / "in" / "w1", "ab") as fh:
+        fh.write(b"\0" * 4)
+    held = read_model_file(path, weights_on_disk=True).model
+    assert [t.name for t in held.graph.initializer if on_disk(t)] == ["w2"]
+    assert len(held.graph.initializer[0].raw_data) == 64 * 64 * 4 + 4
+
+
+def test_fold_constants_reads_in_only_the_weights_onnxsim_gets(tmp_path, monkeypatch):
+    """Over 2 GB (the threshold lowered here) onnxsim holds back the weights no folding reads:
+    those stay where they lie, never read in, and the folded model computes what it did."""
+    monkeypatch.setattr(onnxsim_child, "LARGE_MODEL_BYTES", 1)
+    monkeypatch.setattr(held_module, "HELD_MIN_BYTES", 1)
+    path = _torch_layout(_model(), tmp_path / "in")
+    read: list[str] = []
+    real = weights_on_disk.tensor_data
+    monkeypatch.setattr(weights_on_disk, "tensor_data", lambda t: read.append(t.name) or real(t))
+    (tmp_path / "out").mkdir()
+    out = tmp_path / "out" / "m.onnx"
+    report = onnxsurgery.run(path, "fold-constants", output=out, provider="cpu")
+    assert "3 weight(s) no folding reads" in report.passes[0].diagnostics[0].message
+    assert read == []
+    x = {"x": np.random.default_rng(1).standard_normal((2, 64)).astype(np.float32)}
+    expected = run_session(create_session(read_model_file(path).model, "cpu"), ["y"], x)
+    got = run_session(create_session(read_model_file(out).model, "cpu"), ["y"], x)
+    np.testing.assert_array_equal(got[0], expected[0])
+
+
+def _fp16_case(path: Path, error: float) -> Case:
+    """A case for the fp16 model at ``path``: its own output, as float64 math gives it, rounded
+    to float16 and moved by ``error`` relative (torch's fp16 kernels round differently)."""
+    model = read_model_file(path).model
+    w1, w2 = (numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer[:2])
+    x = (np.random.default_rng(2).standard_normal((2, 64)) / 8).astype(np.float16)
+    y = ((x.astype(np.float64) @ w1 + 1) @ w2) * (1 + error)
+    return Case(name="case", inputs={"x": x}, outputs={"y": y.astype(np.float16)})
+
+
+@pytest.mark.parametrize(("error", "passed"), [(2e-3, True), (5e-2, False)])
+def test_fp16_outputs_are_compared_at_the_fp16_tolerance(tmp_path, error, passed):
+    """Float16 outputs against torch's float16 outputs: the default is the fp16 tolerance
+    (rounding differences of a few steps pass; 5% off does not), and the report says so."""
+    path = _torch_layout(_model(onnx.TensorProto.FLOAT16), tmp_path / "in")
+    report = validate(str(path), [_fp16_case(path, error)], provider="cpu")
+    assert bool(report) is passed
+    assert "float16 outputs atol 2e-2, rtol 1e-2 (fp16 defaults)" in report.tolerance_text()
+    assert "float16 at atol 2e-2, rtol 1e-2" in report.summary or not passed
+
+
+def test_a_tolerance_given_applies_to_fp16_outputs_as_given(tmp_path):
+    path = _torch_layout(_model(onnx.TensorProto.FLOAT16), tmp_path / "in")
+    report = validate(str(path), [_fp16_case(path, 2e-3)], provider="cpu", atol=1e-4, rtol=1e-4)
+    assert not report
+
+
+def test_validate_by_path_reads_no_weight_in(tmp_path, monkeypatch):
+    """ONNX Runtime reads a model given by path from its files: validation's own copy of the
+    model is its graph, the weights left where they lie (else they sat in memory twice)."""
+    path = _torch_layout(_model(onnx.TensorProto.FLOAT16), tmp_path / "in")
+    case = _fp16_case(path, 2e-3)
+    read: list[str] = []
+    real = weights_on_disk.tensor_data
+    monkeypatch.setattr(weights_on_disk, "tensor_data", lambda t: read.append(t.name) or real(t))
+    loads: list[str] = []
+    real_load = onnx.external_data_helper.load_external_data_for_tensor
+    monkeypatch.setattr(
+        onnx.external_data_helper,
+        "load_external_data_for_tensor",
+        lambda t, base: loads.append(t.name) or real_load(t, base),
+    )
+    assert validate(str(path), [case], provider="cpu")
+    assert (read, loads) == ([], [])
