@@ -5,7 +5,9 @@ Rules (onnx-graphsurgeon's ``cleanup`` and ``toposort``):
 - an initializer no node reads is removed;
 - a graph input no node reads is removed (``inputs=false`` keeps the signature as it is); a
   subgraph's inputs never are (a Loop body's unread iteration number is part of the Loop);
-- nodes are put in topological order.
+- nodes are put in topological order;
+- a subgraph's value_info holds only values its own nodes make (graphsurgeon's export would
+  copy the type of each outer-scope value a body reads into it, stale shapes included).
 
     x ─ Relu ─ y            x ─ Relu ─ y
       └ Neg ─ (unused)  =>
@@ -71,6 +73,7 @@ class Cleanup(Pass):
             graph.toposort(recurse_subgraphs=True)
         cleaned = gs.export_onnx(graph, do_type_check=False)
         del graph, bare
+        _drop_outer_scope_value_info(cleaned.graph)
 
         before_nodes = [n.name or n.output[0] for n in model.graph.node]
         after_nodes = [n.name or n.output[0] for n in cleaned.graph.node]
@@ -124,6 +127,23 @@ def _nothing_to_clean(graph: onnx.GraphProto, *, inputs: bool) -> bool:
     if any(t.name not in needed for t in graph.initializer):
         return False
     return not inputs or all(i.name in needed for i in graph.input)
+
+
+def _drop_outer_scope_value_info(graph: onnx.GraphProto) -> None:
+    """Keep in each subgraph's value_info only the values its own nodes make.
+
+    graphsurgeon's export writes the type of every outer-scope value a body reads into that
+    body's value_info: a stale outer shape the input carried (ONNX Runtime only warns about it
+    outside) then contradicts inference inside the If or Loop body, as the pass's own output.
+    """
+    for node in graph.node:
+        for sub in subgraphs(node):
+            made = {name for inner in sub.node for name in inner.output}
+            kept = [vi for vi in sub.value_info if vi.name in made]
+            if len(kept) != len(sub.value_info):
+                del sub.value_info[:]
+                sub.value_info.extend(kept)
+            _drop_outer_scope_value_info(sub)
 
 
 def _is_sorted(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> bool:

@@ -34,6 +34,7 @@ from onnxsurgery.errors import (
 from onnxsurgery.files import check_targets, shown
 from onnxsurgery.limits import LimitExceeded, Limits, check_sizes, use_limits
 from onnxsurgery.limits import current as current_limits
+from onnxsurgery.model.dtypes import dtype_name
 from onnxsurgery.model.handle import ModelHandle
 from onnxsurgery.model.io import (
     check_model,
@@ -43,10 +44,11 @@ from onnxsurgery.model.io import (
     save_model,
     sync_initializer_inputs,
 )
+from onnxsurgery.model.summary import dims_of
 from onnxsurgery.model.walk import count_nodes
 from onnxsurgery.model.weights_on_disk import has_weights_on_disk
 from onnxsurgery.pipeline.chain import PassSpec, build_passes, format_value, parse_passes
-from onnxsurgery.pipeline.contract import Pass, PassContext
+from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext
 from onnxsurgery.pipeline.report import PassRecord, PipelineReport
 from onnxsurgery.validation.against_references import validate
 from onnxsurgery.validation.references import CaseStream
@@ -303,6 +305,7 @@ class Pipeline:
                 handle.full()
             # value_info the pass is handed: checked below only where the pass changed it
             given = {vi.SerializeToString() for vi in handle.model.graph.value_info}
+            dropped: list[Diagnostic] = []
             ctx.stage("running")
             # Passes get the model itself: the pipeline keeps no other reference to it, and a
             # failed pass ends the run, so a copy per pass would only cost time and memory.
@@ -316,18 +319,7 @@ class Pipeline:
                 raise PassError(f"its output model: {exc}") from None
             if self.check:
                 ctx.stage("checking its output (ONNX checker, shape inference)")
-                where = "its output model"
-                # One weightless copy for both: they see every weight's type and shape, not its data.
-                bare = handle.weightless()
-                check_model(bare, where=where, error=PassError)
-                # Stale value_info the input already had (ORT only warns) is not this pass's
-                # doing: strict inference would blame it on whichever pass ran first.
-                _drop_given_value_info(bare.graph, given)
-                try:
-                    infer_shapes(bare, data_prop=True)
-                except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
-                    first = str(exc).strip().splitlines()[0]
-                    raise PassError(f"{where} fails shape inference: {first}") from None
+                dropped = _check_output(handle, given, result.modified)
         except OnnxSurgeryError as exc:
             record.seconds = time.perf_counter() - t0
             if isinstance(exc, PassError) and exc.pass_name is None:
@@ -347,7 +339,7 @@ class Pipeline:
         record.seconds = time.perf_counter() - t0
         record.nodes_after = count_nodes(result.model)
         record.modified = result.modified
-        record.diagnostics = list(result.diagnostics)
+        record.diagnostics = list(result.diagnostics) + dropped
         record.report = result.report
         if p.validates and result.report is not None:
             report.validation = result.report
@@ -408,10 +400,65 @@ class Pipeline:
             )
 
 
-def _drop_given_value_info(graph: onnx.GraphProto, given: set[bytes]) -> None:
-    kept = [vi for vi in graph.value_info if vi.SerializeToString() not in given]
+def _check_output(handle: ModelHandle, given: set[bytes], modified: bool) -> list[Diagnostic]:
+    """The ONNX checker and strict shape inference on a pass's output (``handle.model``).
+
+    value_info the pass was given (``given``) is left out of the check: a stale shape the input
+    already had (ORT only warns) is not this pass's doing. Where the pass changed the graph, the
+    given entries that contradict inference are dropped from its output (said in the returned
+    diagnostic): whether ORT tolerates one depends on the graph around it (an If branch reading
+    the value from the outer scope is refused once the graph's outputs change).
+    """
+    where = "its output model"
+    # One weightless copy for both: they see every weight's type and shape, not its data.
+    bare = handle.weightless()
+    check_model(bare, where=where, error=PassError)
+    kept = [vi for vi in bare.graph.value_info if vi.SerializeToString() not in given]
+    del bare.graph.value_info[:]
+    bare.graph.value_info.extend(kept)
+    try:
+        inferred = infer_shapes(bare, data_prop=True)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise PassError(f"{where} fails shape inference: {first}") from None
+    if not modified or not given:
+        return []
+    fresh = {vi.name: vi for vi in inferred.graph.value_info}
+    graph = handle.model.graph
+    stale = [
+        (vi, fresh[vi.name]) for vi in graph.value_info
+        if vi.name in fresh and vi.SerializeToString() in given and _contradicts(vi, fresh[vi.name])
+    ]  # fmt: skip
+    if not stale:
+        return []
+    names = {vi.name for vi, _ in stale}
+    kept = [vi for vi in graph.value_info if vi.name not in names]
     del graph.value_info[:]
     graph.value_info.extend(kept)
+    listed = ", ".join(f"{vi.name} {_typed(vi)} (inferred {_typed(new)})" for vi, new in stale)
+    return [Diagnostic.warning(f"dropped value_info the input carried that contradicts shape inference: {listed}")]
+
+
+def _contradicts(declared: onnx.ValueInfoProto, inferred: onnx.ValueInfoProto) -> bool:
+    """Whether two tensor types cannot both hold: elem types, ranks or fixed dims differ (a
+    symbol against a size is no contradiction)."""
+    a, b = declared.type, inferred.type
+    if not (a.HasField("tensor_type") and b.HasField("tensor_type")):
+        return False
+    if a.tensor_type.elem_type and b.tensor_type.elem_type and a.tensor_type.elem_type != b.tensor_type.elem_type:
+        return True
+    da, db = dims_of(declared), dims_of(inferred)
+    if da is None or db is None:
+        return False
+    if len(da) != len(db):
+        return True
+    return any(isinstance(x, int) and isinstance(y, int) and x != y for x, y in zip(da, db, strict=True))
+
+
+def _typed(vi: onnx.ValueInfoProto) -> str:
+    elem, dims = vi.type.tensor_type.elem_type, dims_of(vi)
+    shape = "?" if dims is None else ", ".join("?" if d is None else str(d) for d in dims)
+    return f"{dtype_name(elem) if elem else '?'}[{shape}]"
 
 
 def _pass_diff(before: onnx.ModelProto, after: onnx.ModelProto) -> Any:
