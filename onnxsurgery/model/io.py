@@ -65,6 +65,7 @@ from onnxsurgery.model.weights_on_disk import (
     load_tensor,
     load_weights,
     may_stay_on_disk,
+    name_external_data,
     read_without_weights,
     write_inline,
 )
@@ -456,7 +457,9 @@ def _write_main_weights(
             del raw
             if disk and moved is not None:
                 moved.append((index, offset, length))
-            copy.graph.initializer.append(_described_at(tensor, data_path.name, offset, length))
+            described = _description(tensor)
+            name_external_data(described, data_path.name, offset, length)
+            copy.graph.initializer.append(described)
 
 
 def _append_data(tensor: onnx.TensorProto, raw: bytes | None, data: BinaryIO) -> tuple[int, int]:
@@ -467,18 +470,6 @@ def _append_data(tensor: onnx.TensorProto, raw: bytes | None, data: BinaryIO) ->
     offset = data.tell()
     data.write(raw)
     return offset, data.tell() - offset
-
-
-def _described_at(
-    tensor: onnx.TensorProto, location: str, offset: int, length: int
-) -> onnx.TensorProto:
-    """``tensor``'s description, naming where its data lies: ``location``, offset, length."""
-    described = _description(tensor)
-    del described.external_data[:]
-    described.data_location = onnx.TensorProto.EXTERNAL
-    for key, value in (("location", location), ("offset", offset), ("length", length)):
-        described.external_data.add(key=key, value=str(value))
-    return described
 
 
 def _externalise_subgraphs(copy: onnx.ModelProto, location: str, folder: Path) -> None:
@@ -525,7 +516,5 @@ def save_model(
         tensor = model.graph.initializer[index]
         where = disk_location(tensor)
         if where is not None and where[0] == data_file:
-            del tensor.external_data[:]
-            for key, value in (("location", data_file), ("offset", offset), ("length", length)):
-                tensor.external_data.add(key=key, value=str(value))
+            name_external_data(tensor, data_file, offset, length)
     return written

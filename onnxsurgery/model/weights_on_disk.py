@@ -52,6 +52,7 @@ __all__ = [
     "load_tensor",
     "load_weights",
     "may_stay_on_disk",
+    "name_external_data",
     "tensor_array",
     "tensor_data",
 ]
@@ -275,6 +276,15 @@ def disk_place(tensor: onnx.TensorProto) -> tuple[str, int, int]:
     if where is None:
         raise ValueError(f"tensor {tensor.name!r} is not a weight left on disk")
     return where
+
+
+def name_external_data(tensor: onnx.TensorProto, location: str, offset: int, length: int) -> None:
+    """Make ``tensor`` say, in place, that its data lies in ``location`` (offset, length): its
+    external-data entries are these three alone, its ``data_location`` EXTERNAL."""
+    del tensor.external_data[:]
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", offset), ("length", length)):
+        tensor.external_data.add(key=key, value=str(value))
 
 
 def load_tensor(tensor: onnx.TensorProto) -> None:
