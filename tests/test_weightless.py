@@ -6,7 +6,9 @@ from the full model's bytes; the weightless forms must give the same verdicts, s
 
 from __future__ import annotations
 
+import dataclasses
 import gc
+import tempfile
 import types
 from pathlib import Path
 
@@ -29,8 +31,9 @@ from onnxsurgery.model.io import (
 )
 from onnxsurgery.passes.cleanup import Cleanup
 from onnxsurgery.passes.symbolize import Symbolize
-from onnxsurgery.validation.mapped_weights import FileWeight
+from onnxsurgery.validation.mapped_weights import DiskWeight, FileWeight
 from onnxsurgery.validation.runtime import create_session, goes_by_path, session_weights
+from onnxsurgery.validation.session_weights import split_weights
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 REAL_MODELS = sorted(FIXTURES.glob("*/torchscript/model.onnx"))[:6]
@@ -268,6 +271,35 @@ def test_a_weightless_copy_runs_on_the_weights_another_session_left():
     np.testing.assert_array_equal(second.run(None, x)[0], ref.run(None, x)[0])
     with pytest.raises(ValueError, match="'w32' is a placeholder no shared weight fills"):
         create_session(weightless(model), "cpu", share_with={})
+
+
+def test_a_placeholder_takes_a_shared_weight_on_disk_of_its_type_and_dims_only(tmp_path):
+    # A weightless copy's placeholder filled by a weight an earlier session mapped from its data
+    # file is named where that weight lies, and the session computes on those bytes (oracle: a
+    # session from the full model's bytes). One of other dims is refused, and so is a weight in
+    # a mapped file (a session maps one folder): never run on the wrong bytes.
+    w = numpy_helper.from_array(np.random.default_rng(7).standard_normal((64, 64), np.float32), "w")
+    model = one_matmul(["x", "w"], w, [2, 64], [2, 64])
+    (tmp_path / "w.data").write_bytes(b"\0" * 16 + w.raw_data)
+    fits = DiskWeight(str(tmp_path / "w.data"), 16, 64 * 64 * 4, TensorProto.FLOAT, (64, 64))
+
+    bare, weights, arrays, folder = split_weights(weightless(model), {"w": fits})
+
+    assert (weights, arrays, folder) == ({}, {"w": fits}, str(tmp_path))
+    entries = {e.key: e.value for e in bare.graph.initializer[0].external_data}
+    assert entries == {"location": "w.data", "offset": "16", "length": "16384"}
+    session = create_session(weightless(model), "cpu", share_with={"w": fits})
+    x = {"x": np.random.default_rng(8).standard_normal((2, 64)).astype(np.float32)}
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(session.run(None, x)[0], ref.run(None, x)[0])
+    other = dataclasses.replace(fits, dims=(32, 128))
+    with pytest.raises(ValueError, match="'w' is a placeholder no shared weight fills"):
+        split_weights(weightless(model), {"w": other})
+    held = tempfile.TemporaryDirectory()
+    mapped = FileWeight(held, "model0.data", 0, 64 * 64 * 4, TensorProto.FLOAT, (64, 64))
+    with pytest.raises(ValueError, match="'w' lies in a mapped file"):
+        split_weights(weightless(model), {"w": mapped})
+    held.cleanup()
 
 
 def test_symbolize_checks_a_model_with_weights_of_every_float_type():

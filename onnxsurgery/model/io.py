@@ -15,12 +15,14 @@ names this module took from there are still importable from here.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import onnx
 from google.protobuf.message import Message
@@ -63,6 +65,7 @@ from onnxsurgery.model.weights_on_disk import (
     load_tensor,
     load_weights,
     may_stay_on_disk,
+    name_external_data,
     read_without_weights,
     write_inline,
 )
@@ -405,25 +408,43 @@ def _write(
     the one copy that is serialized.
     """
     if not external_data:
-        if has_weights_on_disk(model):
-            with open(path, "wb") as out:  # weights on disk go from their file into this one
-                if write_inline(model, out, _serialize(model)):
-                    return
-            loaded = onnx.ModelProto()
-            loaded.CopyFrom(model)
-            model = load_weights(loaded)
-        path.write_bytes(_serialize(model))
+        _write_whole(model, path)
         return
-    location = path.name + ".data"
-    data_path = path.parent / location
+    data_path = path.parent / (path.name + ".data")
     if data_path.exists():
         data_path.unlink()
     copy = onnx.ModelProto()
     copy_fields(model, copy, skip="graph")
     copy_fields(model.graph, copy.graph, skip="initializer")
-    # Externalised tensors are written in graph order to one file named after the model.
-    data = None
-    try:
+    _write_main_weights(model, copy, data_path, moved)
+    _externalise_subgraphs(copy, data_path.name, path.parent)
+    path.write_bytes(_serialize(copy))
+
+
+def _write_whole(model: onnx.ModelProto, path: Path) -> None:
+    """Write ``model`` at ``path`` with every weight inside: a weight left on disk is copied
+    from its file (:func:`write_inline`), or where that cannot be, read into a copy first."""
+    if has_weights_on_disk(model):
+        with open(path, "wb") as out:  # weights on disk go from their file into this one
+            if write_inline(model, out, _serialize(model)):
+                return
+        loaded = onnx.ModelProto()
+        loaded.CopyFrom(model)
+        model = load_weights(loaded)
+    path.write_bytes(_serialize(model))
+
+
+def _write_main_weights(
+    model: onnx.ModelProto,
+    copy: onnx.ModelProto,
+    data_path: Path,
+    moved: list[tuple[int, int, int]] | None,
+) -> None:
+    """Append each main-graph initializer of ``model`` to ``copy``: a small one as it is, a
+    large one (or one left on disk) written to ``data_path`` in graph order (the file made for
+    the first of them) and described as lying there. ``moved``: see :func:`_write`."""
+    with contextlib.ExitStack() as stack:
+        data: BinaryIO | None = None
         for index, tensor in enumerate(model.graph.initializer):
             disk = on_disk(tensor)
             raw = tensor.raw_data if not disk and tensor.HasField("raw_data") else None
@@ -431,32 +452,35 @@ def _write(
                 copy.graph.initializer.append(tensor)
                 continue
             if data is None:
-                data = open(data_path, "wb")  # noqa: SIM115 (closed below)
-            if disk:
-                offset, length = copy_from_disk(tensor, data)
-                if moved is not None:
-                    moved.append((index, offset, length))
-            else:
-                offset = data.tell()
-                data.write(raw)
-                length = data.tell() - offset
+                data = stack.enter_context(open(data_path, "wb"))
+            offset, length = _append_data(tensor, raw, data)
             del raw
+            if disk and moved is not None:
+                moved.append((index, offset, length))
             described = _description(tensor)
-            del described.external_data[:]
-            described.data_location = onnx.TensorProto.EXTERNAL
-            for key, value in (("location", location), ("offset", offset), ("length", length)):
-                described.external_data.add(key=key, value=str(value))
+            name_external_data(described, data_path.name, offset, length)
             copy.graph.initializer.append(described)
-    finally:
-        if data is not None:
-            data.close()
+
+
+def _append_data(tensor: onnx.TensorProto, raw: bytes | None, data: BinaryIO) -> tuple[int, int]:
+    """Append a weight's bytes to the open data file ``data``: ``raw``, or (None, a weight left
+    on disk) its bytes copied from their file. Returns (offset, length) in ``data``."""
+    if raw is None:
+        return copy_from_disk(tensor, data)
+    offset = data.tell()
+    data.write(raw)
+    return offset, data.tell() - offset
+
+
+def _externalise_subgraphs(copy: onnx.ModelProto, location: str, folder: Path) -> None:
+    """Externalise, in place, the large weights of ``copy``'s subgraphs into ``location`` (after
+    the main graph's), as onnx does; a weight left on disk there is read in first."""
     for node in copy.graph.node:
         for sub in subgraphs(node):
             for tensor in _initializers(sub):
                 if on_disk(tensor):  # a weight a tool moved into the subgraph reading it
                     load_tensor(tensor)
-                _externalise(tensor, location, path.parent)
-    path.write_bytes(_serialize(copy))
+                _externalise(tensor, location, folder)
 
 
 def save_model(
@@ -492,7 +516,5 @@ def save_model(
         tensor = model.graph.initializer[index]
         where = disk_location(tensor)
         if where is not None and where[0] == data_file:
-            del tensor.external_data[:]
-            for key, value in (("location", data_file), ("offset", offset), ("length", length)):
-                tensor.external_data.add(key=key, value=str(value))
+            name_external_data(tensor, data_file, offset, length)
     return written

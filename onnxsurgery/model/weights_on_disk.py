@@ -42,6 +42,7 @@ __all__ = [
     "MAPPED_BYTES",
     "held_bytes",
     "copy_from_disk",
+    "disk_place",
     "is_inline",
     "read_without_weights",
     "strip_inline_weights",
@@ -51,6 +52,7 @@ __all__ = [
     "load_tensor",
     "load_weights",
     "may_stay_on_disk",
+    "name_external_data",
     "tensor_array",
     "tensor_data",
 ]
@@ -126,8 +128,8 @@ def strip_inline_weights(data: bytes | FileBytes, location: str) -> bytes | None
         if not pieces:
             return None
         pieces.append(view[last:g_end])
-        graph = len_field(_GRAPH, b"".join(pieces))
-        return b"".join((view[:g_tag], graph, view[g_end:]))
+        field = len_field(_GRAPH, b"".join(pieces))
+        return b"".join((view[:g_tag], field, view[g_end:]))
     except ValueError:
         return None
 
@@ -267,6 +269,24 @@ def has_weights_on_disk(model: onnx.ModelProto) -> bool:
     return any(on_disk(t) for t in iter_tensors(model.graph))
 
 
+def disk_place(tensor: onnx.TensorProto) -> tuple[str, int, int]:
+    """(absolute path of its data file, offset, length) of a weight left on disk
+    (:func:`~onnxsurgery.model.tensors.disk_location`); ValueError for any other tensor."""
+    where = disk_location(tensor)
+    if where is None:
+        raise ValueError(f"tensor {tensor.name!r} is not a weight left on disk")
+    return where
+
+
+def name_external_data(tensor: onnx.TensorProto, location: str, offset: int, length: int) -> None:
+    """Make ``tensor`` say, in place, that its data lies in ``location`` (offset, length): its
+    external-data entries are these three alone, its ``data_location`` EXTERNAL."""
+    del tensor.external_data[:]
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", offset), ("length", length)):
+        tensor.external_data.add(key=key, value=str(value))
+
+
 def load_tensor(tensor: onnx.TensorProto) -> None:
     """Read a weight left on disk into ``tensor``, the fields set as onnx's loader sets them
     (a weight from inside the ``.onnx`` file as it was there)."""
@@ -297,7 +317,7 @@ def copy_from_disk(tensor: onnx.TensorProto, data: BinaryIO) -> tuple[int, int]:
     """Append a weight left on disk to the open data file ``data``, file to file (the kernel's
     ``copy_file_range`` where it can; never through the heap in one piece). Returns (offset,
     length) in ``data``."""
-    source, offset, length = disk_location(tensor)  # type: ignore[misc]
+    source, offset, length = disk_place(tensor)
     data.flush()
     start = data.tell()
     done = 0
@@ -336,10 +356,7 @@ def tensor_data(tensor: onnx.TensorProto) -> bytes:
 
     Raises ModelLoadError naming the weight and the file when the file can no longer give
     them (removed, truncated or replaced since the model was loaded)."""
-    where = disk_location(tensor)
-    if where is None:
-        raise ValueError(f"tensor {tensor.name!r} is not a weight left on disk")
-    path, offset, length = where
+    path, offset, length = disk_place(tensor)
     try:
         with open(path, "rb") as fh:
             fh.seek(offset)
@@ -397,7 +414,7 @@ def write_inline(model: onnx.ModelProto, out: BinaryIO, serialized: bytes) -> bo
             _, _, tag_at, at, end, _ = spans[i]
             inline = is_inline(inits[i]) and not _inline_location_set(inits[i])
             head, tail = _inline_fields(view, at, end, inline)
-            length = disk_location(inits[i])[2]  # type: ignore[index]
+            length = disk_place(inits[i])[2]
             raw_head = varint_bytes(_RAW_DATA << 3 | 2) + varint_bytes(length)
             size = len(head) + len(raw_head) + length + len(tail)
             plan += [
@@ -410,10 +427,7 @@ def write_inline(model: onnx.ModelProto, out: BinaryIO, serialized: bytes) -> bo
         plan.append(view[last:g_end])
     except ValueError:
         return False
-    graph_size = sum(
-        disk_location(p)[2] if isinstance(p, onnx.TensorProto) else len(p)  # type: ignore[index]
-        for p in plan
-    )
+    graph_size = sum(disk_place(p)[2] if isinstance(p, onnx.TensorProto) else len(p) for p in plan)
     out.write(view[:g_tag])
     out.write(varint_bytes(_GRAPH << 3 | 2) + varint_bytes(graph_size))
     for part in plan:

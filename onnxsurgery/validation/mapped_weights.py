@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import onnx
 
@@ -31,8 +32,13 @@ from onnxsurgery.model.io import (
     save_model,
     weightless,
 )
-from onnxsurgery.model.tensors import disk_location, on_disk
-from onnxsurgery.model.weights_on_disk import MAPPED_BYTES, held_bytes
+from onnxsurgery.model.tensors import on_disk
+from onnxsurgery.model.weights_on_disk import (
+    MAPPED_BYTES,
+    disk_place,
+    held_bytes,
+    name_external_data,
+)
 
 __all__ = [
     "MAPPED_BYTES",
@@ -45,7 +51,6 @@ __all__ = [
     "point_at_disk",
     "write_mapped",
 ]
-
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,7 @@ class DiskWeight:
 
 def disk_weight(tensor: onnx.TensorProto) -> DiskWeight:
     """Where a weight left on disk (``model.tensors.on_disk``) lies, for a session to map it."""
-    path, offset, length = disk_location(tensor)  # type: ignore[misc]
+    path, offset, length = disk_place(tensor)
     return DiskWeight(path, offset, length, tensor.data_type, tuple(tensor.dims))
 
 
@@ -95,11 +100,9 @@ def point_at_disk(tensors: list[tuple[onnx.TensorProto, DiskWeight]]) -> str:
     ``session.model_external_initializers_file_folder_path``."""
     folder = os.path.commonpath([os.path.dirname(w.path) for _, w in tensors])
     for tensor, weight in tensors:
-        del tensor.external_data[:]
-        tensor.data_location = onnx.TensorProto.EXTERNAL
-        at = (os.path.relpath(weight.path, folder), weight.offset, weight.length)
-        for key, value in zip(("location", "offset", "length"), at, strict=True):
-            tensor.external_data.add(key=key, value=str(value))
+        name_external_data(
+            tensor, os.path.relpath(weight.path, folder), weight.offset, weight.length
+        )
     return folder
 
 
@@ -166,52 +169,74 @@ def _write_mapped(
     bare = weightless(model) if made is None else onnx.ModelProto()
     if made is not None:
         bare.CopyFrom(made)
-    filled = {
-        t.name: shared[t.name]
-        for t in model.graph.initializer
-        if is_placeholder(t) and isinstance(shared.get(t.name), FileWeight)
-    }
-    folders = {id(w.folder): w.folder for w in filled.values()}
-    if len(folders) > 1:
-        raise ValueError("the shared weights lie in several files; a session reads one folder")
-    folder = (
-        next(iter(folders.values()))
-        if folders
-        else tempfile.TemporaryDirectory(prefix="onnxsurgery-session-", dir=where)
-    )
+    filled = _file_weights(model, shared)
+    folder = _one_folder(filled, where)
     k = len(list(Path(folder.name).glob("*.onnx")))
     path = Path(folder.name) / f"model{k}.onnx"
     if is_large(bare):
         save_model(model, path, external_data=True)
         return path, folder, {}
+    weights = _point_into_file(model, bare, filled, folder, f"model{k}.data")
+    path.write_bytes(bare.SerializeToString())
+    return path, folder, weights
+
+
+def _file_weights(model: onnx.ModelProto, shared: Mapping[str, object]) -> dict[str, FileWeight]:
+    """The weights in a file that ``shared`` holds for placeholders of ``model``, by name."""
+    return {
+        t.name: weight
+        for t in model.graph.initializer
+        if is_placeholder(t) and isinstance(weight := shared.get(t.name), FileWeight)
+    }
+
+
+def _one_folder(filled: Mapping[str, FileWeight], where: str | None) -> tempfile.TemporaryDirectory:
+    """The folder of the files ``filled`` lies in, or a new one in ``where`` where it is empty.
+    Raises ValueError for weights in several folders: a session maps one."""
+    folders = {id(w.folder): w.folder for w in filled.values()}
+    if len(folders) > 1:
+        raise ValueError("the shared weights lie in several files; a session reads one folder")
+    if folders:
+        return next(iter(folders.values()))
+    return tempfile.TemporaryDirectory(prefix="onnxsurgery-session-", dir=where)
+
+
+def _point_into_file(
+    model: onnx.ModelProto,
+    bare: onnx.ModelProto,
+    filled: Mapping[str, FileWeight],
+    folder: tempfile.TemporaryDirectory,
+    location: str,
+) -> dict[str, FileWeight]:
+    """Point, in place, each placeholder of ``bare`` (the weightless copy of ``model``) into a
+    file in ``folder``: ``model``'s own weight written to ``location`` (made for the first), a
+    placeholder of ``model`` to where the weight ``filled`` holds for it lies. Returns
+    ``filled`` with every weight written."""
     originals = {t.name: t for t in model.graph.initializer}
-    weights: dict[str, FileWeight] = dict(filled)
-    location = f"model{k}.data"
+    weights = dict(filled)
     with contextlib.ExitStack() as opened:
-        data = None  # opened for the first weight this model writes
+        data: BinaryIO | None = None  # opened for the first weight this model writes
         for tensor in bare.graph.initializer:
             if not is_placeholder(tensor):
                 continue
             original = originals[tensor.name]
             if is_placeholder(original):  # a weightless copy's: the shared weight of its name
-                known = filled.get(tensor.name)
-                if known is None or (known.data_type, known.dims) != (
-                    tensor.data_type,
-                    tuple(tensor.dims),
-                ):
-                    raise ValueError(
-                        f"weight {tensor.name!r} is a placeholder no shared weight fills"
-                    )
-                at = (known.location, known.offset, known.length)
+                at = _filled_place(tensor, filled)
             else:
                 if data is None:
                     data = opened.enter_context(open(Path(folder.name) / location, "wb"))
                 at = (location, data.tell(), data.write(original.raw_data))
-                weights[tensor.name] = FileWeight(
-                    folder, *at, tensor.data_type, tuple(tensor.dims)
-                )
-            del tensor.external_data[:]
-            for key, value in zip(("location", "offset", "length"), at, strict=True):
-                tensor.external_data.add(key=key, value=str(value))
-    path.write_bytes(bare.SerializeToString())
-    return path, folder, weights
+                weights[tensor.name] = FileWeight(folder, *at, tensor.data_type, tuple(tensor.dims))
+            name_external_data(tensor, *at)
+    return weights
+
+
+def _filled_place(
+    tensor: onnx.TensorProto, filled: Mapping[str, FileWeight]
+) -> tuple[str, int, int]:
+    """(location, offset, length) of the weight ``filled`` holds for the placeholder ``tensor``,
+    of its type and dims; ValueError where it holds none."""
+    known = filled.get(tensor.name)
+    if known is None or (known.data_type, known.dims) != (tensor.data_type, tuple(tensor.dims)):
+        raise ValueError(f"weight {tensor.name!r} is a placeholder no shared weight fills")
+    return known.location, known.offset, known.length

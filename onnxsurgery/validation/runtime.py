@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -74,11 +74,14 @@ _CUDA = "CUDAExecutionProvider"
 _CPU = "CPUExecutionProvider"
 
 
-#: ONNX Runtime, imported when first used, not when onnxsurgery is: a chain that never runs a
-#: model (``run --passes cleanup``) never pays its import. The project's
-#: one deferred import (``validation/session_weights.py`` takes the same module); every other
-#: module imports what it needs at its top.
-ort = lazy_module("onnxruntime")
+if TYPE_CHECKING:  # mypy reads the module; a lazy module's attributes are no types to it
+    import onnxruntime as ort
+else:
+    #: ONNX Runtime, imported when first used, not when onnxsurgery is: a chain that never runs
+    #: a model (``run --passes cleanup``) never pays its import. The project's one deferred
+    #: import (``validation/session_weights.py`` takes the same module); every other module
+    #: imports what it needs at its top.
+    ort = lazy_module("onnxruntime")
 
 
 @functools.cache
@@ -248,7 +251,7 @@ def ort_limits() -> OrtLimits:
     ORT names its maximum in the refusal ("max supported IR version: 13", "official support
     for domain ai.onnx is till opset 26"); when a message does not, versions are tried downward.
     """
-    newest_ir = onnx.IR_VERSION
+    newest_ir = int(onnx.IR_VERSION)  # an enum member in onnx's stubs
     newest_opset = onnx.defs.onnx_opset_version()
     safe_opset = 13  # every ORT this project supports (>= 1.18) loads Relu at opset 13
     error = _probe_loads(newest_ir, safe_opset)
@@ -344,6 +347,23 @@ def create_session(
     if isinstance(model, onnx.ModelProto):
         check_sizes(model)  # before ORT could try to build what the graph describes
     _quiet_ort()
+    options = _session_options(threads, spin, prepack)
+    shared = share_with if isinstance(share_with, Mapping) else session_weights(share_with)
+    with quiet_stderr():
+        if not isinstance(model, onnx.ModelProto):
+            return ort.InferenceSession(str(model), options, providers=choice.providers)
+        if not filled_from_disk(model, shared) and (
+            is_large(model)
+            or filled_from_file(model, shared)
+            or (mapped and held_bytes(model) >= MAPPED_BYTES)
+        ):
+            return _session_over_file(model, shared, options, choice.providers, bare)
+        return _session_over_weights(model, shared, options, choice.providers, bare)
+
+
+def _session_options(threads: int | None, spin: bool, prepack: bool) -> ort.SessionOptions:
+    """ORT's session options for :func:`create_session`'s ``threads``, ``spin`` and
+    ``prepack``, its own log kept to errors."""
     options = ort.SessionOptions()
     options.log_severity_level = 3
     if threads:
@@ -352,33 +372,34 @@ def create_session(
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if not prepack:
         options.add_session_config_entry("session.disable_prepacking", "1")
-    shared = share_with if isinstance(share_with, Mapping) else session_weights(share_with)
-    with quiet_stderr():
-        if isinstance(model, onnx.ModelProto):
-            if not filled_from_disk(model, shared) and (
-                is_large(model)
-                or filled_from_file(model, shared)
-                or (mapped and held_bytes(model) >= MAPPED_BYTES)
-            ):
-                return _session_over_file(model, shared, options, choice.providers, bare)
-            bare, weights, arrays, folder = split_weights(model, shared, bare)
-            if folder is not None:  # weights ORT maps from the file the model was loaded from
-                options.add_session_config_entry(
-                    "session.model_external_initializers_file_folder_path", folder
-                )
-            if is_large(bare, left_out=external):
-                with tempfile.TemporaryDirectory(prefix="onnxsurgery-session-") as tmp:
-                    path = save_model(model, Path(tmp) / "model.onnx", external_data=True)
-                    return ort.InferenceSession(str(path), options, providers=choice.providers)
-            options.add_external_initializers(list(weights), list(weights.values()))
-            session = ort.InferenceSession(
-                bare.SerializeToString(), options, providers=choice.providers
-            )
-            # ORT reads these buffers in place for the session's life: keep them with it.
-            session._onnxsurgery_weights = weights
-            session._onnxsurgery_arrays = arrays
-            return session
-        return ort.InferenceSession(str(model), options, providers=choice.providers)
+    return options
+
+
+def _session_over_weights(
+    model: onnx.ModelProto,
+    shared: Mapping[str, SharedWeight],
+    options: ort.SessionOptions,
+    providers: list[str],
+    made: onnx.ModelProto | None = None,
+) -> ort.InferenceSession:
+    """A session that parses ``model`` without its weights and takes them as OrtValues, or maps
+    them from the file they were loaded from (:func:`split_weights`); by path, weights and all,
+    where what it would parse is still over 2 GB."""
+    bare, weights, arrays, folder = split_weights(model, shared, made)
+    if folder is not None:  # weights ORT maps from the file the model was loaded from
+        options.add_session_config_entry(
+            "session.model_external_initializers_file_folder_path", folder
+        )
+    if is_large(bare, left_out=external):
+        with tempfile.TemporaryDirectory(prefix="onnxsurgery-session-") as tmp:
+            path = save_model(model, Path(tmp) / "model.onnx", external_data=True)
+            return ort.InferenceSession(str(path), options, providers=providers)
+    options.add_external_initializers(list(weights), list(weights.values()))
+    session = ort.InferenceSession(bare.SerializeToString(), options, providers=providers)
+    # ORT reads these buffers in place for the session's life: keep them with it.
+    session._onnxsurgery_weights = weights
+    session._onnxsurgery_arrays = arrays
+    return session
 
 
 def _session_over_file(

@@ -13,6 +13,8 @@ that go by path (:func:`goes_by_path`) or through a file ORT maps
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -20,7 +22,6 @@ import onnx
 from onnxsurgery.lazy import lazy_module
 from onnxsurgery.model.dtypes import np_dtype
 from onnxsurgery.model.io import (
-    PLACEHOLDER,
     is_large,
     is_placeholder,
     tensor_nbytes,
@@ -37,14 +38,17 @@ from onnxsurgery.validation.mapped_weights import (
 
 __all__ = ["SharedWeight", "goes_by_path", "session_weights", "split_weights"]
 
-#: ONNX Runtime, imported on first use, like ``validation.runtime.ort`` (the same module).
-ort = lazy_module("onnxruntime")
+if TYPE_CHECKING:  # mypy reads the module; a lazy module's attributes are no types to it
+    import onnxruntime as ort
+else:
+    #: ONNX Runtime, imported on first use, like ``validation.runtime.ort`` (the same module).
+    ort = lazy_module("onnxruntime")
 
 
 #: A weight handed to ORT: its array and the OrtValue over it (None: its bytes, for a type
 #: that goes to ORT inside the model), or where it lies in a file ORT maps. The OrtValue is
 #: named as text: reading ``ort.OrtValue`` here would import onnxruntime with onnxsurgery (see
-#: ``ort`` below).
+#: ``ort`` above).
 SharedWeight = tuple[np.ndarray, "ort.OrtValue | None"] | FileWeight | DiskWeight
 
 
@@ -106,63 +110,97 @@ def split_weights(
         bare = onnx.ModelProto()
         bare.CopyFrom(made)
     originals = {t.name: t for t in model.graph.initializer}
-    weights: dict[str, ort.OrtValue] = {}
-    arrays: dict[str, SharedWeight] = {}
-    from_disk: list[tuple[onnx.TensorProto, DiskWeight]] = []
-    for k, stub in enumerate(bare.graph.initializer):
+    split = _Split()
+    for stub in bare.graph.initializer:
         original = originals[stub.name]
         if stub.data_location != onnx.TensorProto.EXTERNAL:
             continue
         if on_disk(original):
-            arrays[stub.name] = disk_weight(original)
-            from_disk.append((bare.graph.initializer[k], arrays[stub.name]))
-            continue
-        if original.data_location == onnx.TensorProto.EXTERNAL:
-            if original.external_data and original.external_data[0].value == PLACEHOLDER:
-                known = shared.get(stub.name)
-                if isinstance(known, DiskWeight):
-                    if (known.data_type, known.dims) != (stub.data_type, tuple(stub.dims)):
-                        raise ValueError(
-                            f"weight {stub.name!r} is a placeholder no shared weight fills"
-                        )
-                    arrays[stub.name] = known
-                    from_disk.append((bare.graph.initializer[k], known))
-                    continue
-                if isinstance(known, FileWeight):
-                    raise ValueError(
-                        f"weight {stub.name!r} lies in a mapped file, others in the model's own "
-                        "data file: a session maps one folder"
-                    )
-                if known is None or (
-                    (known[0].nbytes, known[0].ndim) != (tensor_nbytes(stub), 1)
-                    if known[1] is None
-                    else (known[0].shape, known[0].dtype)
-                    != (tuple(stub.dims), np_dtype(stub.data_type))
-                ):
-                    raise ValueError(f"weight {stub.name!r} is a placeholder no shared weight fills")
-                arrays[stub.name] = known
-                if known[1] is None:  # a type handed to ORT in the model's bytes
-                    filled = bare.graph.initializer[k]
-                    filled.ClearField("external_data")
-                    filled.ClearField("data_location")
-                    filled.raw_data = known[0].tobytes()
-                else:
-                    weights[stub.name] = known[1]
-            continue
-        if stub.data_type not in _NUMPY_WEIGHTS:
-            bare.graph.initializer[k].CopyFrom(original)
-            # kept for a weightless copy's placeholder of this name (its bytes, no OrtValue)
-            arrays[stub.name] = (np.frombuffer(original.raw_data, dtype=np.uint8), None)
-            continue
-        array = np.frombuffer(original.raw_data, dtype=np_dtype(stub.data_type))
-        array = array.reshape(tuple(stub.dims))
-        known = shared.get(stub.name)
-        if isinstance(known, tuple) and _same_bytes(known[0], array):
-            arrays[stub.name] = known
-        else:
-            arrays[stub.name] = (array, ort.OrtValue.ortvalue_from_numpy(array))
-        weights[stub.name] = arrays[stub.name][1]
-    return bare, weights, arrays, point_at_disk(from_disk) if from_disk else None
+            split.from_file(stub, disk_weight(original))
+        elif original.data_location != onnx.TensorProto.EXTERNAL:
+            _hand_over(stub, original, shared.get(stub.name), split)
+        elif is_placeholder(original):
+            _fill_placeholder(stub, shared.get(stub.name), split)
+    folder = point_at_disk(split.from_disk) if split.from_disk else None
+    return bare, split.weights, split.arrays, folder
+
+
+@dataclass
+class _Split:
+    """What :func:`split_weights` gathers: OrtValues by name for ORT, every weight handed over
+    by name (for a later session to share), and the tensors ORT maps from their data file."""
+
+    weights: dict[str, ort.OrtValue] = field(default_factory=dict)
+    arrays: dict[str, SharedWeight] = field(default_factory=dict)
+    from_disk: list[tuple[onnx.TensorProto, DiskWeight]] = field(default_factory=list)
+
+    def from_file(self, stub: onnx.TensorProto, weight: DiskWeight) -> None:
+        """``stub`` (in the copy ORT parses) is mapped from where ``weight`` lies."""
+        self.arrays[stub.name] = weight
+        self.from_disk.append((stub, weight))
+
+    def as_value(self, name: str, array: np.ndarray, value: ort.OrtValue) -> None:
+        """The weight ``name`` goes to ORT as the OrtValue ``value`` over ``array``."""
+        self.arrays[name] = (array, value)
+        self.weights[name] = value
+
+
+def _hand_over(
+    stub: onnx.TensorProto,
+    original: onnx.TensorProto,
+    known: SharedWeight | None,
+    split: _Split,
+) -> None:
+    """Hand ORT the weight ``original`` (``stub`` its placeholder): a float, double or float16
+    weight as an OrtValue over its bytes (``known``'s, where it holds the same bytes), a weight
+    of another type back in the model's bytes, kept for a weightless copy's placeholder."""
+    if stub.data_type not in _NUMPY_WEIGHTS:
+        stub.CopyFrom(original)
+        # kept for a weightless copy's placeholder of this name (its bytes, no OrtValue)
+        split.arrays[stub.name] = (np.frombuffer(original.raw_data, dtype=np.uint8), None)
+        return
+    array = np.frombuffer(original.raw_data, dtype=np_dtype(stub.data_type))
+    array = array.reshape(tuple(stub.dims))
+    if isinstance(known, tuple) and known[1] is not None and _same_bytes(known[0], array):
+        split.as_value(stub.name, known[0], known[1])
+    else:
+        split.as_value(stub.name, array, ort.OrtValue.ortvalue_from_numpy(array))
+
+
+def _fill_placeholder(stub: onnx.TensorProto, known: SharedWeight | None, split: _Split) -> None:
+    """Fill a weightless copy's placeholder ``stub`` with ``known``, the weight of its name an
+    earlier session was handed: from its data file, as its OrtValue, or (a type ORT gets in the
+    model's bytes) its bytes. ValueError where ``known`` does not fit it."""
+    if isinstance(known, FileWeight):
+        raise ValueError(
+            f"weight {stub.name!r} lies in a mapped file, others in the model's own "
+            "data file: a session maps one folder"
+        )
+    if known is None or not _fills(known, stub):
+        raise ValueError(f"weight {stub.name!r} is a placeholder no shared weight fills")
+    if isinstance(known, DiskWeight):
+        split.from_file(stub, known)
+        return
+    array, value = known
+    if value is not None:
+        split.as_value(stub.name, array, value)
+        return
+    split.arrays[stub.name] = known  # a type handed to ORT in the model's bytes
+    stub.ClearField("external_data")
+    stub.ClearField("data_location")
+    stub.raw_data = array.tobytes()
+
+
+def _fills(
+    known: tuple[np.ndarray, ort.OrtValue | None] | DiskWeight, stub: onnx.TensorProto
+) -> bool:
+    """Whether ``known`` is a weight of ``stub``'s type and dims (bytes alone: as many)."""
+    if isinstance(known, DiskWeight):
+        return (known.data_type, known.dims) == (stub.data_type, tuple(stub.dims))
+    array, value = known
+    if value is None:
+        return (array.nbytes, array.ndim) == (tensor_nbytes(stub), 1)
+    return (array.shape, array.dtype) == (tuple(stub.dims), np_dtype(stub.data_type))
 
 
 def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
