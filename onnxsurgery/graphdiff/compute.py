@@ -21,7 +21,7 @@ from onnxsurgery.graphdiff.values import Speller, Value, array_text
 from onnxsurgery.model.dtypes import dtype_name
 from onnxsurgery.model.equality import tensor_key
 from onnxsurgery.model.io import read_model_file
-from onnxsurgery.model.summary import dims_of
+from onnxsurgery.model.signature import dims_of
 from onnxsurgery.model.tensors import is_placeholder
 from onnxsurgery.model.weights_on_disk import tensor_array
 

@@ -19,6 +19,7 @@ from onnxsurgery.model.dtypes import np_dtype
 
 __all__ = [
     "InputSpec",
+    "dims_of",
     "CaseFailure",
     "fixed_size",
     "model_inputs",
@@ -49,6 +50,22 @@ class InputSpec:
         if self.dims is None:
             return "(any shape)"
         return "[" + ", ".join("?" if d is None else str(d) for d in self.dims) + "]"
+
+
+def dims_of(vi: onnx.ValueInfoProto) -> list[int | str | None] | None:
+    """Dims of a value: ints, symbol names, or None for unknown; None when rank is unknown."""
+    t = vi.type.tensor_type
+    if not t.HasField("shape"):
+        return None
+    out: list[int | str | None] = []
+    for d in t.shape.dim:
+        if d.HasField("dim_value"):
+            out.append(d.dim_value)
+        elif d.HasField("dim_param"):
+            out.append(d.dim_param)
+        else:
+            out.append(None)
+    return out
 
 
 def model_inputs(model: onnx.ModelProto) -> list[InputSpec]:

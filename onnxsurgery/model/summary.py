@@ -11,28 +11,13 @@ import onnx
 
 from onnxsurgery.model.dtypes import dtype_name
 from onnxsurgery.model.io import read_model_file, tensor_bytes
+from onnxsurgery.model.signature import dims_of
 from onnxsurgery.model.walk import op_counts
 
 if TYPE_CHECKING:  # rich is imported where a summary is rendered
     from rich.console import Group
 
-__all__ = ["TensorSummary", "ModelSummary", "summarize", "dims_of"]
-
-
-def dims_of(vi: onnx.ValueInfoProto) -> list[int | str | None] | None:
-    """Dims of a value: ints, symbol names, or None for unknown; None when rank is unknown."""
-    t = vi.type.tensor_type
-    if not t.HasField("shape"):
-        return None
-    out: list[int | str | None] = []
-    for d in t.shape.dim:
-        if d.HasField("dim_value"):
-            out.append(d.dim_value)
-        elif d.HasField("dim_param"):
-            out.append(d.dim_param)
-        else:
-            out.append(None)
-    return out
+__all__ = ["TensorSummary", "ModelSummary", "summarize"]
 
 
 def _type_name(vi: onnx.ValueInfoProto) -> str:

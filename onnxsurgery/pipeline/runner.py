@@ -44,7 +44,7 @@ from onnxsurgery.model.io import (
     save_model,
     sync_initializer_inputs,
 )
-from onnxsurgery.model.summary import dims_of
+from onnxsurgery.model.signature import dims_of
 from onnxsurgery.model.walk import count_nodes
 from onnxsurgery.model.weights_on_disk import has_weights_on_disk
 from onnxsurgery.pipeline.chain import PassSpec, build_passes, format_value, parse_passes
