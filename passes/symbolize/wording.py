@@ -169,3 +169,12 @@ def fix_lead(kind: str, **fields: object) -> str:
     """The start of a blocker's "what to do" (:data:`FIX`; empty for a kind that has none),
     before :func:`fix_text`."""
     return FIX.get(kind, "").format(**fields)
+
+
+WHY["indexed-table"] = (
+    "its constant indices count along {count} and would be rewritten to grow with it, but they "
+    "read axis {axis} of a tensor that stays {size} there, computed from constant {table!r} "
+    "{shape} whose {length} entries on axis {table_axis} are {hit}: a table the trace folded at "
+    "the traced size (XLNet's relative positions over klen + qlen), whose values at other sizes "
+    "the graph does not compute; at a larger {count} the indices leave it"
+)
