@@ -1,5 +1,8 @@
-"""A table folded at a multiple of the traced size, read through an index the plan would make
-count (XLNet's relative positions), is refused at the Gather."""
+"""A failed symbolize check is a planning bug, said as one: the message names the plan's decision
+that broke (the node, the rewrite old -> new in the input symbols, the size it ran at), whether
+ONNX Runtime failed on the rewritten model or its outputs came out wrong; ONNX Runtime's own
+message stays in the report. And a table folded at a multiple of the traced size, read through
+an index the plan would make count (XLNet's relative positions), is refused at the Gather."""
 
 from __future__ import annotations
 
@@ -8,8 +11,10 @@ import onnx
 import onnx.parser
 import pytest
 from onnx import numpy_helper
+from typer.testing import CliRunner
 
 import onnxsurgery
+from onnxsurgery.cli import app
 from onnxsurgery.errors import PassError
 from onnxsurgery.passes.symbolize import Symbolize
 
@@ -55,6 +60,43 @@ def write_case(root, k: int, x: np.ndarray, y: np.ndarray) -> None:
     (case / "output_0.pb").write_bytes(numpy_helper.from_array(y, "y").SerializeToString())
 
 
+def test_a_run_failure_names_the_rewrite_that_broke():
+    """arange(8) into an 8-row table: the plan makes the index count to seq, the table stays;
+    at seq=9 ONNX Runtime fails on the Gather, and the message says which rewrite did it."""
+    error = symbolize(gather_model(list(range(8)), 8))
+    text = str(error)
+    assert text.startswith("check at seq=9: the plan's rewrite broke Gather '/m/rows'"), text
+    assert "its input 'idx': int64[8] -> int64[seq] (Range on axis 0)" in text
+    assert "ONNX Runtime failed there: indices element out of data bounds, idx=8" in text
+    assert "a planning bug of symbolize" in text and "leave x:1 out" in text
+    assert "\n" not in text
+    assert error.node == "/m/rows"
+    # ONNX Runtime's own words stay in the report (--report)
+    assert "Non-zero status code returned while running Gather node" in error.report["onnx_runtime"]
+    assert error.report["check"] == "at seq=9"
+
+
+def test_wrong_values_name_the_rewrite_they_depend_on(tmp_path):
+    """Positions 7..0 (torch: seq-1..0) read as a count from a fixed 7: at seq=12 the index runs
+    to -4 and Gather wraps it round; the outputs are wrong, not an error, and the reference case
+    shows it: the message names the rewrite the wrong output depends on."""
+    rows = 32
+    table = (np.arange(rows * 4, dtype=np.float32).reshape(rows, 4) / 10).round(1)
+    for k, seq in enumerate((8, 12)):
+        x = np.random.default_rng(k).standard_normal((1, seq, 4)).astype(np.float32)
+        write_case(tmp_path / "refs", k, x, x + table[np.arange(seq)[::-1]])
+    error = symbolize(gather_model(list(range(7, -1, -1)), rows), references=tmp_path / "refs")
+    text = str(error)
+    assert text.startswith(
+        "check at reference case test_data_set_1 (seq=12): output 'y' does not match"
+    ), text
+    assert (
+        "the plan's rewrite(s) these outputs depend on (1): Gather '/m/rows' (input 'idx'): "
+        "int64[8] -> int64[seq] (Range on axis 0)" in text
+    )
+    assert "a planning bug of symbolize" in text and "\n" not in text
+
+
 def test_a_table_folded_at_twice_the_traced_size_is_refused_at_the_gather():
     """A folded 16-row table (2 x traced seq) read by arange(8): the plan would make the index
     count and keep the table, wrong past seq 16: a blocker names the Gather and the table."""
@@ -73,6 +115,20 @@ def test_a_folded_table_of_no_traced_length_is_no_blocker():
     )
     assert result.modified
     assert any("int64[8] -> int64[seq]" in d.message for d in result.diagnostics)
+
+
+def test_the_cli_says_the_decision_in_one_line_exit_2(tmp_path):
+    path = tmp_path / "model.onnx"
+    onnx.save(gather_model(list(range(8)), 8), path)
+    got = CliRunner().invoke(
+        app, ["run", str(path), "-o", str(tmp_path / "out.onnx"), "--passes", "symbolize(x:1=seq)"],
+        env={"COLUMNS": "300"},
+    )  # fmt: skip
+    assert got.exit_code == 2, got.output
+    lines = [line for line in got.output.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "the plan's rewrite broke Gather '/m/rows'" in lines[0], got.output
+    assert "Traceback" not in got.output
+    assert not (tmp_path / "out.onnx").exists()
 
 
 @pytest.mark.e2e
