@@ -40,7 +40,12 @@ import onnxruntime as ort
 from onnxsurgery.errors import OnnxSurgeryError, PassError, ReferenceDataError
 from onnxsurgery.model.signature import CaseFailure, InputSpec, check_inputs, model_inputs
 from onnxsurgery.passes.symbolize.feeds import case_sizes, check_feeds, shape_inputs, unsized_axes
-from onnxsurgery.passes.symbolize.ort_failure import PlanDecisions, ort_failure, wrong_values
+from onnxsurgery.passes.symbolize.ort_failure import (
+    PlanDecisions,
+    broken_decision,
+    ort_failure,
+    wrong_values,
+)
 from onnxsurgery.passes.symbolize.row_checks import (
     axes_of,
     begin_with,
@@ -230,6 +235,16 @@ def check_dynamic(ask: CheckRequest) -> CheckResult:
     if findings:
         raise _said(min(findings, key=lambda f: f.order), ask)
     return _result(state)
+
+
+def _decided(error: PassError, ask: CheckRequest) -> PassError:
+    """``error`` (ONNX Runtime failing at a node of the rewritten model, as :func:`ort_failure`
+    words it) said as the plan's decision that broke there, where one reaches the node."""
+    said, decisions = error.report, ask.decisions
+    if not isinstance(said, dict) or decisions is None or error.node is None:
+        return error
+    blamed = broken_decision(said["check"], error.node, said["onnx_runtime"], ask.model, decisions)
+    return error if blamed is None else blamed
 
 
 def _said(finding: Finding, ask: CheckRequest) -> PassError:
@@ -505,8 +520,10 @@ def check_rows(state: CheckState) -> Finding | None:
                 ask.model, ask.axes, ask.output_dims, sym, run.outs, singles, run.text,
                 ask.atol, ask.rtol,
             )  # fmt: skip
+            if error is not None and error.node is not None:  # ONNX Runtime failed on a row
+                return Finding((2, run.k, 1), _decided(error, ask))
             if error is not None:
-                return Finding((2, run.k, 1), error, () if error.node is None else None)
+                return Finding((2, run.k, 1), error, ())
             if singles:
                 state.result.rows_checked = True
                 state.rows_shown.add(sym)

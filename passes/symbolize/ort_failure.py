@@ -79,7 +79,8 @@ def ort_failure(
             return blamed
     if real and node and real != node:
         message = f"{message} (ONNX Runtime's node {node!r} is the model's {real!r})"
-    return PassError(f"check {what}: ONNX Runtime failed: {message}", node=real)
+    report = {"check": what, "onnx_runtime": message}
+    return PassError(f"check {what}: ONNX Runtime failed: {message}", node=real, report=report)
 
 
 def broken_decision(
