@@ -364,6 +364,7 @@ class Symbolize(Pass):
                 references=self._references(ctx),
                 output_map=ctx.map_outputs if ctx.output_maps else None,
                 bare=bare,
+                changes=plan.changes,
             )
         )
 

@@ -40,7 +40,12 @@ import onnxruntime as ort
 from onnxsurgery.errors import OnnxSurgeryError, PassError, ReferenceDataError
 from onnxsurgery.model.signature import CaseFailure, InputSpec, check_inputs, model_inputs
 from onnxsurgery.passes.symbolize.feeds import case_sizes, check_feeds, shape_inputs, unsized_axes
-from onnxsurgery.passes.symbolize.ort_failure import ort_failure
+from onnxsurgery.passes.symbolize.ort_failure import (
+    PlanDecisions,
+    broken_decision,
+    ort_failure,
+    wrong_values,
+)
 from onnxsurgery.passes.symbolize.row_checks import (
     axes_of,
     begin_with,
@@ -52,6 +57,7 @@ from onnxsurgery.passes.symbolize.row_checks import (
     rows_alone,
     rows_differ,
 )
+from onnxsurgery.passes.symbolize.rules import Change
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.validation.arrays import compare_arrays
 from onnxsurgery.validation.references import Case, bind_cases
@@ -188,7 +194,8 @@ class CheckRequest:
     they cover is verified to ``references``. Cases that move a symbol in ``fixed`` are outside
     what the model claims and are left out. ``atol``/``rtol``: the tolerance against the
     original model. ``bare``: ``weightless(original)``, where the caller has it (the original's
-    session is built from it).
+    session is built from it). ``changes``: the plan's, so that a failure of the rewritten
+    model names the decision that broke (:mod:`.ort_failure`).
     """
 
     original: onnx.ModelProto
@@ -207,6 +214,12 @@ class CheckRequest:
     atol: float = 1e-5
     rtol: float = 1e-5
     bare: onnx.ModelProto | None = None
+    changes: Sequence[Change] = ()
+
+    @property
+    def decisions(self) -> PlanDecisions | None:
+        """The plan's changes with the sizes and axes, where the plan gave its changes."""
+        return PlanDecisions(self.changes, self.traced, self.axes) if self.changes else None
 
 
 def check_dynamic(ask: CheckRequest) -> CheckResult:
@@ -220,8 +233,28 @@ def check_dynamic(ask: CheckRequest) -> CheckResult:
     if not findings and (f := check_references(state)) is not None:
         findings.append(f)
     if findings:
-        raise min(findings, key=lambda f: f.order).error
+        raise _said(min(findings, key=lambda f: f.order), ask)
     return _result(state)
+
+
+def _decided(error: PassError, ask: CheckRequest) -> PassError:
+    """``error`` (ONNX Runtime failing at a node of the rewritten model, as :func:`ort_failure`
+    words it) said as the plan's decision that broke there, where one reaches the node."""
+    said, decisions = error.report, ask.decisions
+    if not isinstance(said, dict) or decisions is None or error.node is None:
+        return error
+    blamed = broken_decision(said["check"], error.node, said["onnx_runtime"], ask.model, decisions)
+    return error if blamed is None else blamed
+
+
+def _said(finding: Finding, ask: CheckRequest) -> PassError:
+    """The finding's error; where outputs of the rewritten model came out wrong, with the
+    plan's changes they depend on (:func:`~.ort_failure.wrong_values`)."""
+    decisions = ask.decisions
+    if finding.outputs is None or decisions is None:
+        return finding.error
+    outputs = finding.outputs or [o.name for o in ask.model.graph.output]
+    return wrong_values(finding.error, outputs, ask.model, decisions)
 
 
 @dataclass
@@ -282,6 +315,9 @@ class Finding:
 
     order: tuple[int, ...]
     error: PassError
+    #: where the rewritten model's values or shapes were wrong: the outputs (empty: any of
+    #: them); None for any other failure
+    outputs: tuple[str, ...] | None = None
 
 
 def _start(ask: CheckRequest) -> CheckState:
@@ -410,14 +446,15 @@ def check_traced_size(state: CheckState) -> Finding | None:
     the check's tolerance (``max_abs_diff`` records how close)."""
     ask, got = state.ask, state.got
     if isinstance(got, Exception):
-        return Finding((0,), ort_failure(f"at the traced size {state.where}", got, ask.model))
+        what = f"at the traced size {state.where}"
+        return Finding((0,), ort_failure(what, got, ask.model, ask.decisions))
     for name, ref in state.expected.items():
         cmp = compare(got.get(name), ref, name, ask.atol, ask.rtol)
         if not cmp:
             return Finding((0,), PassError(
                 f"check at the traced size {state.where}: output {name!r} differs from the "
                 f"original: {cmp.describe()}"
-            ))  # fmt: skip
+            ), (name,))  # fmt: skip
         if ref.dtype.kind in "fc" and cmp.max_abs is not None and ref.size:
             state.result.max_abs_diff = max(state.result.max_abs_diff, cmp.max_abs)
     return None
@@ -443,7 +480,8 @@ def check_shapes(state: CheckState) -> Finding | None:
     express must come out as that expression evaluated at the size."""
     for run in state.runs:
         if isinstance(run.outs, Exception):
-            return Finding((2, run.k, 0), ort_failure(f"at {run.text}", run.outs, state.ask.model))
+            error = ort_failure(f"at {run.text}", run.outs, state.ask.model, state.ask.decisions)
+            return Finding((2, run.k, 0), error)
         for name, dims in state.ask.output_dims.items():
             if dims is None or name not in run.outs:
                 continue
@@ -455,7 +493,7 @@ def check_shapes(state: CheckState) -> Finding | None:
                 return Finding((2, run.k, 3), PassError(
                     f"check at {run.text}: output {name!r} has shape {list(shape)}, expected "
                     f"[{shown}] from the symbols"
-                ))  # fmt: skip
+                ), (name,))  # fmt: skip
     return None
 
 
@@ -482,8 +520,10 @@ def check_rows(state: CheckState) -> Finding | None:
                 ask.model, ask.axes, ask.output_dims, sym, run.outs, singles, run.text,
                 ask.atol, ask.rtol,
             )  # fmt: skip
+            if error is not None and error.node is not None:  # ONNX Runtime failed on a row
+                return Finding((2, run.k, 1), _decided(error, ask))
             if error is not None:
-                return Finding((2, run.k, 1), error)
+                return Finding((2, run.k, 1), error, ())
             if singles:
                 state.result.rows_checked = True
                 state.rows_shown.add(sym)
@@ -512,7 +552,7 @@ def check_first_rows(state: CheckState) -> Finding | None:
                     f"check at {text}: the first {n} {sym} rows of output {cmp.name!r} differ "
                     f"from the original model run on those rows: {cmp.describe()}; a constant "
                     f"still carries the traced {sym}"
-                ))  # fmt: skip
+                ), (cmp.name,))  # fmt: skip
             state.rows_original.add(sym)
     return None
 
@@ -543,10 +583,15 @@ def check_references(state: CheckState) -> Finding | None:
     """Every reference case the model claims must match the stored torch outputs
     (:func:`_check_references`)."""
     assert state.session is not None  # _run_rewritten made it
-    covered, failure = _check_references(state.ask.model, state.session, state.base, state.claims)
+    ask = state.ask
+    covered, failure = _check_references(
+        ask.model, state.session, state.base, state.claims, ask.decisions
+    )
     state.covered = covered
     state.result.reference_cases = len(state.claims.cases)
-    return None if failure is None else Finding((4,), failure)
+    # a mismatch names no node: the outputs' decisions are named (an ONNX Runtime failure
+    # names its own)
+    return None if failure is None else Finding((4,), failure, None if failure.node else ())
 
 
 #: The evidence checks, judged together; the reference cases (:func:`check_references`) run
@@ -736,18 +781,20 @@ def _check_references(
     session: ort.InferenceSession,
     base: Mapping[str, int],
     claims: _Claims,
+    decisions: PlanDecisions | None = None,
 ) -> tuple[dict[str, set[int]], PassError | None]:
     """Run every reference case the model claims (:func:`_claimed_cases`); a mismatch fails the
     check (at the default tolerance, or the original model's own error at the traced size where
     that is larger). Returns, per symbol, the sizes other than the traced one that matching cases
-    covered, and the first failure (or None)."""
+    covered, and the first failure (or None): where ONNX Runtime fails, named as the plan's
+    ``decisions`` that broke, where given."""
     covered: dict[str, set[int]] = {}
     for case, sizes, want in claims.cases:
         where = f"reference case {case.name} ({_text(sizes)})"
         try:
             got = run_model(session, case.inputs)
         except Exception as exc:  # noqa: BLE001
-            return covered, ort_failure(f"at {where}", exc, model)
+            return covered, ort_failure(f"at {where}", exc, model, decisions)
         for name, ref in want.items():
             if name not in got:
                 continue

@@ -495,3 +495,5 @@ CONST_RULES: list[Rule] = [
     BandMask(),
     HeadTile(),
 ]
+
+from onnxsurgery.passes.symbolize import indexed_tables  # noqa: E402, F401  (registers its rule)

@@ -3,6 +3,8 @@ names, and the fix a user can make (re-export with dynamic axes, or leave the ax
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from onnxsurgery.shapes.analysis import ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.solver import Solution
@@ -25,6 +27,9 @@ __all__ = [
     "FIX",
     "why_text",
     "fix_lead",
+    "PLAN_WORDS",
+    "plan_words",
+    "plan_fix_text",
 ]
 
 
@@ -169,3 +174,45 @@ def fix_lead(kind: str, **fields: object) -> str:
     """The start of a blocker's "what to do" (:data:`FIX`; empty for a kind that has none),
     before :func:`fix_text`."""
     return FIX.get(kind, "").format(**fields)
+
+
+# How a failed check names the plan's decision that broke (:mod:`.ort_failure`), in the form a
+# blocker takes: where, what the plan did (old -> new), what happened, what to do.
+PLAN_WORDS: dict[str, str] = {
+    "run": (
+        "check {what}: the plan's rewrite broke {op} {node!r}: {rewrites}{kept}; ONNX Runtime "
+        "failed there: {reason}; {fix}"
+    ),
+    "values": (
+        "{error}; the plan's rewrite(s) these outputs depend on ({count}): {rewrites}{kept}; {fix}"
+    ),
+    "kept": "; upstream, {tensor!r} {shape} kept its traced length on axis {axis} ({length} = {hit})",
+    "fix": (
+        "a planning bug of symbolize (please report it with the model); meanwhile keep {syms} "
+        "static: leave {axes} out of the symbolized axes"
+    ),
+}
+
+
+def plan_words(kind: str, **fields: object) -> str:
+    """A check failure in :data:`PLAN_WORDS`' words under ``kind``."""
+    return PLAN_WORDS[kind].format(**fields)
+
+
+def plan_fix_text(axes: Mapping[str, Mapping[int, str]], syms: Sequence[str]) -> str:
+    """What to do about a planning bug that broke ``syms``: keep them static (their input axes,
+    from ``axes``: {input: {axis: symbol}}, the first four named)."""
+    where = [
+        f"{i}:{a}" for s in syms for i, named in axes.items() for a, t in named.items() if t == s
+    ]
+    text = ", ".join(where[:4]) + (f" and {len(where) - 4} more axes" if len(where) > 4 else "")
+    return plan_words("fix", syms=", ".join(syms), axes=text)
+
+
+WHY["indexed-table"] = (
+    "its constant indices count along {count} and would be rewritten to grow with it, but they "
+    "read axis {axis} of a tensor that stays {size} there, computed from constant {table!r} "
+    "{shape} whose {length} entries on axis {table_axis} are {hit}: a table the trace folded at "
+    "the traced size (XLNet's relative positions over klen + qlen), whose values at other sizes "
+    "the graph does not compute; at a larger {count} the indices leave it"
+)
