@@ -191,3 +191,32 @@ def test_a_hinted_size_leaves_its_symbol_ambiguous_until_references_decide(tmp_p
     ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path / "refs")
     decided = Symbolize(**axes)(model, ctx)
     assert decided.report.verification.levels["seq"] == "references"
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_torchvisions_deeplabv3_is_refused_naming_the_resize_or_follows_the_references(
+    exporter, batch, tmp_path
+):
+    """The model itself (weights=None, 64x64): never wrong, refused naming the final Resize,
+    and right at other sizes once reference cases at another size choose."""
+    segmentation = pytest.importorskip("torchvision.models.segmentation")
+    torch.manual_seed(0)
+    net = segmentation.deeplabv3_mobilenet_v3_large(weights=None, weights_backbone=None)
+    module = _Out(net.eval())
+    model = export(module, batch, tmp_path / "m.onnx", exporter)
+    with pytest.raises(PassError, match=f"sets the size of Resize '{final_resize(model)}'"):
+        Symbolize(**SPATIAL)(model, CPU)
+    result = Symbolize(**SPATIAL)(model, references(module, tmp_path / "refs"))
+    matches_torch(result.model, module)
+
+
+class _Out(nn.Module):
+    """torchvision's segmentation models return {'out': ...}: the tensor alone."""
+
+    def __init__(self, net) -> None:  # noqa: ANN001
+        super().__init__()
+        self.net = net
+
+    def forward(self, x):  # noqa: ANN001
+        return self.net(x)["out"]
