@@ -10,6 +10,7 @@ The pass reads as stages, each a module that only reads what the one before it p
     cache_offsets.py    counts and band bounds that move with a KV cache's length, or cannot be told
     blockers.py         a blocker (what holds only at the traced size), grouped and summarized
     baked.py            what an export baked at the traced size ('same' pads, grid tables)
+    coincident.py       sizes a symbol and a fixed value both fit (kept ones blocked, hinted ambiguous)
     wording.py          how blockers spell dims, axes and fixes in the input symbols
     readings.py         the rewrites reference cases choose between where the graph cannot tell
     rewrite.py          apply the plan to a copy of the graph
@@ -28,7 +29,8 @@ rest. ``check`` (default true) runs the result on ONNX Runtime at the traced siz
 as the original within 1e-5), at two other sizes per symbol, and on the reference cases given to
 the run (``--ref``). Each symbol ends verified to a level: ``references`` (matched stored torch
 outputs at other sizes), ``rows`` (batch rows shown independent), ``runs`` (ran at other sizes,
-values unverified) or ``traced-only``; ``verify=LEVEL`` makes anything less an error
+values unverified), ``ambiguous`` (a size follows it where the trace fits a fixed value too) or
+``traced-only``; ``verify=LEVEL`` makes anything less an error
 (``verify=references`` for builds that must not ship unverified models). ``rows`` names the
 symbols whose rows are independent (``rows=batch``, several separated by ``+``; ``rows=`` for
 none); by default the graph decides (the one symbol on axis 0 of every input, along which no node
@@ -75,7 +77,7 @@ Rules (symbolic shape propagation with provenance, decided by structure, not by 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -116,7 +118,8 @@ class Symbolize(Pass):
     decided by symbolic shape propagation, not by value. What holds only at the traced size is a
     blocker naming the node. The result is run on ONNX Runtime at other sizes and against the
     run's --ref cases, and each symbol is reported as verified to references, rows, runs or
-    traced-only.
+    ambiguous or traced-only. A size kept at a traced value that a symbol fits too is a blocker
+    naming both readings, unless ``keep=`` names its node or the --ref cases choose.
 
     Options:
         INPUT:AXIS (str, default: *:0=batch): Name axis AXIS of input INPUT (``*``: every input),
@@ -127,14 +130,17 @@ class Symbolize(Pass):
         check (bool): Run the result on ONNX Runtime at the traced size, at two other sizes per
             symbol and on the --ref cases.
         verify (str, default: none): Fail when a symbol is verified less than this level:
-            references, rows, runs or traced-only.
+            references, rows, runs, ambiguous or traced-only.
         rows (str, default: decided by the graph): The symbols whose rows are independent (a+b
             for several; empty for none).
+        keep (str, default: none): Nodes whose sizes stay fixed on purpose where a symbol's
+            traced size fits them too (NODE, several NODE+NODE), e.g. keep=/Resize.
 
     Example:
         symbolize
         symbolize(x:0=batch, x:1=seq)
         symbolize(*:0=batch, verify=references)
+        symbolize(*:0=batch, *:2=height, *:3=width, keep=/Resize)
     """
 
     name = "symbolize"
@@ -148,6 +154,7 @@ class Symbolize(Pass):
         check: bool = True,
         verify: str | None = None,
         rows: str | list[str] | None = None,
+        keep: str | list[str] | None = None,
         **axes: str,
     ) -> None:
         super().__init__(
@@ -156,6 +163,7 @@ class Symbolize(Pass):
             **({"check": check} if check is not True else {}),
             **({"verify": verify} if verify is not None else {}),
             **({"rows": rows} if rows is not None else {}),
+            **({"keep": keep} if keep is not None else {}),
             **axes,
         )
         for opt, value in (("strict", strict), ("check", check)):
@@ -175,6 +183,7 @@ class Symbolize(Pass):
         ):
             raise ValueError(f"rows must name symbols like batch (several: a+b), got {rows!r}")
         self.rows: set[str] | None = None if names is None else {n.strip() for n in names}
+        self.keep = _node_names(keep)
         self.explicit: dict[str, dict[int, str]] = (
             normalize_axes(dynamic_axes) if dynamic_axes is not None else {}
         )
@@ -184,7 +193,7 @@ class Symbolize(Pass):
             if m is None:
                 raise ValueError(
                     f"option {key!r} is not INPUT:AXIS (like x:0=batch or *:1=seq), nor one of "
-                    "dynamic_axes, strict, check, verify, rows"
+                    "dynamic_axes, strict, check, verify, rows, keep"
                 )
             if not isinstance(sym, str) or not sym.isidentifier():
                 raise ValueError(f"{key}={sym!r}: the symbol must be a name like batch or seq")
@@ -281,14 +290,22 @@ class Symbolize(Pass):
         """The plan, its diagnostics, and the rewrite the reference cases chose where the graph
         could not (:meth:`_decide_by_references`); fails listing the blockers when strict."""
         ctx.stage("planning")
+        self._check_keep(model)
         try:
-            plan = plan_symbolize(model, axes, self.rows, bare=bare)
+            plan = plan_symbolize(model, axes, self.rows, bare=bare, keep=self.keep)
         except ValueError as exc:
             self.fail(str(exc))
         diagnostics = [Diagnostic.warning(n) for n in plan.notes]
-        decided, reading = self._decide_by_references(model, bare, plan, ctx)
+        plan, decided = self._decide_coincidences(model, bare, plan, ctx)
+        reading: Reading | None = None
+        if decided is None:
+            decided, reading = self._decide_by_references(model, bare, plan, ctx)
         if decided is not None:
             diagnostics.append(Diagnostic.info(decided))
+        diagnostics += [
+            Diagnostic.warning(f"{sym} is ambiguous: {'; '.join(what)}")
+            for sym, what in plan.ambiguous.items()
+        ]
         if plan.blockers:
             if self.strict:
                 plan.analysis.consts.clear()  # the report keeps no weights (as on success)
@@ -361,6 +378,7 @@ class Symbolize(Pass):
                 batch_rows=plan.rows,
                 steps=_size_steps(plan),
                 relations=plan.relations,
+                ambiguous=frozenset(plan.ambiguous),
                 references=self._references(ctx),
                 output_map=ctx.map_outputs if ctx.output_maps else None,
                 bare=bare,
@@ -383,31 +401,89 @@ class Symbolize(Pass):
             return None, None
         what, readings = choice
         base = apply_plan(model if goes_by_path(bare) else bare, plan)
-        mapping = ctx.map_outputs if ctx.output_maps else None
-        verdict = {}
-        for label, rewrite in readings.items():
-            candidate = rewrite(base)
-            verdict[label] = (
-                "cannot be rewritten"
-                if candidate is None
-                else reference_mismatch(
-                    model, candidate, plan.axes, plan.symbols, references, ctx.provider, mapping,
-                    bare=bare,
-                )
-            )  # fmt: skip
-        passed = [label for label, why in verdict.items() if why is None]
-        if len(passed) != 1:
-            why = (
-                f"match {' and '.join(passed)} alike (add cases at other sizes)"
-                if passed
-                else "match no reading: " + "; ".join(f"{k}: {v}" for k, v in verdict.items())
-            )
-            for blocker in plan.blockers:
-                blocker.why += f"; the reference cases given {why}"
+        candidates = {label: rewrite(base) for label, rewrite in readings.items()}
+        passed = self._matching(model, bare, plan, candidates, references, ctx)
+        if passed is None:
             return None, None
         plan.blockers = []
-        others = ", ".join(label for label in readings if label not in passed)
-        return f"{what}: {passed[0]} matches the reference cases, {others} not", readings[passed[0]]
+        others = ", ".join(label for label in readings if label != passed)
+        return f"{what}: {passed} matches the reference cases, {others} not", readings[passed]
+
+    def _decide_coincidences(
+        self, model: onnx.ModelProto, bare: onnx.ModelProto, plan: SymbolizePlan, ctx: PassContext
+    ) -> tuple[SymbolizePlan, str | None]:
+        """Where every blocker is a size kept at a traced value a symbol fits too
+        (:mod:`.coincident`) and the run has reference cases, let them choose: the plan as it is
+        (the sizes fixed, its blockers gone) or the plan with those sizes following their
+        symbols, whichever alone matches every case. Returns (the plan to go on with, what was
+        decided or None)."""
+        if not plan.blockers or not self.check or any(
+            b.kind != "coincident-size" for b in plan.blockers
+        ):
+            return plan, None
+        references = self._references(ctx)
+        if not references:
+            return plan, None
+        kept = self.keep | {n for c in plan.coincidences for n in c.nodes()}
+        fixed_plan = plan_symbolize(model, plan.axes, self.rows, bare=bare, keep=kept)
+        general = plan_symbolize(
+            model, plan.axes, self.rows, bare=bare, keep=self.keep, generalize=True
+        )
+        if general.blockers or fixed_plan.blockers:
+            return plan, None
+        root = model if goes_by_path(bare) else bare
+        fixed, following = "the sizes fixed as traced", "the sizes following their symbols"
+        candidates = {fixed: apply_plan(root, fixed_plan), following: apply_plan(root, general)}
+        passed = self._matching(model, bare, plan, candidates, references, ctx)
+        if passed is None:
+            return plan, None
+        nodes = ", ".join(sorted({b.node for b in plan.blockers}))
+        other = following if passed == fixed else fixed
+        text = f"sizes of {nodes}: {passed} match the reference cases, {other} not"
+        return (fixed_plan if passed == fixed else general), text
+
+    def _matching(
+        self,
+        model: onnx.ModelProto,
+        bare: onnx.ModelProto,
+        plan: SymbolizePlan,
+        candidates: Mapping[str, onnx.ModelProto | None],
+        references: list,
+        ctx: PassContext,
+    ) -> str | None:
+        """The one candidate rewrite that alone matches every reference case; None (each of
+        ``plan``'s blockers told why) where none or several do."""
+        mapping = ctx.map_outputs if ctx.output_maps else None
+        verdict = {
+            label: "cannot be rewritten"
+            if candidate is None
+            else reference_mismatch(
+                model, candidate, plan.axes, plan.symbols, references, ctx.provider, mapping,
+                bare=bare,
+            )
+            for label, candidate in candidates.items()
+        }  # fmt: skip
+        passed = [label for label, why in verdict.items() if why is None]
+        if len(passed) == 1:
+            return passed[0]
+        why = (
+            f"match {' and '.join(passed)} alike (add cases at other sizes)"
+            if passed
+            else "match no reading: " + "; ".join(f"{k}: {v}" for k, v in verdict.items())
+        )
+        for blocker in plan.blockers:
+            blocker.why += f"; the reference cases given {why}"
+        return None
+
+    def _check_keep(self, model: onnx.ModelProto) -> None:
+        """Every node ``keep=`` names is in the graph."""
+        names = {n.name for n in model.graph.node}
+        missing = sorted(self.keep - names)
+        if missing:
+            self.fail(
+                f"keep={'+'.join(missing)}: no node of that name in the graph (keep names the "
+                "node a blocker names, like keep=/Resize)"
+            )
 
     def _references(self, ctx: PassContext) -> list:
         """The run's reference cases, or none."""
@@ -440,6 +516,18 @@ class Symbolize(Pass):
                 "--ref with cases at other sizes (record them with `onnxsurgery reference record`)"
             )
         ]
+
+
+def _node_names(keep: str | list[str] | None) -> frozenset[str]:
+    """``keep=`` as a set of node names (``a+b`` or a list)."""
+    if keep is None:
+        return frozenset()
+    names = keep.split("+") if isinstance(keep, str) else keep
+    if not isinstance(names, (list, tuple)) or not all(
+        isinstance(n, str) and n.strip() for n in names
+    ):
+        raise ValueError(f"keep must name nodes (several: a+b), got {keep!r}")
+    return frozenset(n.strip() for n in names)
 
 
 def _readings(plan: SymbolizePlan) -> tuple[str, dict[str, Reading]] | None:

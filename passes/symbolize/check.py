@@ -99,7 +99,7 @@ Said = dict[str, np.ndarray] | Exception
 
 
 #: How far a symbol was verified, best first (see :class:`CheckResult`).
-LEVELS = ("references", "rows", "runs", "traced-only")
+LEVELS = ("references", "rows", "runs", "ambiguous", "traced-only")
 
 
 @dataclass
@@ -112,6 +112,8 @@ class CheckResult:
     - ``rows``: at other sizes each batch row equals a run of that row alone (rows independent),
       values otherwise unverified;
     - ``runs``: ran at other sizes with the output shapes the symbols give, values unverified;
+    - ``ambiguous``: ran at other sizes, but a size follows it where the trace fits a fixed
+      value as well (:mod:`.coincident`): only reference cases can tell which is right;
     - ``traced-only``: checked at the traced size only (kept there by a blocker, or no check).
     """
 
@@ -209,6 +211,7 @@ class CheckRequest:
     batch_rows: Set[str] = frozenset()
     steps: Mapping[str, int] | None = None
     relations: Mapping[str, Dim] | None = None
+    ambiguous: Set[str] = frozenset()
     references: Sequence[Case] = ()
     output_map: OutputMap | None = None
     atol: float = 1e-5
@@ -624,6 +627,8 @@ def _level(state: CheckState, sym: str) -> tuple[str, str]:
         return "references", "stored torch outputs at " + ", ".join(
             f"{sym}={v}" for v in sorted(state.covered[sym])
         )
+    if sym in state.ask.ambiguous:
+        return "ambiguous", "a size follows it where the trace fits a fixed value too"
     if sym in state.rows_shown:
         return "rows", "each row equals a run of that row alone" + (
             f"; the first {n} rows of a larger {sym} equal the original model"

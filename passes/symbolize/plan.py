@@ -16,6 +16,7 @@ The plan has ``to_dict()`` for JSON reports and ``__rich__()`` for the terminal.
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,13 @@ from onnxsurgery.passes.symbolize.batch_indices import (
     find_batch_indices,
 )
 from onnxsurgery.passes.symbolize.blockers import Blocker, group_blockers
+from onnxsurgery.passes.symbolize.coincident import (
+    Ambiguity,
+    Coincidence,
+    ambiguous_hints,
+    find_coincidences,
+    tie,
+)
 from onnxsurgery.passes.symbolize.graph_blockers import conflict_blockers, unrolled_loops
 from onnxsurgery.passes.symbolize.rules import Change, ConstRead, PlanContext, decide
 from onnxsurgery.passes.symbolize.wording import fix_lead
@@ -105,6 +113,21 @@ class SymbolizePlan:
     #: (DINOv2's position embeddings): blocker node -> :class:`GridTable`; reference cases can
     #: confirm it is resized to the grid at other sizes, as torch code that the export skipped
     grid_tables: dict[str, GridTable] = field(default_factory=dict)
+    #: sizes kept at a traced value a symbol fits too (:mod:`.coincident`): blocked, kept on
+    #: purpose (``keep=``), or, in a plan made with ``generalize``, tied to the symbol
+    coincidences: list[Coincidence] = field(default_factory=list)
+    #: sizes a hint tied to a symbol where the fixed traced value fits too: their symbols are
+    #: verified ``ambiguous`` until reference cases at another size confirm them
+    ambiguities: list[Ambiguity] = field(default_factory=list)
+
+    @property
+    def ambiguous(self) -> dict[str, list[str]]:
+        """Each symbol a choice between readings rests on, with what else fits."""
+        out: dict[str, list[str]] = {}
+        for amb in self.ambiguities:
+            for sym in sorted(amb.chosen.atoms() & self.symbols.keys()):
+                out.setdefault(sym, []).append(str(amb))
+        return out
 
     @property
     def ok(self) -> bool:
@@ -121,6 +144,7 @@ class SymbolizePlan:
             "notes": list(self.notes),
             "rows": sorted(self.rows),
             "relations": {s: str(v) for s, v in self.relations.items()},
+            "ambiguous": self.ambiguous,
             "verification": (
                 self.verification.to_dict() if self.verification is not None else None
             ),
@@ -255,19 +279,24 @@ def plan_symbolize(
     rows: set[str] | None = None,
     *,
     bare: onnx.ModelProto | None = None,
+    keep: Set[str] = frozenset(),
+    generalize: bool = False,
 ) -> SymbolizePlan:
     """Preview symbolize on ``model`` for ``dynamic_axes`` ({input: {axis: name}} or {input: [axes]};
     None: axis 0 of every input as ``batch``, like ``symbolize`` alone). ``rows``: the symbols
     whose rows are independent (batches); None finds them in the graph
     (:func:`~.batch_indices.batch_like_symbols`). ``bare``: ``weightless(model)``, where the
-    caller has it (for shape inference; else made here).
+    caller has it (for shape inference; else made here). A size kept at a traced value that a
+    symbol fits too (:mod:`.coincident`) is a blocker, unless a node in ``keep`` reads or is
+    sized by it (fixed on purpose); ``generalize`` ties those to the symbol instead (the other
+    reading, for reference cases to choose).
 
     Nothing is edited. Raises ValueError for an input or axis the model does not have, or one
     name given to axes of different traced sizes.
     """
     axes = normalize_axes(default_axes(model) if dynamic_axes is None else dynamic_axes)
     analysis = propagate(model, axes, bare=bare)
-    context = plan_context(analysis, rows)
+    context = plan_context(analysis, rows, keep, generalize)
     sol, row_syms = context.solution, context.rows
     changes, blockers = _decide_constants(context)
     padding, same_padding = same_pads(analysis, sol)
@@ -281,35 +310,81 @@ def plan_symbolize(
     )
     plan.same_padding = same_padding
     plan.grid_tables = _grid_tables(analysis, sol, blockers)
+    plan.coincidences = [c for found in context.coincident.values() for c in found]
+    plan.coincidences += context.settled
+    plan.ambiguities = ambiguous_hints(analysis, sol, row_syms)
+    plan.notes += [
+        f"{c.sets[0]} {c.sets[1]!r}: {c.value} kept fixed as traced, though {c.reading} fits too"
+        for c in context.settled
+        if c.nodes() & keep
+    ]
     return plan
 
 
-def plan_context(analysis: ShapeAnalysis, rows: set[str] | None) -> PlanContext:
+def plan_context(
+    analysis: ShapeAnalysis,
+    rows: set[str] | None,
+    keep: Set[str] = frozenset(),
+    generalize: bool = False,
+) -> PlanContext:
     """Solve the analysis with every constant that enumerates a batch (:mod:`.batch_indices`)
-    tied to it: the context the constant reads are decided in (``rows``: as
-    :func:`plan_symbolize` takes them)."""
+    tied to it: the context the constant reads are decided in (``rows``, ``keep`` and
+    ``generalize``: as :func:`plan_symbolize` takes them)."""
     sol = solve(analysis)
     row_syms = batch_like_symbols(analysis, rows)
-    batch_indices = find_batch_indices(analysis, sol, row_syms)
-    for bi in batch_indices:
-        atom = bi.use.atoms[bi.axis]
-        assert atom is not None  # a constant read as data has an unknown on every axis
-        analysis.constraints.append(
-            Constraint(
-                Dim.sym(atom) - Dim.sym(bi.symbol),
-                bi.use.node,
-                bi.use.op,
-                f"constant {bi.use.tensor!r} indexes {bi.symbol} rows in {bi.gather!r}",
-                False,
-                Dim.sym(atom),
-                Dim.sym(bi.symbol),
+    batch_indices: list = []
+    while True:  # a gather of a gathered batch is found once the first one is tied to it
+        done = {id(bi.use) for bi in batch_indices}
+        new = [bi for bi in find_batch_indices(analysis, sol, row_syms) if id(bi.use) not in done]
+        if not new:
+            break
+        for bi in new:
+            atom = bi.use.atoms[bi.axis]
+            assert atom is not None  # a constant read as data has an unknown on every axis
+            analysis.constraints.append(
+                Constraint(
+                    Dim.sym(atom) - Dim.sym(bi.symbol),
+                    bi.use.node,
+                    bi.use.op,
+                    f"constant {bi.use.tensor!r} indexes {bi.symbol} rows in {bi.gather!r}",
+                    False,
+                    Dim.sym(atom),
+                    Dim.sym(bi.symbol),
+                )
             )
-        )
-    if batch_indices:
+        batch_indices += new
         sol = solve(analysis)
     forced = {id(bi.use): (bi.axis, bi.step) for bi in batch_indices if bi.step is not None}
     structural = {id(bi.use) for bi in batch_indices}
-    return PlanContext(analysis, sol, row_syms, forced, structural)
+    open_, settled, tied = _coincidences(analysis, sol, row_syms, keep, generalize)
+    if tied:
+        sol = solve(analysis)
+    context = PlanContext(analysis, sol, row_syms, forced, structural, open_)
+    context.settled = settled
+    return context
+
+
+def _coincidences(
+    analysis: ShapeAnalysis, sol: Solution, rows: Set[str], keep: Set[str], generalize: bool
+) -> tuple[dict[int, list[Coincidence]], list[Coincidence], bool]:
+    """The coincident sizes (:func:`~.coincident.find_coincidences`) still open, by ``id(use)``;
+    those settled: kept on purpose (a node in ``keep``), or tied to their symbol in
+    ``analysis`` (a batch's rows, or any with ``generalize``); and whether any was tied (the
+    caller solves again)."""
+    open_: dict[int, list[Coincidence]] = {}
+    settled: list[Coincidence] = []
+    tied = False
+    for c in find_coincidences(analysis, sol, rows):
+        if c.nodes() & keep and not c.rows:
+            settled.append(c)
+        elif generalize or c.rows:
+            tie(analysis, c.atom, c.reading, c.use.node, c.use.op, "follows its symbol")
+            tied = True
+            if not c.rows:
+                settled.append(c)
+        else:
+            open_.setdefault(id(c.use), []).append(c)
+    return open_, settled, tied
 
 
 def _decide_constants(context: PlanContext) -> tuple[list[Change], list[Blocker]]:

@@ -25,6 +25,7 @@ from onnxsurgery.model.dtypes import dtype_name, elem_type_of
 from onnxsurgery.passes.symbolize.baked import relative_axes
 from onnxsurgery.passes.symbolize.blockers import Blocker
 from onnxsurgery.passes.symbolize.cache_offsets import band_bound_gap, cache_symbols, offset_gap
+from onnxsurgery.passes.symbolize.coincident import Coincidence
 from onnxsurgery.passes.symbolize.generators import Generator, evidence_gap, match_generator
 from onnxsurgery.passes.symbolize.wording import (
     dim_text,
@@ -88,6 +89,10 @@ class PlanContext:
     rows: set[str] = field(default_factory=set)
     forced: dict[int, tuple[int, np.ndarray]] = field(default_factory=dict)
     structural: Set[int] = frozenset()
+    #: sizes kept at a traced value a symbol fits too (:mod:`.coincident`), by ``id(use)``
+    coincident: dict[int, list[Coincidence]] = field(default_factory=dict)
+    #: those settled: kept on purpose (``keep=``), or tied to their symbol (``generalize``)
+    settled: list[Coincidence] = field(default_factory=list)
 
     @cached_property
     def cache(self) -> set[str]:
@@ -204,6 +209,11 @@ class ConstRead:
             c.analysis, gen, c.rows, c.cache
         )
 
+    @property
+    def coincidences(self) -> list[Coincidence]:
+        """The sizes of this read kept at a traced value that a symbol fits too."""
+        return self.context.coincident.get(id(self.use), [])
+
     def blocker(self, kind: str, why: str, atoms: set[str], **fix_fields: object) -> Blocker:
         """A blocker at this read: ``why``, and what to do for the symbols ``atoms`` name."""
         a, use = self.context.analysis, self.use
@@ -243,6 +253,36 @@ def decide(read: ConstRead, rules: list[Rule] | None = None) -> Change | Blocker
 
 
 # -- blockers at one constant ---------------------------------------------------------------------
+
+
+class CoincidentSize(Rule):
+    """A size kept at its traced value, which a symbol's traced size fits too: fixed on purpose
+    (a resize to 64x64) or the symbol baked in (a resize to the input's size). Blocked, naming
+    both readings, unless ``keep=`` names the node (it then never reaches this rule)."""
+
+    kind = "coincident-size"
+
+    def check(self, read: ConstRead) -> str | None:
+        return None if read.coincidences else "no size kept at a traced value a symbol fits"
+
+    def produce(self, read: ConstRead) -> Blocker:
+        found = read.coincidences
+        a, use = read.context.analysis, read.use
+        op, node = found[0].sets
+        values = ", ".join(f"{c.value} (= {c.reading})" for c in found)
+        readings = ", ".join(str(c.reading) for c in found)
+        via = "" if node == use.node else f" through {use.op} {use.node!r}"
+        why = why_text(
+            self.kind, tensor=use.tensor, values=values, op=op, node=node, via=via,
+            fixed=", ".join(str(c.value) for c in found), readings=readings,
+        )  # fmt: skip
+        atoms = set().union(*(c.reading.atoms() for c in found))
+        syms = symbol_hint(a.symbols, atoms)
+        fix = fix_lead(self.kind, syms=syms, node=node, readings=readings) + fix_text(a, syms)
+        old = (
+            fmt_values([int(v) for v in use.array.reshape(-1)]) if use.kind == "size" else read.old
+        )
+        return Blocker(node, op, use.tensor, old, why, fix, sym_tuple(syms), self.kind)
 
 
 class OnePoint(Rule):
@@ -480,6 +520,7 @@ class HeadTile(Regenerated):
 
 #: The rules for one constant read, in the order they are tried (the first that applies decides).
 CONST_RULES: list[Rule] = [
+    CoincidentSize(),
     OnePoint(),
     NoTracedSize(),
     SizeConstant(),

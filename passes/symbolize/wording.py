@@ -128,6 +128,11 @@ WHY: dict[str, str] = {
         "piece along axis {axis}, giving {dim}; at another size torch runs a different number "
         "of iterations"
     ),
+    "coincident-size": (
+        "constant {tensor!r}{via} sets the size of {op} {node!r} to {values}: the value "
+        "is fixed at {fixed} (as traced) or follows {readings}, and the graph fits both (nothing "
+        "downstream forces either); a wrong guess gives wrong values at other sizes, not an error"
+    ),
     "tf-padding-pad": "pads {pads} before the stride-{stride} {op} {node!r} (kernel {kernel})",
     "tf-padding-folded": (
         "a stride-{stride} {op} (kernel {kernel}) with uneven pads {pads} (a Pad folded in)"
@@ -156,6 +161,11 @@ FIX: dict[str, str] = {
         "then keeps the fixed pads or rewrites them to 'same' padding, whichever matches "
         "them; or, if the source pads by fixed amounts, re-export with dynamic axes for "
         "{syms}"
+    ),
+    "coincident-size": (
+        "pass reference cases (--ref) at another {syms}: symbolize then keeps it fixed or "
+        "follows {readings}, whichever alone matches them; or keep it fixed on purpose with "
+        "symbolize(keep={node}); or "
     ),
     "learned-position-table": (
         "pass reference cases (--ref) at another grid size: symbolize then "

@@ -112,13 +112,14 @@ def compare_outputs(
 
 # -- symbolize against its templates ----------------------------------------------------------
 
-TEMPLATE_KINDS = ("pass", "refused", "wrong", "crash")
+TEMPLATE_KINDS = ("pass", "refused", "ambiguous", "wrong", "crash")
 
 
 def judge_template(template, traced_batch: int) -> Verdict:
     """Symbolize ``template`` built at (traced_batch, S); the result at every other size must
     equal the template built there. ``detail`` of a wrong one names the size, the output and
-    the level symbolize said it verified."""
+    the level symbolize said it verified. A result that differs where symbolize said a symbol
+    is ``ambiguous`` (the trace fits another reading) is ``ambiguous``: said, not silent."""
     traced = template.build(traced_batch, template.seq)
     try:
         report = onnxsurgery.run(traced, passes=f"symbolize({template.axes})", provider="cpu")
@@ -127,18 +128,19 @@ def judge_template(template, traced_batch: int) -> Verdict:
         return Verdict("refused" if verdict.kind == "exit 2" else "crash", verdict.detail)
     result = report.model
     claim = "; ".join(str(d) for d in report.passes[0].diagnostics if "verified" in str(d))[:200]
+    wrong = "ambiguous" if "verified: ambiguous" in claim else "wrong"
     for batch, seq in template.sizes(traced_batch):
         feeds = template.feeds(batch, seq)
         want = run_on_ort(template.build(batch, seq), feeds)
         try:
             got = run_on_ort(result, feeds)
         except Exception as exc:  # noqa: BLE001 - symbolize said it generalizes: it does not
-            return Verdict("wrong", f"at B={batch}, S={seq}: ORT fails: {' '.join(str(exc).split())[:160]} ({claim})")
+            return Verdict(wrong, f"at B={batch}, S={seq}: ORT fails: {' '.join(str(exc).split())[:160]} ({claim})")
         (expected,), (actual,) = want.values(), got.values()
         comparison = compare_arrays(actual, expected, name="y")
         if not comparison:
             return Verdict(
-                "wrong",
+                wrong,
                 f"at B={batch}, S={seq}: {list(actual.shape)} vs {list(expected.shape)}, "
                 f"{comparison.mismatches} mismatches ({claim})",
             )

@@ -1,5 +1,5 @@
 """The campaign's tables: per pass (tried, identical, different, exit 2, crash) and per traced
-batch for symbolize's templates (pass, refused, wrong, crash), then what the failures were."""
+batch for symbolize's templates (pass, refused, ambiguous, wrong, crash), then what the failures were."""
 
 from __future__ import annotations
 
