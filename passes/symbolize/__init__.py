@@ -115,11 +115,10 @@ class Symbolize(Pass):
 
     Every constant the export baked at the traced size (Reshape/Expand/Slice shapes, Range
     bounds, zero states, masks, position tables) becomes a computation from the inputs' shapes,
-    decided by symbolic shape propagation, not by value. What holds only at the traced size is a
-    blocker naming the node. The result is run on ONNX Runtime at other sizes and against the
-    run's --ref cases, and each symbol is reported as verified to references, rows, runs or
-    ambiguous or traced-only. A size kept at a traced value that a symbol fits too is a blocker
-    naming both readings, unless ``keep=`` names its node or the --ref cases choose.
+    decided by symbolic shape propagation, not by value. What holds only at the traced size, or
+    fits both a fixed and a symbolic reading, is a blocker naming the node. The result is run on
+    ONNX Runtime at other sizes and on the --ref cases; each symbol is reported as verified to
+    references, rows, runs, ambiguous or traced-only.
 
     Options:
         INPUT:AXIS (str, default: *:0=batch): Name axis AXIS of input INPUT (``*``: every input),
@@ -176,38 +175,34 @@ class Symbolize(Pass):
         self.strict = strict
         self.check = check
         self.verify = verify
-        names = ([] if not rows.strip() else rows.split("+")) if isinstance(rows, str) else rows
-        if names is not None and (
-            not isinstance(names, (list, tuple))
-            or not all(isinstance(n, str) and n.strip().isidentifier() for n in names)
-        ):
-            raise ValueError(f"rows must name symbols like batch (several: a+b), got {rows!r}")
-        self.rows: set[str] | None = None if names is None else {n.strip() for n in names}
+        self.rows = _row_symbols(rows)
         self.keep = _node_names(keep)
         self.explicit: dict[str, dict[int, str]] = (
             normalize_axes(dynamic_axes) if dynamic_axes is not None else {}
         )
         self.wildcard: dict[int, str] = {}
         for key, sym in axes.items():
-            m = _AXIS_KEY.match(key)
-            if m is None:
-                raise ValueError(
-                    f"option {key!r} is not INPUT:AXIS (like x:0=batch or *:1=seq), nor one of "
-                    "dynamic_axes, strict, check, verify, rows, keep"
-                )
-            if not isinstance(sym, str) or not sym.isidentifier():
-                raise ValueError(f"{key}={sym!r}: the symbol must be a name like batch or seq")
-            axis = int(m.group("axis"))
-            target = (
-                self.wildcard
-                if m.group("input") == "*"
-                else self.explicit.setdefault(m.group("input"), {})
-            )
-            if axis in target and target[axis] != sym:
-                raise ValueError(f"{key} is named twice ({target[axis]!r} and {sym!r})")
-            target[axis] = sym
+            self._name_axis(key, sym)
         if not self.explicit and not self.wildcard:
             self.wildcard = {0: "batch"}
+
+    def _name_axis(self, key: str, sym: str) -> None:
+        """Record one ``INPUT:AXIS=NAME`` option (``*`` for every input)."""
+        m = _AXIS_KEY.match(key)
+        if m is None:
+            raise ValueError(
+                f"option {key!r} is not INPUT:AXIS (like x:0=batch or *:1=seq), nor one of "
+                "dynamic_axes, strict, check, verify, rows, keep"
+            )
+        if not isinstance(sym, str) or not sym.isidentifier():
+            raise ValueError(f"{key}={sym!r}: the symbol must be a name like batch or seq")
+        axis = int(m.group("axis"))
+        target = (
+            self.wildcard if m.group("input") == "*" else self.explicit.setdefault(m.group("input"), {})
+        )
+        if axis in target and target[axis] != sym:
+            raise ValueError(f"{key} is named twice ({target[axis]!r} and {sym!r})")
+        target[axis] = sym
 
     def resolve_axes(self, model: onnx.ModelProto) -> dict[str, dict[int, str]]:
         """The {input: {axis: name}} this pass applies to ``model`` (wildcards expanded)."""
@@ -516,6 +511,17 @@ class Symbolize(Pass):
                 "--ref with cases at other sizes (record them with `onnxsurgery reference record`)"
             )
         ]
+
+
+def _row_symbols(rows: str | list[str] | None) -> set[str] | None:
+    """The ``rows=`` option: symbols whose rows are independent (``a+b``; empty for none)."""
+    names = ([] if not rows.strip() else rows.split("+")) if isinstance(rows, str) else rows
+    if names is not None and (
+        not isinstance(names, (list, tuple))
+        or not all(isinstance(n, str) and n.strip().isidentifier() for n in names)
+    ):
+        raise ValueError(f"rows must name symbols like batch (several: a+b), got {rows!r}")
+    return None if names is None else {n.strip() for n in names}
 
 
 def _node_names(keep: str | list[str] | None) -> frozenset[str]:
