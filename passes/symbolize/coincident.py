@@ -138,6 +138,15 @@ def _slice_over_fixed_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse, index
     return sol.resolve(data.shape[int(axes[index])]).is_const()
 
 
+def _broadcast_one(use: ConstUse, value: int, sets: tuple[str, str]) -> bool:
+    """A 1 in an Expand shape or in Tile's repeats keeps the input's extent (no change): where
+    nothing in the graph ties it to a symbol traced at 1, broadcasting downstream carries that
+    symbol, so it is read as the no-op it is, not as the batch (RoBERTa traced at batch 1
+    expands its position ids with [1, 1], an LSTM its zero state through a Concat of [1, ...];
+    reading those as the batch broke the check or refused the model)."""
+    return value == 1 and sets[0] in ("Expand", "Tile")
+
+
 def _sized(model: onnx.ModelProto, use: ConstUse) -> tuple[str, str] | None:
     """The op and node whose size ``use`` sets: the reader itself, or the first size-setting op
     its output reaches through shape arithmetic (a Concat building a Resize's sizes); None where
@@ -178,7 +187,7 @@ def find_coincidences(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[C
             continue
         for index, atom in kept:
             value = a.atoms[atom].traced
-            if _slice_over_fixed_axis(a, sol, use, index):
+            if _slice_over_fixed_axis(a, sol, use, index) or _broadcast_one(use, value, sets):
                 continue
             fitting = [e for e in _expressions(a, value) if _fits(a, atom, e, conflicts)]
             if not fitting:
