@@ -39,7 +39,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -463,9 +463,11 @@ def score_rows(
     *,
     timeout: float,
     memory_gb: float,
+    save: Callable[[list[dict[str, Any]]], Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every row in its worker, one after another, with a line per row on stderr."""
-    results = []
+    """Every row in its worker, one after another, with a line per row on stderr; ``save`` gets
+    the results so far after each row (an interrupted sweep keeps what it scored)."""
+    results: list[dict[str, Any]] = []
     for i, row in enumerate(rows, 1):
         result = score_row(row, exporters, batches, timeout=timeout, memory_gb=memory_gb)
         statuses = [
@@ -479,6 +481,8 @@ def score_rows(
             flush=True,
         )
         results.append(result)
+        if save:
+            save(results)
     return results
 
 
@@ -509,22 +513,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 0
     start = time.perf_counter()
-    results = score_rows(
-        rows,
-        args.exporter or EXPORTERS,
-        args.batch or BATCHES,
-        timeout=args.timeout,
-        memory_gb=args.memory_gb,
-    )
-    merged = _merge(args.json, results, {r.name for r in all_rows})
-    data = {
-        "meta": {
-            **_meta(all_rows, missing, merged),
-            "seconds_this_run": round(time.perf_counter() - start),
-        },
-        "rows": merged,
-    }
-    args.json.write_text(json.dumps(data, indent=1) + "\n")
+
+    def save(results: list[dict[str, Any]]) -> dict[str, Any]:
+        merged = _merge(args.json, results, {r.name for r in all_rows})
+        meta = _meta(all_rows, missing, merged)
+        data = {
+            "meta": {**meta, "seconds_this_run": round(time.perf_counter() - start)},
+            "rows": merged,
+        }
+        tmp = args.json.with_name(args.json.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        tmp.replace(args.json)
+        return data
+
+    exporters, batches = args.exporter or EXPORTERS, args.batch or BATCHES
+    kwargs = {"timeout": args.timeout, "memory_gb": args.memory_gb, "save": save}
+    results = score_rows(rows, exporters, batches, **kwargs)
+    data = save(results)
     print(table(data))
     for line in problems(data):
         print(line)
