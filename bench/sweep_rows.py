@@ -167,7 +167,7 @@ _SIZES: dict[str, int] = {
     **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "n_layers", "encoder_layers", "decoder_layers", "num_decoder_layers"), LAYERS),
     **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts"), 4),
     "num_experts_per_tok": 2,
-    "embedding_size": 16,
+    "embedding_size": HIDDEN,  # 16 would make 512x16 position tables the dynamo exporter folds
     "num_conv_pos_embeddings": 16,
     "num_conv_pos_embedding_groups": 4,
     "num_mel_bins": 16,
