@@ -351,21 +351,26 @@ def _text_feeds(params: list[str], config: Any) -> list[_Feed]:
 
 
 def _image_feeds(config: Any, video: bool) -> list[_Feed]:
+    """Square images of the config's size, else the smallest of 64, 128, 224 the model takes;
+    at each, height and width free first (checked at other sides and aspect ratios)."""
     channels = getattr(config, "num_channels", 3) or 3
-    side = getattr(config, "image_size", IMAGE)
-    side = side if isinstance(side, int) else IMAGE
+    configured = getattr(config, "image_size", IMAGE)
+    configured = configured if isinstance(configured, int) else IMAGE
     lead: tuple[Any, ...] = (
         ("batch", getattr(config, "num_frames", 4), channels) if video else ("batch", channels)
     )
-    free = InputSpec("pixel_values", (*lead, "height", "width"))
-    fixed = InputSpec("pixel_values", (*lead, side, side))
-    sized = _with(_B, height=side, width=side)
-    checks = (
-        {"batch": 3, "height": side, "width": side},
-        {"batch": 2, "height": 48, "width": 64},
-        {"batch": 1, "height": 64, "width": 40},
-    )
-    return [_Feed((free,), sized, checks), _Feed((fixed,), _B, (*_B_CHECKS, {"batch": 4}))]
+    feeds = []
+    for side in dict.fromkeys((configured, 64, 128, 224)):
+        free = InputSpec("pixel_values", (*lead, "height", "width"))
+        fixed = InputSpec("pixel_values", (*lead, side, side))
+        checks = (
+            {"batch": 3, "height": side, "width": side},
+            {"batch": 2, "height": side + side // 2, "width": 2 * side},
+            {"batch": 1, "height": 2 * side, "width": side + side // 4},
+        )
+        feeds.append(_Feed((free,), _with(_B, height=side, width=side), checks))
+        feeds.append(_Feed((fixed,), _B, (*_B_CHECKS, {"batch": 4})))
+    return feeds
 
 
 def _audio_feeds(first: str, config: Any, params: list[str]) -> list[_Feed]:

@@ -118,3 +118,15 @@ def test_quick_subset_no_crash_and_no_wrong(name):
     assert case["symbolize"]["status"] not in ("wrong", "crash"), case["symbolize"]
     assert case["symbolize"]["status"] == "pass", case["symbolize"]
     assert case["re-export"]["status"] == "pass", case["re-export"]
+
+
+def test_an_image_model_is_fed_the_smallest_side_it_takes_with_height_and_width_free():
+    rows, _ = sweep_rows.enumerate_rows()
+    [row] = sweep.select(rows, only=["convnext.base"])  # 4 stages: 32x32 shrinks to nothing
+    arch = sweep_rows.architecture(row, "convnext-probe")
+    assert [i.shape for i in arch.inputs] == [("batch", 3, "height", "width")]
+    assert arch.traced[-1] == {"batch": 2, "height": 64, "width": 64}
+    [vit] = sweep.select(rows, only=["vit.base"])  # position table of the configured 32x32
+    assert [i.shape for i in sweep_rows.architecture(vit, "vit-probe").inputs] == [
+        ("batch", 3, 32, 32)
+    ]
