@@ -301,7 +301,9 @@ def _flat_outputs(out: Any) -> list[tuple[str, Any]]:
     return flat
 
 
-def _wrapper(model: Any, input_names: list[str]) -> Any:
+def _named_wrapper(model: Any, input_names: list[str]) -> Any:
+    """``model`` as plain tensors in (named: its ``forward`` signature lists ``input_names``, so
+    dynamo's ``dynamic_shapes`` match them one to one) and a flat tuple of tensors out."""
     import torch
 
     class Flat(torch.nn.Module):
@@ -313,6 +315,9 @@ def _wrapper(model: Any, input_names: list[str]) -> Any:
             out = self.model(**dict(zip(input_names, args, strict=True)))
             return tuple(t for _, t in _flat_outputs(out))
 
+    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in input_names]
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    Flat.forward.__signature__ = inspect.Signature([self_param, *params])  # type: ignore[attr-defined]  # read by torch.export
     return Flat()
 
 
@@ -477,7 +482,7 @@ def _transformers_architecture(row: Row, name: str) -> Architecture:
         input_names = [i.name for i in feed.inputs]
 
         def builder(names: list[str] = input_names) -> Any:
-            return _wrapper(_transformers_module(row), names)
+            return _named_wrapper(_transformers_module(row), names)
 
         arch = Architecture(name, row.kind, builder, feed.inputs, (), feed.traced, feed.checks)
         try:

@@ -4,6 +4,7 @@ at batch 2, through the same worker as the full sweep: no crash, no wrong)."""
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 
@@ -130,3 +131,10 @@ def test_an_image_model_is_fed_the_smallest_side_it_takes_with_height_and_width_
     assert [i.shape for i in sweep_rows.architecture(vit, "vit-probe").inputs] == [
         ("batch", 3, 32, 32)
     ]
+
+
+def test_the_wrapped_model_names_its_inputs_so_dynamo_dynamic_shapes_match_them():
+    rows, _ = sweep_rows.enumerate_rows()
+    [row] = sweep.select(rows, only=["bert.base"])
+    arch = sweep_rows.architecture(row, "bert-probe")
+    assert list(inspect.signature(arch.build().forward).parameters) == arch.input_names
