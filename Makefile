@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 DEMO   := fixtures/alexnet_view/torchscript
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-corpus test-backend test-large fuzz lint fixtures bench clean
+.PHONY: install demo test test-corpus test-backend test-large fuzz lint fixtures bench sweep clean
 
 install: $(STAMP)
 
@@ -79,6 +79,12 @@ bench: install
 	@mkdir -p build/bench
 	$(BIN)/python -m pip install -q onnxslim polygraphy
 	$(BIN)/python bench/run_all.py --out build/bench $(ARGS)
+
+# symbolize, re-export and update_model_dims on every registry row (bench/sweep.py): results merge
+# into bench/sweep.json; exports cached under build/sweep/. Hours for all of it on 2 cores: slice
+# it, e.g. ARGS="--limit 60" or ARGS="--kinds audio,video"; then python bench/sweep.py --readme.
+sweep: install
+	nice -n 15 $(BIN)/python bench/sweep.py $(ARGS)
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

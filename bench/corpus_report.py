@@ -43,7 +43,7 @@ from corpus.harness import (  # noqa: E402
     load_symbolize,
 )
 
-__all__ = ["main", "run_corpus", "pass_rates", "all_rates"]
+__all__ = ["main", "run_corpus", "pass_rates", "all_rates", "static_status"]
 
 
 def _split(values: Sequence[str] | None) -> list[str] | None:
@@ -52,7 +52,7 @@ def _split(values: Sequence[str] | None) -> list[str] | None:
     return [v.strip() for item in values for v in item.split(",") if v.strip()]
 
 
-def _static_status(
+def static_status(
     arch: Any, exporter: str, traced: dict[str, int], rebuild: bool
 ) -> dict[str, Any]:
     """The static export itself: did it export, and does it match torch at the traced size?"""
@@ -96,7 +96,7 @@ def run_corpus(
                 batch = traced["batch"]
                 if batch not in batches:
                     continue
-                static = _static_status(arch, exporter, traced, rebuild)
+                static = static_status(arch, exporter, traced, rebuild)
                 for axes in arch.axis_sets:
                     if axes not in axes_sets:
                         continue

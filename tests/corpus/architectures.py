@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -83,6 +84,8 @@ class Architecture:
     traced: tuple[dict[str, int], ...]
     checks: tuple[dict[str, int], ...]
     note: str = ""
+    #: Where its exports and references are cached (None: the corpus cache, ``build/corpus/``).
+    cache: Path | None = None
 
     @property
     def input_names(self) -> list[str]:

@@ -58,6 +58,7 @@ __all__ = [
     "Export",
     "SizeResult",
     "apply_method",
+    "arch_root",
     "cache_root",
     "check_sizes",
     "evaluate",
@@ -83,13 +84,22 @@ REPO = Path(__file__).resolve().parents[2]
 # cache locations and fingerprints
 
 
-def cache_root() -> Path:
-    """``build/corpus/<torch-version>/`` under the repository (``ONNXSURGERY_CORPUS_DIR`` wins)."""
+def cache_root(base: Path | None = None) -> Path:
+    """``build/corpus/<torch-version>/`` under the repository (``ONNXSURGERY_CORPUS_DIR`` wins),
+    or ``base/<torch-version>/``."""
     import torch
 
-    base = os.environ.get("ONNXSURGERY_CORPUS_DIR")
-    root = Path(base) if base else REPO / "build" / "corpus"
+    if base is None:
+        env = os.environ.get("ONNXSURGERY_CORPUS_DIR")
+        base = Path(env) if env else REPO / "build" / "corpus"
+    root = base
     return root / re.sub(r"[^\w.+-]", "_", torch.__version__)
+
+
+def arch_root(arch: Architecture) -> Path:
+    """Where one architecture's exports and references are cached: ``arch.cache`` (the sweep's
+    ``build/sweep/``) or :func:`cache_root`, then its name."""
+    return (arch.cache or cache_root()) / arch.name
 
 
 def sizes_label(sizes: Sizes) -> str:
@@ -227,7 +237,7 @@ def _export(
 
 
 def export_dir(arch: Architecture, exporter: str, traced: Sizes) -> Path:
-    return cache_root() / arch.name / exporter / f"b{traced['batch']}"
+    return arch_root(arch) / exporter / f"b{traced['batch']}"
 
 
 def export_model(
@@ -283,7 +293,7 @@ def reference(
     arch: Architecture, sizes: Sizes, *, rebuild: bool = False, module: Any = None
 ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
     """(inputs, torch eager outputs in order) at ``sizes``, cached as an npz."""
-    path = cache_root() / arch.name / "references" / f"{sizes_label(sizes)}.npz"
+    path = arch_root(arch) / "references" / f"{sizes_label(sizes)}.npz"
     fingerprint = _fingerprint(arch, dict(sizes))
     if not rebuild and path.exists():
         with np.load(path) as data:

@@ -1,0 +1,549 @@
+"""symbolize on every architecture people export: a sweep over the registries (issue 30, item 1).
+
+    python bench/sweep.py --limit 60                 # the first 60 rows, every kind in turn
+    python bench/sweep.py --kinds audio,video        # some kinds
+    python bench/sweep.py --only bert.base,gpt2.causal-lm-kv --exporter torchscript --batch 2
+    python bench/sweep.py --list                     # how many rows the registries give
+    python bench/sweep.py --readme                   # the README table from bench/sweep.json
+
+Rows come from ``bench/sweep_rows.py`` (every transformers model type, as a base model, causal
+LM and causal LM over a flat KV cache; every torchvision model). For each row, exporter
+(TorchScript, dynamo) and traced batch (2, 1) the corpus harness (``tests/corpus/harness.py``)
+exports the model statically; a static export that fails, or differs from torch at its traced
+size, is listed and not scored. Otherwise the static model is made dynamic three ways, each run
+on ONNX Runtime at the traced size and three other sizes against torch eager (atol 1e-4, rtol
+1e-3):
+
+- ``symbolize``: ``onnxsurgery run --passes "symbolize(INPUT:AXIS=NAME, ...)"`` as a user runs
+  it, every symbolic axis of the row named. ``pass``; ``refused`` (exit 2); ``wrong`` (exit 0,
+  but the model fails to load or differs from torch at some size); ``crash`` (exit 3, another
+  exit, or the time limit);
+- ``re-export`` with dynamic axes (TorchScript ``dynamic_axes``, dynamo ``dynamic_shapes``);
+- ``update_model_dims`` (``onnx.tools.update_model_dims``).
+
+Each row runs in a forked worker with a time limit and an address-space cap; its exports,
+references and probed signature are cached under ``build/sweep/`` keyed by a hash of the row, so
+a re-run only scores. Results merge into ``bench/sweep.json`` (rows of this run replace the same
+rows there); the exit status is 0 whatever they are: this is a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import multiprocessing
+import os
+import platform
+import resource
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "tests"))
+
+from corpus.harness import cache_root, check_sizes, evaluate, sizes_label  # noqa: E402
+from corpus_report import static_status  # noqa: E402
+from sweep_rows import KINDS, BuildError, Row, architecture, enumerate_rows, row_key  # noqa: E402
+
+__all__ = ["SYMBOLIZE_STATUSES", "classify", "main", "score_rows", "select", "table"]
+
+EXPORTERS = ("torchscript", "dynamo")
+BATCHES = (2, 1)
+SYMBOLIZE_STATUSES = ("pass", "refused", "wrong", "crash")
+RESULTS = REPO / "bench" / "sweep.json"
+README = REPO / "README.md"
+ONNXSURGERY = Path(sys.executable).with_name("onnxsurgery")
+
+
+def sweep_root() -> Path:
+    """``build/sweep/<torch-version>/``: every row's exports, references and results."""
+    return cache_root(REPO / "build" / "sweep")
+
+
+# --------------------------------------------------------------------------------------------
+# choosing rows
+
+
+def select(
+    rows: Sequence[Row],
+    *,
+    kinds: Iterable[str] | None = None,
+    only: Iterable[str] | None = None,
+    limit: int | None = None,
+) -> list[Row]:
+    """The rows asked for; ``limit`` takes them one kind after another in turn, so a slice of
+    the sweep covers every kind."""
+    chosen = [r for r in rows if (not kinds or r.kind in kinds) and (not only or r.name in only)]
+    by_kind = {k: [r for r in chosen if r.kind == k] for k in KINDS}
+    interleaved: list[Row] = []
+    while any(by_kind.values()):
+        for queue in by_kind.values():
+            if queue:
+                interleaved.append(queue.pop(0))
+    return interleaved[:limit] if limit else interleaved
+
+
+# --------------------------------------------------------------------------------------------
+# scoring one case
+
+
+def classify(exit_code: int | None, mismatch: str | None) -> str:
+    """symbolize's status from its exit code and, when it exited 0, the check against torch."""
+    if exit_code == 0:
+        return "wrong" if mismatch else "pass"
+    return "refused" if exit_code == 2 else "crash"
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:400] if lines else ""
+
+
+def symbolize_by_cli(
+    arch: Any, static: Path, traced: dict[str, int], timeout: float
+) -> dict[str, Any]:
+    """``onnxsurgery run --passes symbolize(...)`` on the static export, then checked vs torch."""
+    import onnx
+
+    names = {i.name for i in onnx.load(str(static), load_external_data=False).graph.input}
+    axes = [
+        f"{inp}:{axis}={sym}"
+        for inp, chosen in arch.dynamic_axes_for("all").items()
+        if inp in names
+        for axis, sym in chosen.items()
+    ]
+    out = static.with_name(static.stem + ".symbolize.onnx")
+    out.unlink(missing_ok=True)
+    rel = [str(p.relative_to(REPO)) if p.is_relative_to(REPO) else str(p) for p in (static, out)]
+    cmd = [
+        str(ONNXSURGERY),
+        "run",
+        rel[0],
+        "-o",
+        rel[1],
+        "-q",
+        "--provider",
+        "cpu",
+        "--passes",
+        f"symbolize({', '.join(axes)})",
+    ]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        code, message = proc.returncode, _last_line(proc.stderr)
+    except subprocess.TimeoutExpired:
+        code, message = None, f"took longer than {timeout:g} s"
+    mismatch = None
+    if code == 0:
+        sizes = check_sizes(onnx.load(str(out)), arch, arch.sizes_for(traced, "all"))
+        bad = [s for s in sizes if not s.ok]
+        mismatch = f"{sizes_label(bad[0].sizes)}: {bad[0].message}" if bad else None
+        message = mismatch or f"{len(sizes)} sizes ok"
+    return {
+        "status": classify(code, mismatch),
+        "exit": code,
+        "message": message,
+        "command": " ".join(cmd[1:]),
+    }
+
+
+def score_case(arch: Any, exporter: str, batch: int, timeout: float) -> dict[str, Any]:
+    """One (row, exporter, traced batch): the static export, then the three methods."""
+    traced = next(t for t in arch.traced if t["batch"] == batch)
+    case: dict[str, Any] = {
+        "exporter": exporter,
+        "batch": batch,
+        "static": static_status(arch, exporter, traced, False),
+    }
+    if case["static"]["status"] != "ok":
+        return case
+    from corpus.harness import export_model
+
+    static = export_model(arch, exporter, traced).path
+    case["symbolize"] = symbolize_by_cli(arch, static, traced, timeout)
+    for method in ("re-export", "update_model_dims"):
+        result = evaluate(arch, exporter, batch, method, axes="all")
+        case[method] = {"status": result.status, "message": result.reason}
+    return case
+
+
+# --------------------------------------------------------------------------------------------
+# one row in a worker
+
+
+def _row_architecture(row: Row) -> Any:
+    """The row's Architecture, named ``<row>-<hash>`` so its caches are keyed by what built it."""
+    return replace(architecture(row, f"{row.name}-{row_key(row)}"), cache=sweep_root())
+
+
+def _worker(
+    row: Row,
+    exporters: Sequence[str],
+    batches: Sequence[int],
+    sink: str,
+    timeout: float,
+    memory_gb: float,
+) -> None:
+    limit = int(memory_gb * 2**30)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    with contextlib.suppress(OSError, AttributeError):  # Linux: end with the sweep that forked it
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    import torch
+
+    torch.set_num_threads(1)
+
+    def write(entry: dict[str, Any]) -> None:
+        with open(sink, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    try:
+        arch = _row_architecture(row)
+    except BuildError as exc:
+        write({"build": str(exc)})
+        return
+    except Exception as exc:
+        write(
+            {"build": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]}
+        )
+        return
+    write({"build": "ok", "signature": {i.name: list(i.shape) for i in arch.inputs}})
+    for exporter in exporters:
+        for batch in batches:
+            try:
+                write({"case": score_case(arch, exporter, batch, timeout)})
+            except Exception as exc:  # the sweep's own failure on one case: say so, go on
+                write(
+                    {
+                        "case": {
+                            "exporter": exporter,
+                            "batch": batch,
+                            "error": traceback.format_exc(limit=-3)[-600:],
+                            "static": {"status": "sweep error", "reason": str(exc)[:300]},
+                        }
+                    }
+                )
+
+
+def score_row(
+    row: Row, exporters: Sequence[str], batches: Sequence[int], *, timeout: float, memory_gb: float
+) -> dict[str, Any]:
+    """Run one row in a forked worker; what it finished before a time limit or a crash counts."""
+    folder = sweep_root() / "results"
+    folder.mkdir(parents=True, exist_ok=True)
+    sink = folder / f"{row.name}.jsonl"
+    sink.unlink(missing_ok=True)
+    start = time.perf_counter()
+    budget = 60 + timeout * 3 * len(exporters) * len(batches)
+    proc = multiprocessing.get_context("fork").Process(
+        target=_worker, args=(row, exporters, batches, str(sink), timeout, memory_gb)
+    )
+    proc.start()
+    proc.join(budget)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+    entries = [json.loads(ln) for ln in sink.read_text().splitlines()] if sink.exists() else []
+    result: dict[str, Any] = {
+        **asdict(row),
+        "name": row.name,
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    result["asked"] = [[e, b] for e in exporters for b in batches]
+    result["build"] = next((e["build"] for e in entries if "build" in e), None)
+    result["signature"] = next((e["signature"] for e in entries if "signature" in e), None)
+    result["cases"] = [e["case"] for e in entries if "case" in e]
+    if result["build"] is None or (
+        result["build"] == "ok" and len(result["cases"]) < len(exporters) * len(batches)
+    ):
+        why = (
+            f"worker ended (exit {proc.exitcode})"
+            if proc.exitcode
+            else f"worker took longer than {budget:g} s"
+        )
+        result["worker"] = f"{why} after {len(result['cases'])} case(s)"
+        result["build"] = result["build"] or why
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# the table
+
+COLUMNS = (
+    "rows",
+    "not built",
+    "static failed",
+    "unfinished",
+    "scored",
+    *SYMBOLIZE_STATUSES,
+    "re-export",
+    "update_model_dims",
+)
+
+
+def _cell_counts(rows: Sequence[dict[str, Any]], exporter: str, batch: int) -> dict[str, int]:
+    counts = dict.fromkeys(COLUMNS, 0)
+    for row in rows:
+        if [exporter, batch] not in row["asked"]:
+            continue
+        counts["rows"] += 1
+        case = next(
+            (c for c in row["cases"] if c["exporter"] == exporter and c["batch"] == batch), None
+        )
+        if row["build"] != "ok":
+            counts["not built"] += 1
+        elif case is None:
+            counts["unfinished"] += 1  # the worker ended before it: the row says why
+        elif case["static"]["status"] != "ok":
+            counts["static failed"] += 1
+        else:
+            counts["scored"] += 1
+            counts[case["symbolize"]["status"]] += 1
+            counts["re-export"] += case["re-export"]["status"] == "pass"
+            counts["update_model_dims"] += case["update_model_dims"]["status"] == "pass"
+    return counts
+
+
+def table(data: dict[str, Any]) -> str:
+    """The Markdown table of ``bench/sweep.json``: kind x exporter x traced batch."""
+    rows = data["rows"]
+    meta = data["meta"]
+    lines = [
+        f"Sweep of {meta['rows_scored']} of the {meta['rows_in_registries']} rows the registries give"
+        f"{' (partial)' if meta['partial'] else ''}; torch {meta['torch']}, transformers {meta['transformers']}, "
+        f"onnxruntime {meta['onnxruntime']}. symbolize: pass / refused (exit 2) / wrong (exit 0, differs from "
+        "torch) / crash; re-export and update_model_dims: passes. Each checked against torch eager at the "
+        "traced size and three others.",
+        "",
+        "| kind | exporter | traced | " + " | ".join(COLUMNS) + " |",
+        "|" + " --- |" * (3 + len(COLUMNS)),
+    ]
+    for kind in KINDS:
+        mine = [r for r in rows if r["kind"] == kind]
+        if not mine:
+            continue
+        for exporter in EXPORTERS:
+            for batch in BATCHES:
+                counts = _cell_counts(mine, exporter, batch)
+                if not counts["rows"]:  # not asked for in any run
+                    continue
+                lines.append(
+                    f"| {kind} | {exporter} | b{batch} | "
+                    + " | ".join(str(counts[c]) for c in COLUMNS)
+                    + " |"
+                )
+    if meta.get("sources_missing"):
+        lines += [
+            "",
+            "Not swept: "
+            + "; ".join(f"{k} ({v})" for k, v in meta["sources_missing"].items())
+            + ".",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+BEGIN, END = "<!-- sweep table: bench/sweep.py --readme -->", "<!-- end of sweep table -->"
+
+
+def update_readme(text: str, readme: Path = README) -> None:
+    """Replace the README's sweep block with ``text``."""
+    content = readme.read_text()
+    head, sep, rest = content.partition(BEGIN)
+    _, sep2, tail = rest.partition(END)
+    if not (sep and sep2):
+        raise SystemExit(f"{readme}: no '{BEGIN}' ... '{END}' block to fill")
+    readme.write_text(f"{head}{BEGIN}\n{text}{END}{tail}")
+
+
+def problems(data: dict[str, Any]) -> list[str]:
+    """One line per symbolize case that is not a pass: row, exporter, batch, status, message."""
+    out = []
+    for row in data["rows"]:
+        for case in row["cases"]:
+            sym = case.get("symbolize")
+            if sym and sym["status"] != "pass":
+                out.append(
+                    f"{row['name']} {case['exporter']} b{case['batch']}: {sym['status']} (exit {sym['exit']}): {sym['message']}"
+                )
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# the command
+
+
+def _meta(
+    all_rows: Sequence[Row], missing: dict[str, str], results: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    import onnx
+    import onnxruntime
+    import torch
+    import transformers
+
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    return {
+        "torch": torch.__version__, "transformers": transformers.__version__, "onnx": onnx.__version__,
+        "onnxruntime": onnxruntime.__version__, "commit": commit,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
+        "rows_in_registries": len(all_rows), "rows_scored": len(results),
+        "partial": len(results) < len(all_rows), "sources_missing": missing,
+    }  # fmt: skip
+
+
+def _merge(previous: Path, results: list[dict[str, Any]], known: set[str]) -> list[dict[str, Any]]:
+    """This run's rows, plus the earlier ones (still in the registries) it did not redo."""
+    if not previous.exists():
+        return results
+    mine = {r["name"] for r in results}
+    old = [
+        r
+        for r in json.loads(previous.read_text())["rows"]
+        if r["name"] not in mine and r["name"] in known
+    ]
+    order = {name: i for i, name in enumerate(sorted(known))}
+    return sorted([*old, *results], key=lambda r: order[r["name"]])
+
+
+def _split(values: Sequence[str] | None) -> list[str] | None:
+    return [v.strip() for item in values for v in item.split(",") if v.strip()] if values else None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--limit", type=int, help="at most this many rows, the kinds in turn")
+    parser.add_argument(
+        "--kinds", action="append", help=f"kinds, comma-separated: {', '.join(KINDS)}"
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        help="rows by name (bert.base, gpt2.causal-lm-kv), comma-separated",
+    )
+    parser.add_argument(
+        "--exporter", action="append", choices=EXPORTERS, help="exporter(s) (default both)"
+    )
+    parser.add_argument(
+        "--batch",
+        action="append",
+        type=int,
+        choices=BATCHES,
+        help="traced batch(es) (default 2 and 1)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=240.0,
+        help="seconds for one symbolize run (a row gets 3x that per case)",
+    )
+    parser.add_argument(
+        "--memory-gb", type=float, default=8.0, help="address-space cap of a worker"
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=RESULTS,
+        help=f"results (default {RESULTS.relative_to(REPO)}; merged)",
+    )
+    parser.add_argument(
+        "--readme", action="store_true", help="only rewrite the README table from --json"
+    )
+    parser.add_argument("--list", action="store_true", help="print the rows per kind and exit")
+    return parser
+
+
+def score_rows(
+    rows: Sequence[Row],
+    exporters: Sequence[str],
+    batches: Sequence[int],
+    *,
+    timeout: float,
+    memory_gb: float,
+    save: Callable[[list[dict[str, Any]]], Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Every row in its worker, one after another, with a line per row on stderr; ``save`` gets
+    the results so far after each row (an interrupted sweep keeps what it scored)."""
+    results: list[dict[str, Any]] = []
+    for i, row in enumerate(rows, 1):
+        result = score_row(row, exporters, batches, timeout=timeout, memory_gb=memory_gb)
+        statuses = [
+            c["symbolize"]["status"] if "symbolize" in c else c["static"]["status"]
+            for c in result["cases"]
+        ]
+        what = ", ".join(statuses) if result["build"] == "ok" else f"not built: {result['build']}"
+        print(
+            f"[{i}/{len(rows)}] {row.name} ({row.kind}) {result['seconds']:.0f}s: {what[:160]}",
+            file=sys.stderr,
+            flush=True,
+        )
+        results.append(result)
+        if save:
+            save(results)
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.readme:
+        update_readme(table(json.loads(args.json.read_text())))
+        print(f"README table written from {args.json}")
+        return 0
+    all_rows, missing = enumerate_rows()
+    kinds = _split(args.kinds)
+    unknown = sorted(set(kinds or ()) - set(KINDS))
+    if unknown:
+        _parser().error(f"unknown kind(s) {unknown}; known: {', '.join(KINDS)}")
+    only = _split(args.only)
+    strangers = sorted(set(only or ()) - {r.name for r in all_rows})
+    if strangers:
+        _parser().error(f"no row named {strangers}; see --list, names are like bert.base")
+    rows = select(all_rows, kinds=kinds, only=only, limit=args.limit)
+    if args.list:
+        for kind in KINDS:
+            print(f"{kind:16} {sum(r.kind == kind for r in all_rows)}")
+        if args.only or args.kinds or args.limit:
+            print("\n".join(f"  {r.name} ({r.kind})" for r in rows))
+        print(
+            f"{'all':16} {len(all_rows)}"
+            + "".join(f"; {k} not importable: {v}" for k, v in missing.items())
+        )
+        return 0
+    start = time.perf_counter()
+
+    def save(results: list[dict[str, Any]]) -> dict[str, Any]:
+        merged = _merge(args.json, results, {r.name for r in all_rows})
+        meta = _meta(all_rows, missing, merged)
+        data = {
+            "meta": {**meta, "seconds_this_run": round(time.perf_counter() - start)},
+            "rows": merged,
+        }
+        tmp = args.json.with_name(args.json.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        tmp.replace(args.json)
+        return data
+
+    exporters, batches = args.exporter or EXPORTERS, args.batch or BATCHES
+    kwargs = {"timeout": args.timeout, "memory_gb": args.memory_gb, "save": save}
+    results = score_rows(rows, exporters, batches, **kwargs)
+    data = save(results)
+    print(table(data))
+    for line in problems(data):
+        print(line)
+    print(
+        f"{len(results)} rows in {time.perf_counter() - start:.0f} s; written: {args.json}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,608 @@
+"""The sweep's rows: every registry entry that can be built tiny, as a corpus ``Architecture``.
+
+Rows come from the registries, never from a hand list:
+
+- ``transformers``: every model type of ``MODEL_MAPPING_NAMES`` as its base model; every type of
+  ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` also as a causal LM, and as a causal LM over a flat KV
+  cache (``*.causal-lm-kv``; a type whose cache is not a flat list of 2 key/value layers is
+  listed with why). The config is ``AutoConfig.for_model(type)`` shrunk by :func:`shrink`;
+  encoder-decoders get their decoder inputs.
+- ``torchvision``: every name of ``torchvision.models.list_models()`` (weights=None), at the
+  smallest square input it accepts.
+
+A row's kind (the table's grouping) comes from the registries too (:func:`transformers_kind`).
+:func:`architecture` turns a row into a ``tests/corpus`` ``Architecture`` by probing the built
+model in torch eager: which inputs it takes, whether its sequence/resolution may vary, and the
+shapes of its outputs at several sizes (an axis that follows a symbol gets that symbol).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from corpus.architectures import (  # noqa: E402
+    KV_LAYERS,
+    TEXT_CHECKS,
+    TEXT_TRACED,
+    VOCAB,
+    Architecture,
+    InputSpec,
+    OutputSpec,
+    _cached,
+    _cached_wrapper,
+)
+
+__all__ = ["KINDS", "Row", "BuildError", "architecture", "enumerate_rows", "shrink"]
+
+#: The table's kinds, in table order.
+KINDS = (
+    "encoder",
+    "decoder",
+    "decoder-kv",
+    "encoder-decoder",
+    "vision",
+    "segmentation",
+    "video",
+    "audio",
+    "optical-flow",
+    "detection",
+)
+
+
+class BuildError(Exception):
+    """The row cannot be built tiny or fed generically (a fact for the list, not scored)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One registry entry as the sweep builds it: ``bert.base``, ``gpt2.causal-lm-kv``, ..."""
+
+    source: str
+    model: str
+    head: str
+    kind: str
+    cls: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}.{self.head}"
+
+
+# --------------------------------------------------------------------------------------------
+# enumerating the registries
+
+
+def transformers_kind(model_type: str) -> str:
+    """The table kind of a transformers model type, read from the task registries."""
+    from transformers.models.auto import modeling_auto as m
+
+    def within(*names: str) -> bool:
+        return any(model_type in getattr(m, f"MODEL_FOR_{n}_MAPPING_NAMES", {}) for n in names)
+
+    if within("VIDEO_CLASSIFICATION"):
+        return "video"
+    if within("SEMANTIC_SEGMENTATION", "UNIVERSAL_SEGMENTATION", "INSTANCE_SEGMENTATION"):
+        return "segmentation"
+    if within("CTC", "AUDIO_CLASSIFICATION", "SPEECH_SEQ_2_SEQ", "AUDIO_XVECTOR"):
+        return "audio"
+    if within("SEQ_TO_SEQ_CAUSAL_LM"):
+        return "encoder-decoder"
+    if within("IMAGE", "IMAGE_CLASSIFICATION", "OBJECT_DETECTION"):
+        return "vision"
+    if within("CAUSAL_LM") and not within("MASKED_LM"):
+        return "decoder"
+    return "encoder"
+
+
+def _transformers_rows() -> Iterator[Row]:
+    from transformers.models.auto import modeling_auto as m
+
+    lms = m.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    for model_type, cls in m.MODEL_MAPPING_NAMES.items():
+        if not isinstance(cls, str):  # a type with several base classes: the first
+            cls = cls[0]
+        yield Row("transformers", model_type, "base", transformers_kind(model_type), cls)
+        if model_type in lms:
+            lm = lms[model_type] if isinstance(lms[model_type], str) else lms[model_type][0]
+            yield Row("transformers", model_type, "causal-lm", "decoder", lm)
+            yield Row("transformers", model_type, "causal-lm-kv", "decoder-kv", lm)
+
+
+_TORCHVISION_KINDS = {
+    "segmentation": "segmentation",
+    "video": "video",
+    "optical_flow": "optical-flow",
+    "detection": "detection",
+    "quantization": "vision",
+}
+
+
+def _torchvision_rows() -> Iterator[Row]:
+    import torchvision.models as tvm
+
+    for name in tvm.list_models():
+        module = tvm.get_model_builder(name).__module__.split(".")
+        kind = next((_TORCHVISION_KINDS[p] for p in module if p in _TORCHVISION_KINDS), "vision")
+        yield Row("torchvision", name, "base", kind, name)
+
+
+def enumerate_rows() -> tuple[list[Row], dict[str, str]]:
+    """(every row of every registry that imports, {source: why it is missing})."""
+    rows: list[Row] = []
+    missing: dict[str, str] = {}
+    for source, rows_of in (
+        ("transformers", _transformers_rows),
+        ("torchvision", _torchvision_rows),
+    ):
+        try:
+            rows.extend(rows_of())
+        except Exception as exc:  # a registry that does not import is a fact for the report
+            missing[source] = (
+                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            )
+    return rows, missing
+
+
+# --------------------------------------------------------------------------------------------
+# shrinking a config
+
+HIDDEN, HEADS, KV_HEADS, FFN, LAYERS, IMAGE, PATCH, POSITIONS = 32, 4, 2, 64, 2, 32, 8, 512
+_SIZES: dict[str, int] = {
+    **dict.fromkeys(("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "word_embed_proj_dim"), HIDDEN),
+    **dict.fromkeys(("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "decoder_attention_heads"), HEADS),
+    **dict.fromkeys(("head_dim", "d_kv", "attention_head_dim"), HIDDEN // HEADS),
+    **dict.fromkeys(("intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff", "n_inner", "hidden_dim"), FFN),
+    **dict.fromkeys(("moe_intermediate_size", "shared_expert_intermediate_size"), FFN // 2),
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "n_layers", "encoder_layers", "decoder_layers", "num_decoder_layers"), LAYERS),
+    **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts"), 4),
+    "num_experts_per_tok": 2,
+    "embedding_size": HIDDEN,  # 16 would make 512x16 position tables the dynamo exporter folds
+    "num_conv_pos_embeddings": 16,
+    "num_conv_pos_embedding_groups": 4,
+    "num_mel_bins": 16,
+}  # fmt: skip
+_CAPS = {"vocab_size": VOCAB, **dict.fromkeys(
+    ("max_position_embeddings", "n_positions", "max_source_positions", "max_target_positions"), POSITIONS
+)}  # fmt: skip
+_TOKEN_IDS = re.compile(r"^(pad|bos|eos|unk|sep|cls|mask|decoder_start)_token_id$")
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+
+
+def _shrink_value(key: str, value: Any) -> Any:
+    if isinstance(value, dict):  # a sub-config (id2label and friends are not)
+        return shrink(value) if "model_type" in value else value
+    if isinstance(value, bool) or value is None:
+        return value
+    if key in _SIZES and isinstance(value, int):
+        return _SIZES[key]
+    if key in _CAPS and isinstance(value, int):
+        return min(value, _CAPS[key])
+    if _TOKEN_IDS.match(key):
+        ids = value if isinstance(value, list) else [value]
+        small = [i if not isinstance(i, int) or i < VOCAB else 1 + n for n, i in enumerate(ids)]
+        return small if isinstance(value, list) else small[0]
+    if key in ("image_size", "patch_size", "tubelet_size", "num_frames") and isinstance(value, int):
+        return {"image_size": IMAGE, "patch_size": PATCH, "tubelet_size": 2, "num_frames": 4}[key]
+    if key in ("hidden_sizes", "embed_dims", "neck_hidden_sizes") and isinstance(value, list):
+        return [max(8, int(v) // 16 // 8 * 8 or 8) for v in value]
+    if key in ("out_features", "out_indices"):  # backbone stages named by the old depth
+        return None
+    if key in ("depths", "num_heads") and isinstance(value, list):
+        return [1 if key == "depths" else 2 for _ in value]
+    if key == "conv_dim" and isinstance(value, list | tuple):
+        return [16 for _ in value]
+    return value
+
+
+def shrink(config: dict[str, Any]) -> dict[str, Any]:
+    """A config dict made tiny: whatever of hidden size, layers, heads, intermediate size,
+    vocabulary (and the token ids inside it), positions, image and patch size, stage widths and
+    depths, audio conv stacks it has (sub-configs too: text, vision, audio, encoder, decoder).
+    Per-layer lists as long as the old layer count are cut to the new one."""
+    out = {k: _shrink_value(k, v) for k, v in config.items()}
+    heads = config.get("num_attention_heads")
+    kv = config.get("num_key_value_heads")
+    if isinstance(kv, int) and not isinstance(kv, bool):
+        out["num_key_value_heads"] = HEADS if kv == heads else KV_HEADS
+    layers = next((config[k] for k in _LAYER_KEYS if isinstance(config.get(k), int)), None)
+    for key, value in config.items():
+        if isinstance(value, list) and layers and len(value) == layers and key not in ("depths",):
+            out[key] = value[:LAYERS]
+    if (
+        "attn_implementation" in config
+        or "_attn_implementation" in config
+        or "model_type" in config
+    ):
+        out["attn_implementation"] = "eager"
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# building a row
+
+
+def _config(row: Row, use_cache: bool) -> Any:
+    from transformers import AutoConfig
+
+    try:
+        base = AutoConfig.for_model(row.model)
+    except Exception as exc:
+        raise BuildError(f"AutoConfig.for_model: {_first_line(exc)}") from None
+    small = shrink(base.to_dict())
+    small["use_cache"] = use_cache
+    try:
+        return type(base).from_dict(small)
+    except Exception as exc:
+        raise BuildError(f"shrunk config: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]
+
+
+def row_key(row: Row) -> str:
+    """A hash of what builds the row: its config, class and the library versions (the harness's
+    own fingerprint adds the builder's source and the signature)."""
+    import torch
+    import transformers
+
+    parts = [row, torch.__version__, transformers.__version__]
+    if row.source == "transformers":
+        parts.append(
+            json.dumps(
+                _config(row, row.head == "causal-lm-kv").to_dict(), sort_keys=True, default=str
+            )
+        )
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:10]
+
+
+def _transformers_module(row: Row) -> Any:
+    import transformers
+
+    cls = getattr(transformers, row.cls, None)
+    if cls is None:
+        raise BuildError(f"transformers has no class {row.cls}")
+    config = _config(row, use_cache=row.head == "causal-lm-kv")
+    try:
+        return cls(config)
+    except Exception as exc:
+        raise BuildError(f"{row.cls}(config): {_first_line(exc)}") from None
+
+
+def _flat_outputs(out: Any) -> list[tuple[str, Any]]:
+    """(name, tensor) of every tensor a model returned, in order (tuples flattened)."""
+    import torch
+
+    items = (
+        out.items()
+        if hasattr(out, "items")
+        else enumerate(out if isinstance(out, tuple) else (out,))
+    )
+    flat: list[tuple[str, Any]] = []
+    for key, value in items:
+        if isinstance(value, torch.Tensor):
+            flat.append((str(key), value))
+        elif isinstance(value, tuple | list):
+            flat.extend(
+                (f"{key}_{i}", v) for i, v in enumerate(value) if isinstance(v, torch.Tensor)
+            )
+    return flat
+
+
+def _named_wrapper(model: Any, input_names: list[str]) -> Any:
+    """``model`` as plain tensors in (named: its ``forward`` signature lists ``input_names``, so
+    dynamo's ``dynamic_shapes`` match them one to one) and a flat tuple of tensors out."""
+    import torch
+
+    class Flat(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args: Any) -> tuple[Any, ...]:
+            out = self.model(**dict(zip(input_names, args, strict=True)))
+            return tuple(t for _, t in _flat_outputs(out))
+
+    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in input_names]
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    Flat.forward.__signature__ = inspect.Signature([self_param, *params])  # type: ignore[attr-defined]  # read by torch.export
+    return Flat()
+
+
+@dataclass(frozen=True)
+class _Feed:
+    """How a row is fed: input specs, traced sizes, check sizes."""
+
+    inputs: tuple[InputSpec, ...]
+    traced: tuple[dict[str, int], ...]
+    checks: tuple[dict[str, int], ...]
+
+
+_B = ({"batch": 1}, {"batch": 2})
+_B_CHECKS = ({"batch": 3}, {"batch": 5})
+
+
+def _with(sizes: tuple[dict[str, int], ...], **extra: int) -> tuple[dict[str, int], ...]:
+    return tuple({**s, **extra} for s in sizes)
+
+
+def _text_feeds(params: list[str], config: Any) -> list[_Feed]:
+    vocab = min(getattr(config, "vocab_size", None) or VOCAB, VOCAB)
+    ids = InputSpec("input_ids", ("batch", "seq"), "ids", high=vocab, low=min(3, vocab - 1))
+    inputs = [ids]
+    if "attention_mask" in params:
+        inputs.append(InputSpec("attention_mask", ("batch", "seq"), "mask"))
+    if "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
+        inputs.append(InputSpec("decoder_input_ids", ("batch", "tgt"), "ids", high=vocab))
+        checks = (
+            {"batch": 3, "seq": 5, "tgt": 7},
+            {"batch": 2, "seq": 13, "tgt": 4},
+            {"batch": 1, "seq": 16, "tgt": 16},
+        )
+        return [_Feed(tuple(inputs), _with(TEXT_TRACED, tgt=8), checks)]
+    return [_Feed(tuple(inputs), TEXT_TRACED, TEXT_CHECKS)]
+
+
+def _image_feeds(config: Any, video: bool) -> list[_Feed]:
+    """Square images of the config's size, else the smallest of 64, 128, 224 the model takes;
+    at each, height and width free first (checked at other sides and aspect ratios)."""
+    channels = getattr(config, "num_channels", 3) or 3
+    configured = getattr(config, "image_size", IMAGE)
+    configured = configured if isinstance(configured, int) else IMAGE
+    lead: tuple[Any, ...] = (
+        ("batch", getattr(config, "num_frames", 4), channels) if video else ("batch", channels)
+    )
+    feeds = []
+    for side in dict.fromkeys((configured, 64, 128, 224)):
+        free = InputSpec("pixel_values", (*lead, "height", "width"))
+        fixed = InputSpec("pixel_values", (*lead, side, side))
+        checks = (
+            {"batch": 3, "height": side, "width": side},
+            {"batch": 2, "height": side + side // 2, "width": 2 * side},
+            {"batch": 1, "height": 2 * side, "width": side + side // 4},
+        )
+        feeds.append(_Feed((free,), _with(_B, height=side, width=side), checks))
+        feeds.append(_Feed((fixed,), _B, (*_B_CHECKS, {"batch": 4})))
+    return feeds
+
+
+def _audio_feeds(first: str, config: Any, params: list[str]) -> list[_Feed]:
+    decoder = "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False)
+    extra = (
+        (
+            InputSpec(
+                "decoder_input_ids",
+                ("batch", "tgt"),
+                "ids",
+                high=min(getattr(config, "vocab_size", VOCAB), VOCAB),
+            ),
+        )
+        if decoder
+        else ()
+    )
+    tgt = {"tgt": 4} if decoder else {}
+    if first == "input_values":
+        free = (InputSpec("input_values", ("batch", "samples")), *extra)
+        checks = (
+            {"batch": 3, "samples": 1200, **tgt},
+            {"batch": 2, "samples": 2000, **tgt},
+            {"batch": 1, "samples": 3200, **tgt},
+        )
+        fixed = (InputSpec("input_values", ("batch", 1600)), *extra)
+        return [
+            _Feed(free, _with(_B, samples=1600, **tgt), checks),
+            _Feed(fixed, _with(_B, **tgt), _with((*_B_CHECKS, {"batch": 4}), **tgt)),
+        ]
+    mels = getattr(config, "num_mel_bins", None) or getattr(config, "feature_size", 16) or 16
+    frames = 2 * getattr(config, "max_source_positions", 32)
+    fixed = (InputSpec("input_features", ("batch", mels, frames)), *extra)
+    return [_Feed(fixed, _with(_B, **tgt), _with((*_B_CHECKS, {"batch": 4}), **tgt))]
+
+
+def _feeds(row: Row, model: Any) -> list[_Feed]:
+    """The ways to feed ``model``, most dynamic first (sequence / resolution / samples free)."""
+    params = [p for p in inspect.signature(model.forward).parameters if p not in ("self", "kwargs")]
+    first = params[0] if params else ""
+    if first == "input_ids":
+        return _text_feeds(params, model.config)
+    if first == "pixel_values" or (first == "pixel_values_videos"):
+        return _image_feeds(
+            model.config, video=row.kind == "video" or hasattr(model.config, "num_frames")
+        )
+    if first in ("input_values", "input_features"):
+        return _audio_feeds(first, model.config, params)
+    raise BuildError(f"first input {first!r} is not one the sweep feeds generically")
+
+
+def _symbols(feed: _Feed) -> list[str]:
+    return [d for spec in feed.inputs for d in spec.shape if isinstance(d, str)]
+
+
+def _templates(
+    names: list[str], shapes: list[list[tuple[int, ...]]], sizes: list[dict[str, int]]
+) -> tuple[OutputSpec, ...]:
+    """Each output axis as the symbol whose size it follows at every size, else fixed or new."""
+    specs = []
+    for i, name in enumerate(names):
+        dims: list[int | str] = []
+        for axis in range(len(shapes[0][i])):
+            seen = [s[i][axis] for s in shapes]
+            follows = [
+                k for k in sizes[0] if all(sz[k] == v for sz, v in zip(sizes, seen, strict=True))
+            ]
+            dims.append(
+                follows[0] if follows else seen[0] if len(set(seen)) == 1 else f"{name}_{axis}"
+            )
+        specs.append(OutputSpec(name, tuple(dims)))
+    return tuple(specs)
+
+
+def _outputs_at(
+    module: Any, arch: Architecture, sizes: dict[str, int]
+) -> list[tuple[str, tuple[int, ...]]]:
+    import torch
+
+    feeds = arch.make_inputs(sizes)
+    with torch.no_grad():
+        out = module.model(**{k: torch.from_numpy(v) for k, v in feeds.items()})
+    return [(n, tuple(t.shape)) for n, t in _flat_outputs(out)]
+
+
+def _probe(arch: Architecture, module: Any) -> tuple[OutputSpec, ...]:
+    """Run ``module`` in eager at the traced batch 2 and at every check size; name output axes."""
+    sizes = [dict(arch.traced[-1]), *map(dict, arch.checks)]
+    runs = [_outputs_at(module, arch, s) for s in sizes]
+    names = [n for n, _ in runs[0]]
+    if not names:
+        raise BuildError("the model returns no tensor")
+    if any(
+        [n for n, _ in r] != names or [len(s) for _, s in r] != [len(s) for _, s in runs[0]]
+        for r in runs
+    ):
+        raise BuildError("the model returns different outputs at different sizes")
+    return _templates(names, [[s for _, s in r] for r in runs], sizes)
+
+
+def _transformers_architecture(row: Row, name: str) -> Architecture:
+    model = _transformers_module(row)
+    why = "no way to feed it"
+    for feed in _feeds(row, model):
+        input_names = [i.name for i in feed.inputs]
+
+        def builder(names: list[str] = input_names) -> Any:
+            return _named_wrapper(_transformers_module(row), names)
+
+        arch = Architecture(name, row.kind, builder, feed.inputs, (), feed.traced, feed.checks)
+        try:
+            outputs = _probe(arch, arch.build())
+        except BuildError:
+            raise
+        except Exception as exc:  # torch eager refuses this feed: try the next, less dynamic one
+            why = f"torch eager at {dict(feed.traced[-1])}: {_first_line(exc)}"
+            continue
+        return Architecture(name, row.kind, builder, feed.inputs, outputs, feed.traced, feed.checks)
+    raise BuildError(why)
+
+
+def _kv_architecture(row: Row, name: str) -> Architecture:
+    """A causal LM over a flat cache of ``KV_LAYERS`` layers (the corpus's ``*_kv`` wrapper)."""
+    import torch
+
+    model = _transformers_module(row).eval()
+    try:
+        with torch.no_grad():
+            out = model(input_ids=torch.full((2, 3), 3), use_cache=True)
+        layers = out.past_key_values.layers
+        keys = [layer.keys for layer in layers]
+    except Exception as exc:
+        raise BuildError(f"no flat KV cache: {_first_line(exc)}") from None
+    if len(keys) != KV_LAYERS or any(k is None or k.dim() != 4 for k in keys):
+        raise BuildError(f"cache is not {KV_LAYERS} layers of [batch, heads, past, head_dim] keys")
+    if out.logits.shape[-1] != VOCAB:
+        raise BuildError(f"logits over {out.logits.shape[-1]} tokens, not the shrunk {VOCAB}")
+    _, kv_heads, _, head_dim = keys[0].shape
+    arch = _cached(
+        name, row.kind, lambda: _cached_wrapper(_transformers_module(row)), kv_heads, head_dim
+    )
+    module = arch.build()
+    feeds = arch.make_inputs(arch.traced[-1])
+    try:
+        with torch.no_grad():
+            module(*(torch.from_numpy(v) for v in feeds.values()))
+    except Exception as exc:
+        raise BuildError(f"torch eager over the flat cache: {_first_line(exc)}") from None
+    return arch
+
+
+# --------------------------------------------------------------------------------------------
+# torchvision: the smallest square input each model accepts
+
+_SIDES = (32, 64, 96, 128, 160, 224, 299, 320, 520)
+
+
+def _torchvision_module(row: Row) -> Any:
+    import torch
+    import torchvision.models as tvm
+
+    model = tvm.get_model(row.model, weights=None)
+    if row.kind != "detection":
+        return model
+
+    class Detections(torch.nn.Module):  # a batch in, every image's tensors out, flat
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, x: Any) -> tuple[Any, ...]:
+            found = self.model(list(x.unbind(0)))
+            return tuple(t for image in found for t in image.values())
+
+    return Detections()
+
+
+def _torchvision_inputs(row: Row, side: int | str) -> tuple[InputSpec, ...]:
+    if row.kind == "video":
+        return (InputSpec("x", ("batch", 3, 4, side, side)),)
+    if row.kind == "optical-flow":
+        return (
+            InputSpec("image1", ("batch", 3, side, side)),
+            InputSpec("image2", ("batch", 3, side, side)),
+        )
+    return (InputSpec("x", ("batch", 3, side, side)),)
+
+
+def _torchvision_architecture(row: Row, name: str) -> Architecture:
+    import torch
+
+    why = ""
+    for side in _SIDES:
+        inputs = _torchvision_inputs(row, side)
+        arch = Architecture(
+            name,
+            row.kind,
+            lambda: _torchvision_module(row),
+            inputs,
+            (),
+            _B,
+            (*_B_CHECKS, {"batch": 4}),
+        )
+        module = arch.build()
+        try:
+            runs = []
+            for sizes in [dict(arch.traced[-1]), *map(dict, arch.checks)]:
+                with torch.no_grad():
+                    out = module(*(torch.from_numpy(v) for v in arch.make_inputs(sizes).values()))
+                runs.append([tuple(t.shape) for _, t in _flat_outputs(out)])
+        except Exception as exc:
+            why = f"torch eager at {side}x{side}: {_first_line(exc)}"
+            continue
+        names = [f"out_{i}" for i in range(len(runs[0]))]
+        outputs = _templates(names, runs, [dict(arch.traced[-1]), *map(dict, arch.checks)])
+        return Architecture(name, row.kind, arch.builder, inputs, outputs, _B, arch.checks)
+    raise BuildError(why or "no input size accepted")
+
+
+def architecture(row: Row, name: str) -> Architecture:
+    """The row as a corpus ``Architecture`` named ``name``, probed in torch eager.
+
+    Raises :class:`BuildError` when the row cannot be built tiny or fed generically."""
+    if row.source == "torchvision":
+        return _torchvision_architecture(row, name)
+    if row.head == "causal-lm-kv":
+        return _kv_architecture(row, name)
+    return _transformers_architecture(row, name)
+
+
+BuilderFor = Callable[[Row, str], Architecture]
