@@ -228,6 +228,68 @@ def test_one_model_cpu_against_cpu_has_no_diverging_node() -> None:
     assert found.provider == found.reference_provider == "CPU (asked for)"
 
 
+def test_validate_against_provider_localizes_and_says_which_ran_each_side(
+    tmp_path: Path, asked: dict[str, set[str]]
+) -> None:
+    a, b = _two_tiny(tmp_path)
+    report = tmp_path / "v.json"
+    result = runner.invoke(
+        app,
+        ["validate", str(a), "--against", str(b), "--provider", "auto", "--against-provider", "cpu",
+         "--localize", "--report", str(report)],
+        env={"COLUMNS": "200"},
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "first diverging node on case random_0: Mul '(unnamed, node 1)' (node 1)" in result.output
+    assert result.output.count("; reference on CPU (asked for)") == 1  # the report's runtime line
+    assert asked == {"model_a": {"auto"}, "model_b": {"cpu"}}
+    written = json.loads(report.read_text())
+    assert written["provider"].endswith("; reference on CPU (asked for)")
+    assert written["localized"]["reference_provider"] == "CPU (asked for)"
+
+
+def test_validate_same_model_cpu_against_cpu_passes(tmp_path: Path) -> None:
+    a, _ = _two_tiny(tmp_path)
+    result = runner.invoke(
+        app, ["validate", str(a), "--against", str(a), "--provider", "cpu", "--against-provider", "cpu", "--localize"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "runtime: CPU (asked for)" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--against-provider", "cpu", "--ref", str(ALEXNET / "torchscript")],
+         "error: --against-provider is for --against OTHER.onnx: the provider that model runs on"),
+        (["--against", "A", "--against-provider", "xpu"],
+         "error: --against-provider: provider 'xpu' is not one of auto, cuda, cpu"),
+    ],
+)  # fmt: skip
+def test_against_provider_refusals(tmp_path: Path, args: list[str], message: str) -> None:
+    a, _ = _two_tiny(tmp_path)
+    args = [str(a) if x == "A" else x for x in args]
+    result = runner.invoke(app, ["validate", str(a), *args], env={"COLUMNS": "200"})
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [message]
+
+
+@pytest.mark.skipif(cuda_loads, reason="CUDA loads on this machine")
+@pytest.mark.parametrize(
+    ("option", "other"), [("--provider", "--against-provider"), ("--against-provider", "--provider")]
+)
+def test_cuda_side_fails_cleanly_without_cuda(tmp_path: Path, option: str, other: str) -> None:
+    a, _ = _two_tiny(tmp_path)
+    result = runner.invoke(
+        app, ["validate", str(a), "--against", str(a), option, "cuda", other, "cpu", "--localize"],
+        env={"COLUMNS": "400"},
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"error: {option} cuda: CUDA cannot load here (")
+    assert line.endswith(f"or use {option} cpu")
+
+
 @pytest.mark.skipif(not cuda_loads, reason="no CUDA here")
 def test_cuda_against_cpu_agrees_or_names_a_node() -> None:
     fixture = ALEXNET / "torchscript"
@@ -239,3 +301,11 @@ def test_cuda_against_cpu_agrees_or_names_a_node() -> None:
     assert found.reference_provider == "CPU (asked for)"
     if found:
         assert found.node in {n.name for n in onnx.load(model).graph.node}
+    result = runner.invoke(
+        app, ["validate", str(model), "--against", str(model), "--ref", str(fixture),
+              "--provider", "cuda", "--against-provider", "cpu", "--localize"],
+    )  # fmt: skip
+    assert result.exit_code in (0, 1), result.output
+    assert "reference on CPU (asked for)" in " ".join(result.output.split())
+    if result.exit_code == 1:
+        assert "diverging node" in result.output
