@@ -472,6 +472,15 @@ AgainstOpt = Annotated[
         rich_help_panel=_PANEL_VALIDATE,
     ),
 ]
+AgainstProviderOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--against-provider",
+        help="Provider for the --against model (cuda against cpu on the same file: where CUDA departs from CPU). "
+        "\\[default: --provider's]",
+        rich_help_panel=_PANEL_VALIDATE,
+    ),
+]
 ShapeOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -524,6 +533,7 @@ def validate_command(
     rtol: RtolOpt = DEFAULT_RTOL,
     tol: TolOpt = None,
     provider: ProviderOpt = "auto",
+    against_provider: AgainstProviderOpt = None,
     localize: LocalizeOpt = False,
     original: OriginalOpt = None,
     report: ValidateReportOpt = None,
@@ -546,7 +556,9 @@ def validate_command(
         )
         tolerances = dict(parse_tolerance_spec(t) for t in tol or [])
         shapes = dict(parse_shape_spec(s) for s in shape or [])
-        _check_validate_usage(ref, against, original, localize, random=bool(shapes or seed or cases != 1))
+        _check_validate_usage(
+            ref, against, original, localize, random=bool(shapes or seed or cases != 1), against_provider=against_provider
+        )
         inputs = {"feeds_or_cases": ref, "shapes": shapes, "seed": seed, "cases": cases}
         within: dict[str, Any] = {"provider": provider, "atol": atol, "rtol": rtol}
         if against is None:
@@ -557,6 +569,7 @@ def validate_command(
                     histograms=report is not None,
                 )  # fmt: skip
         else:
+            within["reference_provider"] = against_provider
             result = onnxsurgery.compare_models(
                 model, against, **inputs, **within, tolerances=tolerances, histograms=report is not None
             )
@@ -584,9 +597,12 @@ def _as_stage(where: str, progress: Callable[..., None] | None) -> Callable[...,
 
 
 def _check_validate_usage(
-    ref: Path | None, against: Path | None, original: Path | None, localize: bool, *, random: bool
-) -> None:
+    ref: Path | None, against: Path | None, original: Path | None, localize: bool, *, random: bool,
+    against_provider: str | None = None,
+) -> None:  # fmt: skip
     """Refuse option combinations validate cannot act on; ``random``: --shape, --seed or --cases given."""
+    if against_provider is not None and against is None:
+        raise UsageError("--against-provider is for --against OTHER.onnx: the provider that model runs on")
     if original is not None and (against is not None or not localize):
         raise UsageError("--original is for --ref with --localize (with --against, that model is the reference)")
     if localize and against is None and original is None:

@@ -48,13 +48,15 @@ def localize_failure(
     failing: Iterable[str],
     *,
     provider: str | ProviderChoice = "auto",
+    reference_provider: str | ProviderChoice | None = None,
     atol: float = DEFAULT_ATOL,
     rtol: float = DEFAULT_RTOL,
     fallback: bool = True,
 ) -> Localization:
     """:func:`~onnxsurgery.divergence.search.localize` ``model`` against ``original`` on the
     first of the ``failing`` case names the original takes, else (with ``fallback``) on the
-    first case it takes. Never raises for the user's data: what kept it from localizing is the
+    first case it takes; ``provider`` runs ``model``, ``reference_provider`` (None: the same)
+    runs ``original``. Never raises for the user's data: what kept it from localizing is the
     result's ``reason``."""
     failing = list(failing)
     try:
@@ -79,7 +81,10 @@ def localize_failure(
             return Localization(_label(model), _label(original), None, reason=(
                 f"the original model takes none of the {which} inputs (a static export takes "
                 "its traced size only)"))  # fmt: skip
-        found = localize(model, original, case.inputs, provider=provider, atol=atol, rtol=rtol, case=case.name)
+        found = localize(
+            model, original, case.inputs, provider=provider, reference_provider=reference_provider,
+            atol=atol, rtol=rtol, case=case.name,
+        )  # fmt: skip
     except OnnxSurgeryError as exc:
         return Localization(_label(model), _label(original), None, reason=str(exc))
     except Exception as exc:  # noqa: BLE001 - localizing adds to a failure; it must not hide it
@@ -104,6 +109,7 @@ def localize_references(
     report: Any,
     *,
     provider: str | ProviderChoice = "auto",
+    reference_provider: str | ProviderChoice | None = None,
     atol: float = DEFAULT_ATOL,
     rtol: float = DEFAULT_RTOL,
 ) -> Localization:
@@ -111,7 +117,10 @@ def localize_references(
     ``report`` of ``model`` localized against ``original`` on the reference cases' inputs."""
     specs = model_inputs(onnx.load(os.fspath(model), load_external_data=False))
     cases = bind_cases(load_cases(references), [s.name for s in specs if not s.optional], None)
-    return localize_failure(model, original, cases, _failing(report), provider=provider, atol=atol, rtol=rtol)
+    return localize_failure(
+        model, original, cases, _failing(report), provider=provider, reference_provider=reference_provider,
+        atol=atol, rtol=rtol,
+    )  # fmt: skip
 
 
 def localize_comparison(
@@ -124,6 +133,7 @@ def localize_comparison(
     seed: int = 0,
     cases: int = 1,
     provider: str | ProviderChoice = "auto",
+    reference_provider: str | ProviderChoice | None = None,
     atol: float = DEFAULT_ATOL,
     rtol: float = DEFAULT_RTOL,
 ) -> Localization:
@@ -133,7 +143,10 @@ def localize_comparison(
     specs_a = model_inputs(onnx.load(os.fspath(model), load_external_data=False))
     specs_b = model_inputs(onnx.load(os.fspath(against), load_external_data=False))
     inputs = comparison_inputs(specs_a, specs_b, feeds_or_cases, dict(shapes or {}), seed, cases)
-    return localize_failure(model, against, inputs, _failing(report), provider=provider, atol=atol, rtol=rtol)
+    return localize_failure(
+        model, against, inputs, _failing(report), provider=provider, reference_provider=reference_provider,
+        atol=atol, rtol=rtol,
+    )  # fmt: skip
 
 
 def localize_validation(
@@ -147,6 +160,7 @@ def localize_validation(
     seed: int = 0,
     cases: int = 1,
     provider: str | ProviderChoice = "auto",
+    reference_provider: str | ProviderChoice | None = None,
     atol: float = DEFAULT_ATOL,
     rtol: float = DEFAULT_RTOL,
 ) -> LocalizedFailure:
@@ -156,14 +170,15 @@ def localize_validation(
     if against is not None:
         found = localize_comparison(
             model, against, report, feeds_or_cases=feeds_or_cases, shapes=shapes, seed=seed,
-            cases=cases, provider=provider, atol=atol, rtol=rtol,
+            cases=cases, provider=provider, reference_provider=reference_provider, atol=atol, rtol=rtol,
         )  # fmt: skip
     else:
         if original is None or feeds_or_cases is None:
             raise UsageError("localizing against references needs the original model and the references")
         found = localize_references(
-            model, original, feeds_or_cases, report, provider=provider, atol=atol, rtol=rtol
-        )
+            model, original, feeds_or_cases, report, provider=provider,
+            reference_provider=reference_provider, atol=atol, rtol=rtol,
+        )  # fmt: skip
     return LocalizedFailure(report, found)
 
 
@@ -186,7 +201,7 @@ class LocalizedFailure:
     def view(self, verbose: bool = False) -> Group:
         from rich.console import Group
 
-        return Group(self.report.view(verbose), self.localized.view(verbose))
+        return Group(self.report.view(verbose), self.localized.view(verbose, runtime=False))
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.report.to_dict(), "localized": self.localized.to_dict()}

@@ -70,6 +70,10 @@ class Localization:
     #: ``{"name", "op", "inputs", "outputs"}`` (before: None where no node matched); what the
     #: HTML report draws
     neighbourhood: dict[str, Any] | None = None
+    #: which ONNX Runtime provider ran ``model`` and which ran ``reference``, and why (each
+    #: choice's note, ``"CPU (asked for)"``); None where nothing ran
+    provider: str | None = None
+    reference_provider: str | None = None
 
     def __bool__(self) -> bool:
         return self.found
@@ -106,6 +110,8 @@ class Localization:
             "notes": list(self.notes),
             "reason": self.reason,
             "neighbourhood": self.neighbourhood,
+            "provider": self.provider,
+            "reference_provider": self.reference_provider,
         }
 
     def to_json(self) -> str:
@@ -114,7 +120,9 @@ class Localization:
     def __rich__(self) -> Group:
         return self.view()
 
-    def view(self, verbose: bool = False) -> Group:
+    def view(self, verbose: bool = False, runtime: bool = True) -> Group:
+        """The headline and what it found; ``runtime``: with a line saying which provider ran
+        each side where they differ (False below a validation report that says so already)."""
         from rich.console import Group
         from rich.text import Text
 
@@ -143,4 +151,8 @@ class Localization:
                 )
             )
         parts.extend(Text(f"  {n}", style="dim") for n in self.notes)
+        if runtime and self.provider and self.reference_provider and self.reference_provider != self.provider:
+            from onnxsurgery.validation.against_model import sides_note
+
+            parts.append(Text(f"  runtime: {sides_note(self.provider, self.reference_provider)}", style="dim"))
         return Group(*parts)

@@ -29,12 +29,12 @@ from onnxsurgery.graphdiff.matching import Matching, constants_of, match_models
 from onnxsurgery.model.io import read_model_file
 from onnxsurgery.model.signature import CaseFailure, check_inputs, model_inputs
 from onnxsurgery.model.weights_on_disk import tensor_array
+from onnxsurgery.validation.against_model import provider_pair
 from onnxsurgery.validation.arrays import OutputComparison, compare_arrays
 from onnxsurgery.validation.runtime import (
     ProviderChoice,
     create_session,
     describe_ort_error,
-    resolve_provider,
     run_session,
     session_weights,
 )
@@ -60,6 +60,7 @@ def localize(
     feeds: Mapping[str, np.ndarray],
     *,
     provider: str | ProviderChoice = "auto",
+    reference_provider: str | ProviderChoice | None = None,
     atol: float = DEFAULT_ATOL,
     rtol: float = DEFAULT_RTOL,
     case: str | None = None,
@@ -70,19 +71,21 @@ def localize(
     ``reference`` on ``feeds`` (one set of inputs, fed to both). Tensors are matched by name,
     or by position where a pass renamed them (:mod:`onnxsurgery.graphdiff.matching`); those
     without a counterpart are listed, not compared. Floating tensors compare at ``atol`` /
-    ``rtol``, others exactly. ``case`` names the inputs in the result. Raises
+    ``rtol``, others exactly. ``case`` names the inputs in the result. ``provider`` runs
+    ``model``, ``reference_provider`` runs ``reference`` (None: the same choice): one model
+    against itself on ``"cuda"`` and ``"cpu"`` finds where CUDA departs from CPU. Raises
     ReferenceDataError when either model does not accept ``feeds``."""
+    choices = provider_pair(provider, reference_provider)
     a, label_a = _load(model)
     b, label_b = _load(reference)
-    choice = provider if isinstance(provider, ProviderChoice) else resolve_provider(provider)
     feeds_a = _fit(a, feeds, label_a or "the model")
     feeds_b = _fit(b, feeds, label_b or "the reference model")
     m = match_models(a, b)
-    result = Localization(label_a, label_b, case)
+    result = Localization(label_a, label_b, case, provider=choices[0].note, reference_provider=choices[1].note)
     order = [t for node in a.graph.node for t in node.output if t]
     result.unmatched = [t for t in order if t not in m.tensors]
     compared: dict[str, OutputComparison] = {}
-    runs = _Runs(a, b, feeds_a, feeds_b, choice)
+    runs = _Runs(a, b, feeds_a, feeds_b, choices)
     first = _search([t for t in order if t in m.tensors], m, runs, compared, (atol, rtol),
                     max_tensors, max_bytes)  # fmt: skip
     result.compared, result.batches = len(compared), runs.batches
@@ -101,10 +104,13 @@ def _fit(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], label: str) ->
 class _Runs:
     """Both models, run with chosen intermediate tensors exposed as outputs."""
 
-    def __init__(self, a: onnx.ModelProto, b: onnx.ModelProto, feeds_a: Any, feeds_b: Any, choice: ProviderChoice) -> None:
+    def __init__(
+        self, a: onnx.ModelProto, b: onnx.ModelProto, feeds_a: Any, feeds_b: Any,
+        choices: tuple[ProviderChoice, ProviderChoice],
+    ) -> None:  # fmt: skip
         self.models = (a, b)
         self.feeds = (feeds_a, feeds_b)
-        self.choice = choice
+        self.choices = choices
         self.shared: list[Any] = [{}, {}]
         self.batches = 0
 
@@ -112,7 +118,7 @@ class _Runs:
         model = self.models[side]
         with _exposed(model, names):
             try:
-                session = create_session(model, self.choice, spin=False, share_with=self.shared[side])
+                session = create_session(model, self.choices[side], spin=False, share_with=self.shared[side])
                 values = run_session(session, names, self.feeds[side])
             except Exception as exc:  # ORT refusing or failing: the user's model, said in one line
                 message, node = describe_ort_error(exc)

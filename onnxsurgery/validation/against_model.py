@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from onnxsurgery.errors import ReferenceDataError, UsageError
+from onnxsurgery.errors import ProviderError, ReferenceDataError, UsageError
 from onnxsurgery.model.signature import CaseFailure, InputSpec, check_inputs
 from onnxsurgery.validation.case_runner import Expected, ModelRunner, run_cases
 from onnxsurgery.validation.feeds import random_inputs
@@ -34,7 +34,8 @@ from onnxsurgery.validation.tolerances import (
     check_tolerances,
 )
 
-__all__ = ["compare_models", "comparison_inputs"]
+__all__ = ["compare_models", "comparison_inputs", "provider_pair", "sides_note"]
+
 
 def compare_models(
     model_a: onnx.ModelProto | str | os.PathLike,
@@ -50,6 +51,7 @@ def compare_models(
     seed: int = 0,
     cases: int = 1,
     provider: str | ProviderChoice = "auto",
+    reference_provider: str | ProviderChoice | None = None,
     atol: float = DEFAULT_ATOL,
     rtol: float = DEFAULT_RTOL,
     tolerances: Tolerances | None = None,
@@ -65,14 +67,18 @@ def compare_models(
     declaration, else it is an error), floats standard normal, integers in [0, 4), drawn from
     ``numpy.random.default_rng(seed)``. Where model a was merged by concat-outputs and b is the
     model before the merge, b's outputs are merged as a's layout record says before comparing.
+
+    ``provider`` runs model a; ``reference_provider`` runs model b (None: the same choice), so
+    one model compared with itself on CUDA and on CPU shows where the providers disagree. The
+    report's ``provider`` says which ran each side where they differ.
     """
     check_global_tolerances(atol, rtol)
     if not isinstance(cases, int) or isinstance(cases, bool) or cases < 1:
         raise UsageError(f"cases must be an integer >= 1, got {cases!r}")
-    choice = provider if isinstance(provider, ProviderChoice) else resolve_provider(provider)
+    choice, choice_b = provider_pair(provider, reference_provider)
     runner_a = ModelRunner(model_a, choice)
     runner_a.histograms = histograms
-    runner_b = ModelRunner(model_b, choice)
+    runner_b = ModelRunner(model_b, choice_b)
     label_b = runner_b.label if not isinstance(model_b, onnx.ModelProto) else "the other model"
     shapes = dict(shapes or {})
     unknown = [n for n in shapes if n not in {s.name for s in runner_a.specs}]
@@ -95,7 +101,32 @@ def compare_models(
                 raise CaseFailure(f"reference model {label_b}: {exc}", node=exc.node) from None
 
         runs.append((name, feeds, expected))
-    return run_cases(runner_a, runs, choice, atol, rtol, tols, label_b)
+    report = run_cases(runner_a, runs, choice, atol, rtol, tols, label_b)
+    report.provider = sides_note(choice.note, choice_b.note)
+    return report
+
+
+def provider_pair(
+    provider: str | ProviderChoice, reference_provider: str | ProviderChoice | None
+) -> tuple[ProviderChoice, ProviderChoice]:
+    """The providers a model and its reference model run on (``reference_provider`` None: the
+    model's). The reference side's errors name it as ``--against-provider``."""
+    choice = provider if isinstance(provider, ProviderChoice) else resolve_provider(provider)
+    if reference_provider is None:
+        return choice, choice
+    if isinstance(reference_provider, ProviderChoice):
+        return choice, reference_provider
+    try:
+        return choice, resolve_provider(reference_provider)
+    except ProviderError as exc:
+        raise ProviderError(str(exc).replace("--provider", "--against-provider")) from None
+    except UsageError as exc:
+        raise UsageError(f"--against-provider: {exc}") from None
+
+
+def sides_note(model: str, reference: str) -> str:
+    """Which provider ran each side, from their choices' notes: one note where they agree."""
+    return model if model == reference else f"model on {model}; reference on {reference}"
 
 
 def comparison_inputs(
