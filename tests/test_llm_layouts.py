@@ -23,8 +23,9 @@ from onnxsurgery.model.io import load_weights, read_model_file, save_model
 from onnxsurgery.model.tensors import on_disk
 from onnxsurgery.passes.fold_constants import held_weights as held_module
 from onnxsurgery.passes.fold_constants import onnxsim_child
+from onnxsurgery.validation import case_runner
 from onnxsurgery.validation.against_references import validate
-from onnxsurgery.validation.references import Case
+from onnxsurgery.validation.references import Case, save_case
 from onnxsurgery.validation.runtime import create_session, run_session
 
 #: Two weights of 16 KiB (fp32) and a bias under the external-data threshold.
@@ -252,3 +253,63 @@ def test_validate_by_path_reads_no_weight_in(tmp_path, monkeypatch):
     )
     assert validate(str(path), [case], provider="cpu")
     assert (read, loads) == ([], [])
+
+
+def _batch_cases(path: Path, folder: Path, batches: tuple[int, ...] = (2, 3)) -> Path:
+    """Reference cases for the model at ``path`` at each batch, its outputs as float64 math
+    gives them (what torch would have stored)."""
+    model = read_model_file(path).model
+    w1, w2, bias = (numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer)
+    rng = np.random.default_rng(3)
+    for k, batch in enumerate(batches):
+        x = rng.standard_normal((batch, 64)).astype(np.float32)
+        y = ((x.astype(np.float64) @ w1 + bias) @ w2).astype(np.float32)
+        save_case(Case(name=f"b{batch}", inputs={"x": x}, outputs={"y": y}), folder, index=k)
+    return folder
+
+
+def _sessions_built_by_validation(monkeypatch) -> list[object]:
+    """Every model validation's case runner builds a session for, from now on."""
+    built: list[object] = []
+    real = case_runner.create_session
+    monkeypatch.setattr(
+        case_runner, "create_session", lambda model, *a, **k: built.append(model) or real(model, *a, **k)
+    )
+    return built
+
+
+def _content(report) -> dict:
+    """A validation report's facts (cases, outputs, errors), without timings and notes."""
+    facts = {k: v for k, v in report.to_dict().items() if "seconds" not in k and k != "notes"}
+    for case in facts["cases"]:
+        case.pop("inference_seconds"), case.pop("compare_seconds")
+    return facts
+
+
+def test_validation_after_symbolize_runs_on_the_session_its_check_built(tmp_path, monkeypatch):
+    """symbolize's check ran the reference cases on a session over exactly the model it
+    returns; the run's validation right after it runs on that session (loading a large model in
+    ONNX Runtime again was most of its time), says so, and finds what a session of its own finds."""
+    path = _torch_layout(_model(), tmp_path / "in")
+    refs = _batch_cases(path, tmp_path / "refs")
+    built = _sessions_built_by_validation(monkeypatch)
+    report = onnxsurgery.run(path, "symbolize(x:0=batch)", references=refs, provider="cpu")
+    assert report.validation and built == []
+    assert report.validation.notes == [
+        "cases run on the session symbolize's check built over this model"
+    ]
+    unchecked = onnxsurgery.run(
+        path, "symbolize(x:0=batch, check=false)", references=refs, provider="cpu"
+    )
+    assert len(built) == 1 and unchecked.validation.notes == []
+    assert _content(report.validation) == _content(unchecked.validation)
+
+
+def test_a_pass_after_symbolize_gets_validation_a_session_of_its_own(tmp_path, monkeypatch):
+    """A pass after symbolize may change the model its check's session runs: that session is
+    dropped before the pass, and validation builds its own."""
+    path = _torch_layout(_model(), tmp_path / "in")
+    refs = _batch_cases(path, tmp_path / "refs")
+    built = _sessions_built_by_validation(monkeypatch)
+    report = onnxsurgery.run(path, "symbolize(x:0=batch), cleanup", references=refs, provider="cpu")
+    assert report.validation and len(built) == 1 and report.validation.notes == []

@@ -50,7 +50,7 @@ from onnxsurgery.pipeline.contract import Pass, PassContext
 from onnxsurgery.pipeline.report import PassRecord, PipelineReport
 from onnxsurgery.validation.against_references import validate
 from onnxsurgery.validation.references import CaseStream
-from onnxsurgery.validation.runtime import PROVIDERS
+from onnxsurgery.validation.runtime import PROVIDERS, resolve_provider
 
 __all__ = ["Pipeline", "run", "default_output_path", "pass_failure", "PIPELINE_METADATA_KEY"]
 
@@ -264,12 +264,15 @@ class Pipeline:
         try:
             if self.references is not None:
                 ctx.cases = _bound_cases(self.references, handle.model)
+            offered = None  # (pass name, session over the model it returned: its check's)
             for p in self.passes:
                 where[0] = p.name
-                self._run_pass(p, handle, ctx, report)
+                offered = None  # no pass runs beside an earlier pass's session
+                offered = self._run_pass(p, handle, ctx, report)
             if self.references is not None and not any(p.validates for p in self.passes):
                 where[0] = "validate"
-                self._validate(handle.model, ctx, report, original=model)
+                self._validate(handle.model, ctx, report, original=model, offered=offered)
+            offered = None  # the write never runs beside it
             _stamp(handle.model, self.chain)
             if out_path is not None:
                 where[0] = "write"
@@ -289,8 +292,9 @@ class Pipeline:
 
     def _run_pass(
         self, p: Pass, handle: ModelHandle, ctx: PassContext, report: PipelineReport
-    ) -> None:
-        """Run ``p`` on the model ``handle`` holds; its result takes the model's place there."""
+    ) -> tuple[str, Any] | None:
+        """Run ``p`` on the model ``handle`` holds; its result takes the model's place there.
+        Returns the session the pass offers over that model (``PassResult.session``), if any."""
         before = count_nodes(handle.model)
         # what the model was, without the weights' data (cheap): what the pass changed
         kept = handle.weightless() if self.diffs else None
@@ -356,6 +360,7 @@ class Pipeline:
             ctx.output_maps.append(result.output_map)
         if kept is not None:
             record.diff = _pass_diff(kept, handle.model)
+        return None if result.session is None else (p.name, result.session)
 
     def _validate(
         self,
@@ -363,7 +368,12 @@ class Pipeline:
         ctx: PassContext,
         report: PipelineReport,
         original: onnx.ModelProto | str | os.PathLike,
+        offered: tuple[str, Any] | None = None,
     ) -> None:
+        """Validate ``model`` against the run's cases. ``offered``: the last pass's name and the
+        session its check built over exactly this model (ONNX Runtime loading a large model is
+        most of a validation's time): the cases run on it where it is on the provider chosen,
+        and the report says so."""
         kwargs: dict[str, Any] = {}
         if self.atol is not None:
             kwargs["atol"] = self.atol
@@ -371,11 +381,16 @@ class Pipeline:
             kwargs["rtol"] = self.rtol
         cases = ctx.cases if ctx.cases is not None else ctx.references
         assert cases is not None  # the run validates only where references were given
+        choice = resolve_provider(ctx.provider)
+        by, session = offered if offered is not None else (None, None)
+        if session is not None and session.get_providers()[0] != choice.provider:
+            by, session = None, None
         try:
             result = validate(
                 model,
                 cases,
-                provider=ctx.provider,
+                provider=choice,
+                session=session,
                 output_map=ctx.map_outputs,
                 label=str(ctx.references),
                 progress=ctx.stage,
@@ -387,6 +402,9 @@ class Pipeline:
             raise
         except Exception as exc:  # ONNX Runtime refusing the graph, or worse: say where
             raise pass_failure("validation", exc) from exc
+        del session
+        if by is not None:
+            result.notes.append(f"cases run on the session {by}'s check built over this model")
         report.validation = result
         report.provider = result.provider
         if not result:
