@@ -330,3 +330,30 @@ def test_the_runs_validation_finds_what_validate_finds(tmp_path, dtype):
     assert shared.validation.notes and not own.validation.notes
     assert _content(shared.validation) == _content(own.validation)
     assert _content(alone) == _content(own.validation)
+
+
+def test_the_checks_session_is_gone_before_a_mismatch_is_localized(tmp_path, monkeypatch):
+    """A mismatch at the run's tolerance (tighter than the check's) is localized with sessions
+    of its own: the check's session, done with, is no longer held by then."""
+    import weakref
+
+    from onnxsurgery import divergence
+
+    path = _torch_layout(_model(width=256), tmp_path / "in")
+    refs = _batch_cases(path, tmp_path / "refs")
+    given: list[weakref.ref] = []
+    real_init = case_runner.ModelRunner.__init__
+
+    def init(self, model, choice, session=None):
+        given.extend([weakref.ref(session)] if session is not None else [])
+        real_init(self, model, choice, session)
+
+    held: list[bool] = []
+    real_localize = divergence.localize_failure
+    monkeypatch.setattr(case_runner.ModelRunner, "__init__", init)
+    monkeypatch.setattr(
+        divergence, "localize_failure", lambda *a, **k: held.append(given[0]() is not None) or real_localize(*a, **k)
+    )
+    with pytest.raises(onnxsurgery.errors.ValidationMismatch):
+        onnxsurgery.run(path, "symbolize(x:0=batch)", references=refs, provider="cpu", atol=1e-12, rtol=1e-12)
+    assert len(given) == 1 and held == [False]

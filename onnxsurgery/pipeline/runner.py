@@ -264,15 +264,17 @@ class Pipeline:
         try:
             if self.references is not None:
                 ctx.cases = _bound_cases(self.references, handle.model)
-            offered = None  # (pass name, session over the model it returned: its check's)
+            # (pass name, session over the model it returned: its check's), held in a list
+            # that validation empties, so the session goes before the localization or the write
+            offered: list[tuple[str, Any]] = []
             for p in self.passes:
                 where[0] = p.name
-                offered = None  # no pass runs beside an earlier pass's session
-                offered = self._run_pass(p, handle, ctx, report)
+                offered.clear()  # no pass runs beside an earlier pass's session
+                offered += self._run_pass(p, handle, ctx, report)
             if self.references is not None and not any(p.validates for p in self.passes):
                 where[0] = "validate"
                 self._validate(handle.model, ctx, report, original=model, offered=offered)
-            offered = None  # the write never runs beside it
+            offered.clear()
             _stamp(handle.model, self.chain)
             if out_path is not None:
                 where[0] = "write"
@@ -292,7 +294,7 @@ class Pipeline:
 
     def _run_pass(
         self, p: Pass, handle: ModelHandle, ctx: PassContext, report: PipelineReport
-    ) -> tuple[str, Any] | None:
+    ) -> list[tuple[str, Any]]:
         """Run ``p`` on the model ``handle`` holds; its result takes the model's place there.
         Returns the session the pass offers over that model (``PassResult.session``), if any."""
         before = count_nodes(handle.model)
@@ -360,7 +362,7 @@ class Pipeline:
             ctx.output_maps.append(result.output_map)
         if kept is not None:
             record.diff = _pass_diff(kept, handle.model)
-        return None if result.session is None else (p.name, result.session)
+        return [] if result.session is None else [(p.name, result.session)]
 
     def _validate(
         self,
@@ -368,12 +370,12 @@ class Pipeline:
         ctx: PassContext,
         report: PipelineReport,
         original: onnx.ModelProto | str | os.PathLike,
-        offered: tuple[str, Any] | None = None,
+        offered: list[tuple[str, Any]] | None = None,
     ) -> None:
         """Validate ``model`` against the run's cases. ``offered``: the last pass's name and the
         session its check built over exactly this model (ONNX Runtime loading a large model is
-        most of a validation's time): the cases run on it where it is on the provider chosen,
-        and the report says so."""
+        most of a validation's time), taken out of the list: the cases run on it where it is on
+        the provider chosen, and the report says so."""
         kwargs: dict[str, Any] = {}
         if self.atol is not None:
             kwargs["atol"] = self.atol
@@ -382,7 +384,7 @@ class Pipeline:
         cases = ctx.cases if ctx.cases is not None else ctx.references
         assert cases is not None  # the run validates only where references were given
         choice = resolve_provider(ctx.provider)
-        by, session = offered if offered is not None else (None, None)
+        by, session = offered.pop() if offered else (None, None)
         if session is not None and session.get_providers()[0] != choice.provider:
             by, session = None, None
         try:
