@@ -123,7 +123,7 @@ def measure(folder: Path, cap_mib: float, huge: bool = False) -> list[Row]:
         for leftover in work.glob("out.onnx*"):
             leftover.unlink()
         rows.append(row)
-    for leftover in work.glob("symbolized.onnx*"):
+    for leftover in work.iterdir():  # the symbolized model, the peers' data files
         leftover.unlink()
     base = rows[0]
     for row in rows:
