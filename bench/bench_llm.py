@@ -8,6 +8,14 @@ into the repository. Each command is a whole process, one round; wall and peak R
 ``onnx.save`` with external data) and against the model's size on disk.
 
     python bench/bench_llm.py [--root DIR] [--dtype float32 --dtype float16] [--json PATH]
+    python bench/bench_llm.py --huge [--huge-gib 14]   # only the decoder larger than memory twice
+
+``--huge``: the decoder exported at 2 layers, fp32, grown tensor by tensor to ``--huge-gib``
+(``llm_models.py grow``: 82 layers at 14 GiB; about 1.7 GB of memory to build, 30 GB of disk
+with one output), through cleanup, fold-constants and ``cleanup, symbolize, fold-constants``
+with symbolize's check (no references: torch cannot hold the model), and the floor. fp32: an
+fp16 model's session on ORT's CPU provider holds an fp32 copy of every weight (about 1.9x the
+model), which a 14 GiB fp16 model's check could not fit.
 """
 
 from __future__ import annotations
@@ -58,20 +66,54 @@ def commands(folder: Path, out: Path) -> dict[str, tuple[list[str], str]]:
             argv[argv.index(str(out))] = str(out.with_name("symbolized.onnx"))
         cmds[what] = (argv, target)
     cmds["validate (the symbolized model)"] = ([], "works")  # filled in once symbolize wrote it
+    cmds[_SESSION_ROW] = ([], "RSS: what an ORT CPU session holds")
     cmds["onnxsim: load + simplify + save"] = ([sys.executable, "-c", _ONNXSIM, str(model), str(out), "1"], "peer")
     cmds["onnxslim"] = ([sys.executable, "-c", _ONNXSLIM, str(model), str(out)], "peer")
     return cmds
 
 
-def measure(folder: Path, cap_mib: float) -> list[Row]:
+_SESSION_ROW = "ORT CPU session over the symbolized model (built, no run)"
+#: builds the session validation builds (create_session by path, CPU) and nothing else
+_SESSION = "import sys; from onnxsurgery.validation.runtime import create_session as c; c(sys.argv[1], 'cpu')"
+
+
+def huge_commands(folder: Path, out: Path) -> dict[str, tuple[list[str], str]]:
+    """The floor, cleanup, fold-constants and the chain with the check on the grown decoder."""
+    model = folder / "model.onnx"
+    run = [str(BIN / "onnxsurgery"), "run", str(model), "-o", str(out), "-q", "--passes"]
+    return {
+        "floor: onnx.load + onnx.save": ([sys.executable, "-c", _FLOOR, str(model), str(out), "1"], "baseline"),
+        "run --passes cleanup": (run + ["cleanup"], "RSS <= 0.25x size, wall <= floor"),
+        "run --passes fold-constants": (run + ["fold-constants"], "RSS <= 0.25x size, wall <= floor"),
+        f"run --passes 'cleanup, {AXES}, fold-constants' (check on, no --ref)": (
+            run + [f"cleanup, {AXES}, fold-constants"], "RSS <= 1.25x size, wall <= floor"
+        ),
+    }
+
+
+def ensure_huge(root: Path, gib: float) -> Path:
+    """The grown decoder's folder, exported at 2 layers and grown where it is not there yet."""
+    folder, seed = root / f"llama-grown-{gib:g}gib-float32", root / "llama-2-layers-float32"
+    if not (folder / "model.onnx").exists():
+        script = str(HERE / "llm_models.py")
+        if not (seed / "model.onnx").exists():
+            subprocess.run([sys.executable, script, "export", str(seed), "--layers", "2"], check=True)
+        subprocess.run([sys.executable, script, "grow", str(seed), str(folder), "--gib", str(gib)], check=True)
+    return folder
+
+
+def measure(folder: Path, cap_mib: float, huge: bool = False) -> list[Row]:
     size_mib = model_size(folder) / 2**20
     work = folder.parent / (folder.name + "-out")
     work.mkdir(exist_ok=True)
     out, symbolized = work / "out.onnx", work / "symbolized.onnx"
     rows = []
-    for what, (argv, target) in commands(folder, out).items():
+    listed = huge_commands(folder, out) if huge else commands(folder, out)
+    for what, (argv, target) in listed.items():
         if what.startswith("validate"):
             argv = [str(BIN / "onnxsurgery"), "validate", str(symbolized), "--ref", str(folder / "refs"), "-q"]
+        if what == _SESSION_ROW:
+            argv = [sys.executable, "-c", _SESSION, str(symbolized)]
         row = Row("llm", folder.name, what, target=target)
         wall, rss, error = timed(argv, cap_mib)
         row.failed = error
@@ -81,6 +123,8 @@ def measure(folder: Path, cap_mib: float) -> list[Row]:
         for leftover in work.glob("out.onnx*"):
             leftover.unlink()
         rows.append(row)
+    for leftover in work.iterdir():  # the symbolized model, the peers' data files
+        leftover.unlink()
     base = rows[0]
     for row in rows:
         if row.rss is not None:
@@ -95,16 +139,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path("/tmp/onnxsurgery-llm"))
     parser.add_argument("--dtype", action="append", choices=("float32", "float16"))
-    parser.add_argument("--rss-cap-gib", type=float, default=14.0,
-                        help="stop a command whose processes pass this RSS (default 14)")
+    parser.add_argument("--rss-cap-gib", type=float,
+                        help="stop a command whose processes pass this RSS (default 14, --huge 20)")
     parser.add_argument("--json", type=Path, help="write the rows as JSON here")
+    parser.add_argument("--huge", action="store_true",
+                        help="only the decoder grown to --huge-gib (larger than memory can hold twice)")
+    parser.add_argument("--huge-gib", type=float, default=14.0)
     args = parser.parse_args(argv)
+    cap_mib = (args.rss_cap_gib or (20.0 if args.huge else 14.0)) * 1024
     args.root.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
-    for dtype in args.dtype or ["float32", "float16"]:
+    if args.huge:
+        folder = ensure_huge(args.root, args.huge_gib)
+        size = model_size(folder) / 2**20
+        rows = measure(folder, cap_mib, huge=True)
+        print_table(f"{folder.name}: {size:.0f} MiB, grown tensor by tensor, no references", rows)
+    for dtype in [] if args.huge else args.dtype or ["float32", "float16"]:
         folder = ensure(args.root, dtype)
         size = model_size(folder) / 2**20
-        found = measure(folder, args.rss_cap_gib * 1024)
+        found = measure(folder, cap_mib)
         print_table(f"{folder.name}: {size:.0f} MiB, one external file per tensor (torch)", found)
         rows += found
     if args.json:

@@ -9,6 +9,14 @@ a scratch folder).
 TorchScript at batch 1, seq 16: over 2 GB, torch writes one external file per tensor beside
 ``model.onnx``. Reference cases at (2, 7) and (1, 23) are recorded from torch in the same
 dtype under ``OUT/refs``.
+
+    python bench/llm_models.py grow SEED OUT --gib 14   # SEED: a 2-layer export
+
+``grow``: the decoder exported at 2 layers, grown to as many layers as make ``--gib`` GiB by
+cloning its second layer's nodes (tensors renamed) with weights of their own, random at the
+spread of the layer's, written one tensor at a time into one file per tensor as torch writes
+them: the model is never in memory (torch could not hold it twice either), and has no
+reference cases.
 """
 
 from __future__ import annotations
@@ -73,6 +81,70 @@ def export(out: Path, layers: int, dtype: str) -> None:
         record(module, feeds, out / "refs", output_names=["logits"], index=index)
 
 
+def grow(seed: Path, out: Path, gib: float) -> int:
+    """``seed``'s 2-layer decoder grown to ``gib`` GiB of weights (see the module docstring);
+    returns its number of layers."""
+    import re
+
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(seed / "model.onnx"))
+    graph = model.graph
+    nodes = list(graph.node)
+    layer = [k for k, n in enumerate(nodes) if n.name.startswith("/net/model/layers.1/")]
+    inner = {o for k in layer for o in nodes[k].output}
+    end = "/net/model/layers.1/Add_1_output_0"  # the residual stream after the layer
+    start = end.replace("layers.1", "layers.0")
+    inits = {t.name: t for t in graph.initializer}
+    used = {i for k in layer for i in nodes[k].input}
+    weights = [n for n in inits if n in used and len(inits[n].raw_data) >= 1024]
+    per_layer = sum(len(inits[n].raw_data) for n in weights)
+    fixed = sum(len(t.raw_data) for t in graph.initializer)
+    count = 2 + max(0, round((gib * 2**30 - fixed) / per_layer))
+    rng = np.random.default_rng(0)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def place(tensor: onnx.TensorProto, data: bytes) -> None:
+        name = re.sub(r"[^\w.-]", "_", tensor.name)
+        (out / name).write_bytes(data)
+        tensor.ClearField("raw_data")
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        del tensor.external_data[:]
+        tensor.external_data.add(key="location", value=name)
+
+    clones, previous = [], end
+    for index in range(2, count):
+        tag = f"layers.{index}"
+        rename = {t: t.replace("layers.1", tag) if "layers.1" in t else f"{t}.{tag}" for t in inner}
+        rename |= {w: f"{w}.{tag}" for w in weights} | {start: previous}
+        for k in layer:
+            node = onnx.NodeProto()
+            node.CopyFrom(nodes[k])
+            node.name = node.name.replace("layers.1", tag)
+            node.input[:] = [rename.get(i, i) for i in node.input]
+            node.output[:] = [rename[o] for o in node.output]
+            clones.append(node)
+        for w in weights:
+            source = numpy_helper.to_array(inits[w])
+            values = rng.standard_normal(source.shape, dtype=np.float32) * float(source.std())
+            tensor = numpy_helper.from_array(values.astype(source.dtype), rename[w])
+            place(tensor, tensor.raw_data)
+            graph.initializer.append(tensor)
+            del values, source
+        previous = rename[end]
+    for node in nodes[layer[-1] + 1 :]:
+        node.input[:] = [previous if i == end else i for i in node.input]
+    del graph.node[:]
+    graph.node.extend(nodes[: layer[-1] + 1] + clones + nodes[layer[-1] + 1 :])
+    for tensor in graph.initializer:
+        if tensor.HasField("raw_data") and len(tensor.raw_data) >= 1024:
+            place(tensor, tensor.raw_data)
+    onnx.save(model, str(out / "model.onnx"))
+    return count
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -80,9 +152,15 @@ def main(argv: list[str] | None = None) -> int:
     exp.add_argument("out", type=Path)
     exp.add_argument("--layers", type=int, default=22)
     exp.add_argument("--dtype", choices=("float32", "float16"), default="float32")
+    big = sub.add_parser("grow", help="a 2-layer export grown to --gib GiB, tensor by tensor")
+    big.add_argument("seed", type=Path)
+    big.add_argument("out", type=Path)
+    big.add_argument("--gib", type=float, default=14.0)
     args = parser.parse_args(argv)
     if args.command == "export":
         export(args.out, args.layers, args.dtype)
+    else:
+        print(f"{grow(args.seed, args.out, args.gib)} layers")
     return 0
 
 

@@ -23,22 +23,23 @@ from onnxsurgery.model.io import load_weights, read_model_file, save_model
 from onnxsurgery.model.tensors import on_disk
 from onnxsurgery.passes.fold_constants import held_weights as held_module
 from onnxsurgery.passes.fold_constants import onnxsim_child
+from onnxsurgery.validation import case_runner
 from onnxsurgery.validation.against_references import validate
-from onnxsurgery.validation.references import Case
+from onnxsurgery.validation.references import Case, save_case
 from onnxsurgery.validation.runtime import create_session, run_session
 
 #: Two weights of 16 KiB (fp32) and a bias under the external-data threshold.
 _WEIGHTS = ("w1", "w2")
 
 
-def _model(dtype: int = onnx.TensorProto.FLOAT) -> onnx.ModelProto:
+def _model(dtype: int = onnx.TensorProto.FLOAT, width: int = 64) -> onnx.ModelProto:
     np_type = helper.tensor_dtype_to_np_dtype(dtype)
     rng = np.random.default_rng(0)
     inits = [
-        numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np_type), name)
+        numpy_helper.from_array(rng.standard_normal((width, width)).astype(np_type), name)
         for name in _WEIGHTS
     ]
-    inits.append(numpy_helper.from_array(np.ones(64, np_type), "bias"))
+    inits.append(numpy_helper.from_array(np.ones(width, np_type), "bias"))
     graph = helper.make_graph(
         [
             helper.make_node("MatMul", ["x", "w1"], ["h"]),
@@ -46,8 +47,8 @@ def _model(dtype: int = onnx.TensorProto.FLOAT) -> onnx.ModelProto:
             helper.make_node("MatMul", ["hb", "w2"], ["y"]),
         ],
         "g",
-        [helper.make_tensor_value_info("x", dtype, [2, 64])],
-        [helper.make_tensor_value_info("y", dtype, [2, 64])],
+        [helper.make_tensor_value_info("x", dtype, [2, width])],
+        [helper.make_tensor_value_info("y", dtype, [2, width])],
         inits,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
@@ -252,3 +253,107 @@ def test_validate_by_path_reads_no_weight_in(tmp_path, monkeypatch):
     )
     assert validate(str(path), [case], provider="cpu")
     assert (read, loads) == ([], [])
+
+
+def _batch_cases(path: Path, folder: Path, batches: tuple[int, ...] = (2, 3)) -> Path:
+    """Reference cases for the model at ``path`` at each batch, its outputs as float64 math
+    gives them (what torch would have stored)."""
+    model = read_model_file(path).model
+    w1, w2, bias = (numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer)
+    rng = np.random.default_rng(3)
+    np_type = helper.tensor_dtype_to_np_dtype(model.graph.input[0].type.tensor_type.elem_type)
+    for k, batch in enumerate(batches):
+        x = (rng.standard_normal((batch, len(bias))) / 8).astype(np_type)
+        y = ((x.astype(np.float64) @ w1 + bias) @ w2).astype(np_type)
+        save_case(Case(name=f"b{batch}", inputs={"x": x}, outputs={"y": y}), folder, index=k)
+    return folder
+
+
+def _sessions_built_by_validation(monkeypatch) -> list[object]:
+    """Every model validation's case runner builds a session for, from now on."""
+    built: list[object] = []
+    real = case_runner.create_session
+    monkeypatch.setattr(
+        case_runner, "create_session", lambda model, *a, **k: built.append(model) or real(model, *a, **k)
+    )
+    return built
+
+
+def _content(report) -> dict:
+    """A validation report's facts (cases, outputs, errors), without timings and notes."""
+    facts = {k: v for k, v in report.to_dict().items() if "seconds" not in k and k != "notes"}
+    for case in facts["cases"]:
+        case.pop("inference_seconds"), case.pop("compare_seconds")
+    return facts
+
+
+def test_validation_after_symbolize_runs_on_the_session_its_check_built(tmp_path, monkeypatch):
+    """symbolize's check ran the reference cases on a session over exactly the model it
+    returns; the run's validation right after it runs on that session (loading a large model in
+    ONNX Runtime again was most of its time), says so, and finds what a session of its own finds."""
+    path = _torch_layout(_model(), tmp_path / "in")
+    refs = _batch_cases(path, tmp_path / "refs")
+    built = _sessions_built_by_validation(monkeypatch)
+    report = onnxsurgery.run(path, "symbolize(x:0=batch)", references=refs, provider="cpu")
+    assert report.validation and built == []
+    assert report.validation.notes == [
+        "cases run on the session symbolize's check built over this model"
+    ]
+    unchecked = onnxsurgery.run(
+        path, "symbolize(x:0=batch, check=false)", references=refs, provider="cpu"
+    )
+    assert len(built) == 1 and unchecked.validation.notes == []
+    assert _content(report.validation) == _content(unchecked.validation)
+
+
+def test_a_pass_after_symbolize_gets_validation_a_session_of_its_own(tmp_path, monkeypatch):
+    """A pass after symbolize may change the model its check's session runs: that session is
+    dropped before the pass, and validation builds its own."""
+    path = _torch_layout(_model(), tmp_path / "in")
+    refs = _batch_cases(path, tmp_path / "refs")
+    built = _sessions_built_by_validation(monkeypatch)
+    report = onnxsurgery.run(path, "symbolize(x:0=batch), cleanup", references=refs, provider="cpu")
+    assert report.validation and len(built) == 1 and report.validation.notes == []
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES)
+def test_the_runs_validation_finds_what_validate_finds(tmp_path, dtype):
+    """Every session is built alike (no prepacked weights, which ORT rounds otherwise at
+    widths of 256 and more): validation on symbolize's check session gives, to the bit, what
+    validation with a session of its own (a pass after symbolize) and ``validate`` give."""
+    path = _torch_layout(_model(dtype, width=256), tmp_path / "in")
+    refs = _batch_cases(path, tmp_path / "refs")
+    axes = "symbolize(x:0=batch)"
+    shared = onnxsurgery.run(path, axes, references=refs, provider="cpu", output=tmp_path / "o.onnx")
+    own = onnxsurgery.run(path, f"{axes}, cleanup", references=refs, provider="cpu")
+    alone = validate(str(tmp_path / "o.onnx"), str(refs), provider="cpu")
+    assert shared.validation.notes and not own.validation.notes
+    assert _content(shared.validation) == _content(own.validation)
+    assert _content(alone) == _content(own.validation)
+
+
+def test_the_checks_session_is_gone_before_a_mismatch_is_localized(tmp_path, monkeypatch):
+    """A mismatch at the run's tolerance (tighter than the check's) is localized with sessions
+    of its own: the check's session, done with, is no longer held by then."""
+    import weakref
+
+    from onnxsurgery import divergence
+
+    path = _torch_layout(_model(width=256), tmp_path / "in")
+    refs = _batch_cases(path, tmp_path / "refs")
+    given: list[weakref.ref] = []
+    real_init = case_runner.ModelRunner.__init__
+
+    def init(self, model, choice, session=None):
+        given.extend([weakref.ref(session)] if session is not None else [])
+        real_init(self, model, choice, session)
+
+    held: list[bool] = []
+    real_localize = divergence.localize_failure
+    monkeypatch.setattr(case_runner.ModelRunner, "__init__", init)
+    monkeypatch.setattr(
+        divergence, "localize_failure", lambda *a, **k: held.append(given[0]() is not None) or real_localize(*a, **k)
+    )
+    with pytest.raises(onnxsurgery.errors.ValidationMismatch):
+        onnxsurgery.run(path, "symbolize(x:0=batch)", references=refs, provider="cpu", atol=1e-12, rtol=1e-12)
+    assert len(given) == 1 and held == [False]

@@ -162,6 +162,10 @@ class PassResult:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     output_map: OutputMap | None = None
     report: Any = None
+    #: An ONNX Runtime session over exactly ``model`` (a check's, which ran the run's reference
+    #: cases on it): the pipeline's validation right after this pass, the last, runs on it
+    #: instead of building another; dropped before any later pass runs.
+    session: Any = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

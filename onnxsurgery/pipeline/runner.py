@@ -52,7 +52,7 @@ from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext
 from onnxsurgery.pipeline.report import PassRecord, PipelineReport
 from onnxsurgery.validation.against_references import validate
 from onnxsurgery.validation.references import CaseStream
-from onnxsurgery.validation.runtime import PROVIDERS
+from onnxsurgery.validation.runtime import PROVIDERS, resolve_provider
 
 __all__ = ["Pipeline", "run", "default_output_path", "pass_failure", "PIPELINE_METADATA_KEY"]
 
@@ -266,12 +266,17 @@ class Pipeline:
         try:
             if self.references is not None:
                 ctx.cases = _bound_cases(self.references, handle.model)
+            # (pass name, session over the model it returned: its check's), held in a list
+            # that validation empties, so the session goes before the localization or the write
+            offered: list[tuple[str, Any]] = []
             for p in self.passes:
                 where[0] = p.name
-                self._run_pass(p, handle, ctx, report)
+                offered.clear()  # no pass runs beside an earlier pass's session
+                offered += self._run_pass(p, handle, ctx, report)
             if self.references is not None and not any(p.validates for p in self.passes):
                 where[0] = "validate"
-                self._validate(handle.model, ctx, report, original=model)
+                self._validate(handle.model, ctx, report, original=model, offered=offered)
+            offered.clear()
             _stamp(handle.model, self.chain)
             if out_path is not None:
                 where[0] = "write"
@@ -291,8 +296,9 @@ class Pipeline:
 
     def _run_pass(
         self, p: Pass, handle: ModelHandle, ctx: PassContext, report: PipelineReport
-    ) -> None:
-        """Run ``p`` on the model ``handle`` holds; its result takes the model's place there."""
+    ) -> list[tuple[str, Any]]:
+        """Run ``p`` on the model ``handle`` holds; its result takes the model's place there.
+        Returns the session the pass offers over that model (``PassResult.session``), if any."""
         before = count_nodes(handle.model)
         # what the model was, without the weights' data (cheap): what the pass changed
         kept = handle.weightless() if self.diffs else None
@@ -348,6 +354,7 @@ class Pipeline:
             ctx.output_maps.append(result.output_map)
         if kept is not None:
             record.diff = _pass_diff(kept, handle.model)
+        return [] if result.session is None else [(p.name, result.session)]
 
     def _validate(
         self,
@@ -355,7 +362,12 @@ class Pipeline:
         ctx: PassContext,
         report: PipelineReport,
         original: onnx.ModelProto | str | os.PathLike,
+        offered: list[tuple[str, Any]] | None = None,
     ) -> None:
+        """Validate ``model`` against the run's cases. ``offered``: the last pass's name and the
+        session its check built over exactly this model (ONNX Runtime loading a large model is
+        most of a validation's time), taken out of the list: the cases run on it where it is on
+        the provider chosen, and the report says so."""
         kwargs: dict[str, Any] = {}
         if self.atol is not None:
             kwargs["atol"] = self.atol
@@ -363,11 +375,16 @@ class Pipeline:
             kwargs["rtol"] = self.rtol
         cases = ctx.cases if ctx.cases is not None else ctx.references
         assert cases is not None  # the run validates only where references were given
+        choice = resolve_provider(ctx.provider)
+        by, session = offered.pop() if offered else (None, None)
+        if session is not None and session.get_providers()[0] != choice.provider:
+            by, session = None, None
         try:
             result = validate(
                 model,
                 cases,
-                provider=ctx.provider,
+                provider=choice,
+                session=session,
                 output_map=ctx.map_outputs,
                 label=str(ctx.references),
                 progress=ctx.stage,
@@ -379,6 +396,9 @@ class Pipeline:
             raise
         except Exception as exc:  # ONNX Runtime refusing the graph, or worse: say where
             raise pass_failure("validation", exc) from exc
+        del session
+        if by is not None:
+            result.notes.append(f"cases run on the session {by}'s check built over this model")
         report.validation = result
         report.provider = result.provider
         if not result:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -80,6 +81,7 @@ def validate(
     label: str | None = None,
     progress: Callable[[str, int | None, int | None], None] | None = None,
     histograms: bool = False,
+    session: Any = None,
 ) -> ValidationReport:
     """Run ``model`` on every reference case and compare each output with torch's.
 
@@ -103,12 +105,13 @@ def validate(
     ReferenceDataError when the references cannot be read or bound to the model; everything
     about a single case goes into the report. ``progress(stage, done, total)`` hears before
     each case (the CLI's progress line). ``histograms`` adds each output's error histogram
-    (what ``--report FILE.html`` draws).
+    (what ``--report FILE.html`` draws). ``session``: an ONNX Runtime session built already
+    over exactly ``model`` on ``provider`` (symbolize's check's), run instead of a new one.
     """
     check_global_tolerances(atol, rtol)
     loaders, cases, reference = _reference_source(references)
     choice = provider if isinstance(provider, ProviderChoice) else resolve_provider(provider)
-    runner = ModelRunner(model, choice)
+    runner = ModelRunner(model, choice, session)
     runner.histograms = histograms
     required = [s.name for s in runner.specs if not s.optional]
     outputs: Sequence[str] | None = runner.output_names if output_map is None else None

@@ -40,7 +40,10 @@ Expected = Mapping[str, np.ndarray] | Callable[[], Mapping[str, np.ndarray]]
 class ModelRunner:
     """One model, one session, reused over every case."""
 
-    def __init__(self, model: onnx.ModelProto | str | os.PathLike, choice: ProviderChoice) -> None:
+    def __init__(
+        self, model: onnx.ModelProto | str | os.PathLike, choice: ProviderChoice, session: Any = None
+    ) -> None:
+        """``session``: one already built over exactly ``model`` on ``choice``, used as it is."""
         # a path: its graph, weights left where they lie (ORT reads them from the file itself)
         proto = model if isinstance(model, onnx.ModelProto) else read_model_file(
             model, weights_on_disk=True
@@ -53,7 +56,7 @@ class ModelRunner:
         #: count each output's errors into a histogram (an HTML report draws them)
         self.histograms = False
         try:
-            self.session = create_session(
+            self.session = session if session is not None else create_session(
                 proto if isinstance(model, onnx.ModelProto) else model, choice, spin=False
             )
         except Exception as exc:  # ORT rejecting the model is the user's model, not our bug

@@ -314,7 +314,7 @@ def create_session(
     *,
     threads: int | None = None,
     spin: bool = True,
-    prepack: bool = True,
+    prepack: bool = False,
     share_with: ort.InferenceSession | Mapping[str, SharedWeight] | None = None,
     bare: onnx.ModelProto | None = None,
     mapped: bool = False,
@@ -324,8 +324,11 @@ def create_session(
     ``spin=False`` stops ORT's worker threads from busy-waiting after each run, so numpy work
     between runs (validation's comparisons) gets the CPU.
 
-    ``prepack=False`` keeps ORT from making a packed copy of every MatMul/Gemm weight: a
-    session run a few times at small sizes (a check) is built faster, in less memory.
+    ``prepack=False`` (the default) keeps ORT from making a packed copy of every MatMul/Gemm
+    weight: a session run a few times (a check, a validation) is built faster, in less memory,
+    and every session made here computes alike (a packed weight rounds otherwise), so the
+    run's validation on symbolize's check session says what one of its own would.
+    ``prepack=True`` for a session run many times.
 
     ``share_with``: another session made here, or its :func:`session_weights` (kept after the
     session is gone); each weight of ``model`` with the name, type, shape and bytes of one of

@@ -261,6 +261,7 @@ class Symbolize(Pass):
             for c in plan.changes
         ]
         result = self._check(model, new, bare, plan, ctx)
+        session, result.session = result.session, None  # for the run's validation, not the report
         if self.check:
             diagnostics.append(Diagnostic.info(f"check: {result}"))
         plan.verification = result
@@ -273,7 +274,9 @@ class Symbolize(Pass):
             0, Diagnostic.info(f"symbols {syms}; {len(plan.changes)} constant(s) rewritten")
         )
         # The rewritten view, placeholders and all: the handle gives it its weights.
-        return PassResult(new, modified=True, diagnostics=diagnostics, report=plan)
+        return PassResult(
+            new, modified=True, diagnostics=diagnostics, report=plan, session=session
+        )
 
     def _plan(
         self,

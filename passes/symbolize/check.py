@@ -123,6 +123,9 @@ class CheckResult:
     levels: dict[str, str] = field(default_factory=dict)
     oracles: dict[str, str] = field(default_factory=dict)
     reference_cases: int = 0
+    #: The session over the rewritten model that ran the reference cases, for the run's
+    #: validation to reuse (the pass takes it out before the result goes into its report).
+    session: ort.InferenceSession | None = field(default=None, repr=False, compare=False)
 
     def __str__(self) -> str:
         text = "; ".join(", ".join(f"{k}={v}" for k, v in s.items()) for s in self.sizes)
@@ -584,7 +587,8 @@ def check_claims(state: CheckState) -> Finding | None:
 
 def check_references(state: CheckState) -> Finding | None:
     """Every reference case the model claims must match the stored torch outputs
-    (:func:`_check_references`)."""
+    (:func:`_check_references`). Where the run has reference cases, the session that ran them
+    goes with the result (``CheckResult.session``): the run's validation is made on it."""
     assert state.session is not None  # _run_rewritten made it
     ask = state.ask
     covered, failure = _check_references(
@@ -592,6 +596,8 @@ def check_references(state: CheckState) -> Finding | None:
     )
     state.covered = covered
     state.result.reference_cases = len(state.claims.cases)
+    if failure is None and state.ask.references:
+        state.result.session = state.session
     # a mismatch names no node: the outputs' decisions are named (an ONNX Runtime failure
     # names its own)
     return None if failure is None else Finding((4,), failure, None if failure.node else ())
