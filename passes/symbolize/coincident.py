@@ -206,20 +206,25 @@ def find_coincidences(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[C
 
 def ambiguous_hints(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[Ambiguity]:
     """Sizes a hint tied to symbols (none of them a batch whose rows are independent) where
-    their fixed traced value fits the graph too."""
+    their fixed traced value fits the graph too: one per symbol, which is what makes it
+    ``ambiguous``. Each probe solves the whole graph again, so the reads are tried from the
+    outputs back (a size nothing downstream forces sits near them: a decoder's last Reshape)
+    and a symbol found ambiguous is not probed again (24 layers: 1 solve, not 73)."""
     found = []
     conflicts = len(sol.conflicts)
-    for use in a.uses:
+    settled: set[str] = set()
+    for use in reversed(a.uses):
         if use.kind != "size":
             continue
         for atom in use.atoms:
             if atom is None or sol.how.get(atom) != "hint":
                 continue
             chosen = sol.resolve(Dim.sym(atom))
-            syms = chosen.atoms() & a.symbols.keys()
-            if chosen.is_const() or not syms or syms <= rows:
+            syms = (chosen.atoms() & a.symbols.keys()) - rows
+            if chosen.is_const() or not syms or syms <= settled:
                 continue
             value = a.atoms[atom].traced
             if _fits(a, atom, Dim.const(value), conflicts):
                 found.append(Ambiguity(use.node, use.op, use.input_index, value, chosen))
+                settled |= syms
     return found
