@@ -16,6 +16,7 @@ The pass reads as stages, each a module that only reads what the one before it p
     rewrite.py          apply the plan to a copy of the graph
     check.py            run the result on ONNX Runtime at the traced size and at other sizes
     row_checks.py       the check's evidence that a batch's rows are independent
+    reference_cases.py  the --ref cases in the check: which the model claims, running them
     ort_failure.py      an ONNX Runtime failure in the check, naming the model's node
     feeds.py            the check's inputs, shaped by the graph (ids, sizes, masks), never by names
 
@@ -90,12 +91,12 @@ from onnxsurgery.passes.symbolize.check import (
     CheckRequest,
     CheckResult,
     check_dynamic,
-    reference_mismatch,
     traced_only,
 )
 from onnxsurgery.passes.symbolize.feeds import shape_inputs
 from onnxsurgery.passes.symbolize.plan import SymbolizePlan, normalize_axes, plan_symbolize
 from onnxsurgery.passes.symbolize.readings import GRID_RESIZES, resize_tables, same_padding
+from onnxsurgery.passes.symbolize.reference_cases import reference_mismatch
 from onnxsurgery.passes.symbolize.rewrite import apply_plan
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 from onnxsurgery.shapes.dims import Dim
