@@ -14,7 +14,7 @@ or a :class:`~.blockers.Blocker` whose words come from :mod:`.wording` under the
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -28,6 +28,7 @@ from onnxsurgery.passes.symbolize.cache_offsets import band_bound_gap, cache_sym
 from onnxsurgery.passes.symbolize.coincident import Coincidence
 from onnxsurgery.passes.symbolize.generators import Generator, evidence_gap, match_generator
 from onnxsurgery.passes.symbolize.wording import (
+    BOUND_HINT,
     dim_text,
     fix_lead,
     fix_text,
@@ -42,7 +43,10 @@ from onnxsurgery.shapes.analysis import ConstUse, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.solver import Solution
 
-__all__ = ["Change", "PlanContext", "ConstRead", "Rule", "CONST_RULES", "decide"]
+__all__ = [
+    "Change", "PlanContext", "ConstRead", "Rule", "CONST_RULES", "decide", "BoundedTable",
+    "bound_text", "symbol_bounds",
+]  # fmt: skip
 
 
 @dataclass
@@ -93,6 +97,8 @@ class PlanContext:
     coincident: dict[int, list[Coincidence]] = field(default_factory=dict)
     #: those settled: kept on purpose (``keep=``), or tied to their symbol (``generalize``)
     settled: list[Coincidence] = field(default_factory=list)
+    #: each bounded symbol's upper bound (``seq<=traced``, :class:`BoundedTable`)
+    bounds: dict[str, int] = field(default_factory=dict)
 
     @cached_property
     def cache(self) -> set[str]:
@@ -341,7 +347,12 @@ class _NoPattern(Rule):
         cache = read.context.cache
         if cache and use.array.dtype.kind == "f":
             why += why_text("cache-position-table", cache=", ".join(sorted(cache)))
-        return read.blocker(self.kind, why, read.atoms | input_symbols(a, sol, read.atoms))
+        blocker = read.blocker(self.kind, why, read.atoms | input_symbols(a, sol, read.atoms))
+        sliceable = BoundedTable().axes(read)
+        if sliceable is not None:  # a bound on its symbols would slice it
+            syms = sorted({s for _, s, _ in sliceable} - read.context.bounds.keys())
+            blocker.fix = BOUND_HINT.format(syms=", ".join(syms), example=syms[0]) + blocker.fix
+        return blocker
 
 
 class RelativePositionBias(_NoPattern):
@@ -369,6 +380,98 @@ class TableCut(_NoPattern):
 
     def produce(self, read: ConstRead) -> Blocker:
         return self._why(read)
+
+
+def symbol_bounds(analysis: ShapeAnalysis, asked: Mapping[str, int | None]) -> dict[str, int]:
+    """The bounds asked (``seq<=traced``: None, the traced size) as numbers; ValueError for a
+    bound on no symbol of the graph or under its traced size (the check compares the result
+    with the original there)."""
+    bounds = {}
+    for sym, bound in asked.items():
+        if sym not in analysis.symbols:
+            raise ValueError(f"{sym}<={bound or 'traced'}: no input axis is named {sym}")
+        traced = analysis.atoms[sym].traced
+        if bound is not None and bound < traced:
+            raise ValueError(
+                f"{sym}<={bound} is under {sym}'s traced size {traced}: the bound must be at "
+                f"least the traced size ({sym}<=traced), where the check compares the result "
+                "with the original"
+            )
+        bounds[sym] = traced if bound is None else bound
+    return bounds
+
+
+def bound_text(syms: Set[str], bounds: Mapping[str, int]) -> str:
+    """``seq<=8, tgt<=8``: the bounds of ``syms``."""
+    return ", ".join(f"{s}<={bounds[s]}" for s in sorted(syms))
+
+
+class BoundedTable(Rule):
+    """A table folded at the traced length that is right, sliced, at every shorter size, under
+    bounded symbols (``seq<=traced``): learned positions 0..L-1 along one axis (BART's, GPT-2's
+    ``wpe`` gathered by ``arange(seq)``), or a bias that depends only on j - i along two axes
+    (T5's, WavLM's relative positions: any top-left block of it is the bias of that length).
+    It becomes ``Slice`` to the sizes, then a ``Reshape`` to them that ONNX Runtime fails
+    where a size is over the bound (the slice stops at the table's end), the guard named
+    ``symbolize: seq<=8 ...``. A bound whose sizes the table does not reach is a blocker.
+
+        Constant pos[8, 32] ─ Add(embeddings[batch, seq, 32])          seq<=traced (8)
+        =>
+        Slice(pos, ends=[seq]) ─ Reshape([seq, 32]) ─ Add
+
+    Not where the graph has a cache: positions start at its length there, not at 0."""
+
+    kind = "bounded-table"
+
+    def axes(self, read: ConstRead) -> list[tuple[int, str, int]] | None:
+        """(axis, symbol, constant) per symbolic axis, each ``symbol + constant``, where the table
+        is one a prefix of serves every shorter size; else None."""
+        arr, sym_axes, c = read.use.array, read.symbolic_axes, read.context
+        if read.use.kind != "data" or read.generator is not None or c.cache or c.analysis.opset < 10:
+            return None
+        if len(sym_axes) == 2 and relative_axes(arr, sym_axes) is None or len(sym_axes) > 2:
+            return None
+        found = []
+        for k in sym_axes:
+            terms = dict(read.dims[k].terms)
+            lead = terms.pop((), 0)
+            if len(terms) != 1:
+                return None
+            ((mono, coef),) = terms.items()
+            if coef != 1 or len(mono) != 1:
+                return None
+            found.append((k, mono[0], lead))
+        return found or None
+
+    def check(self, read: ConstRead) -> str | None:
+        found = self.axes(read)
+        if found is None:
+            return "it is no table a prefix of serves shorter sizes"
+        bounds = read.context.bounds
+        return None if all(s in bounds for _, s, _ in found) else "its symbols are not bounded"
+
+    def produce(self, read: ConstRead) -> Change | Blocker:
+        found = self.axes(read)
+        assert found is not None
+        bounds, arr = read.context.bounds, read.use.array
+        over = [(k, s, lead) for k, s, lead in found if bounds[s] + lead > arr.shape[k]]
+        syms = {s for _, s, _ in found}
+        if over:
+            k, s, lead = over[0]
+            why = why_text(
+                self.kind, tensor=read.use.tensor, old=read.old, axis=k, sym=s, bound=bounds[s],
+                size=bounds[s] + lead, length=arr.shape[k], traced=arr.shape[k] - lead,
+            )  # fmt: skip
+            return read.blocker(self.kind, why, syms)
+        dtype = dtype_name(elem_type_of(arr))
+        gen = Generator("prefix", [k for k, _, _ in found], arr, bound=bound_text(syms, bounds))
+        a, sol = read.context.analysis, read.context.solution
+        new = f"{dtype}{values_text(a, sol, read.dims)} ({gen.describe()})"
+        use = read.use
+        return Change(
+            use.graph, use.node, use.op, use.input_index, use.tensor, "data", read.old, new,
+            read.dims, use, gen,
+        )  # fmt: skip
 
 
 class ThinEvidence(Rule):
@@ -524,6 +627,7 @@ CONST_RULES: list[Rule] = [
     OnePoint(),
     NoTracedSize(),
     SizeConstant(),
+    BoundedTable(),
     RelativePositionBias(),
     TableCut(),
     ThinEvidence(),
