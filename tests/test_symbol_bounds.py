@@ -203,7 +203,7 @@ def test_reference_cases_over_the_bound_are_left_out_of_the_check(tmp_path):
     result = Symbolize(**IDS_BOUND)(learned_positions(), ctx)
     verification = result.report.verification
     assert verification.levels["seq"] == "references" and verification.reference_cases == 2
-    # validate runs every case: the one over the bound fails naming the bound, no values
+    # validate runs every case: the one over the bound does not run, naming the bound
     src = tmp_path / "m.onnx"
     onnx.save(learned_positions(), src)
     chain = "symbolize(ids:0=batch, ids:1=seq<=traced)"
@@ -211,4 +211,4 @@ def test_reference_cases_over_the_bound_are_left_out_of_the_check(tmp_path):
         onnxsurgery.run(src, chain, output=tmp_path / "out.onnx", references=refs)
     text = str(info.value)
     assert "1 case did not run (test_data_set_2" in text
-    assert "seq<=8 (a size over the bound fails here)" in text
+    assert "input 'ids' axis 1 is seq = 12, over the bound seq<=8 the model records" in text

@@ -23,7 +23,13 @@ from onnxsurgery.lazy import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
-        "onnxsurgery.model.bounds": ("BOUND_KEY", "bounds_text", "read_bounds", "record_bounds"),
+        "onnxsurgery.model.bounds": (
+            "BOUND_KEY",
+            "bounds_text",
+            "over_bound",
+            "read_bounds",
+            "record_bounds",
+        ),
         "onnxsurgery.model.dtypes": (
             "dtype_name",
             "elem_type_of",
