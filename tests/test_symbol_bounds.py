@@ -131,7 +131,7 @@ def test_a_bound_over_the_folded_length_is_refused_naming_what_is_missing():
         Symbolize(**{"ids:0": "batch", "ids:1": "seq<=12"})(learned_positions(), CPU)
     text = str(info.value)
     assert "seq<=12 needs 12 entries on axis 0 and it has 8" in text
-    assert "at most the traced size (seq<=traced, seq<=8)" in text
+    assert "at most the traced size (seq<=traced)" in text
 
 
 @pytest.mark.parametrize(
@@ -212,3 +212,56 @@ def test_reference_cases_over_the_bound_are_left_out_of_the_check(tmp_path):
     text = str(info.value)
     assert "1 case did not run (test_data_set_2" in text
     assert "input 'ids' axis 1 is seq = 12, over the bound seq<=8 the model records" in text
+
+
+def conv_heads_bias() -> onnx.ModelProto:
+    """WavLM's mechanism: frames computed by a strided Conv from ``samples`` (traced 20 ->
+    10), scores per head flattened over ``batch*heads``, plus a j - i bias folded at the traced
+    frames and tiled over the batch (one block of 2 heads, repeated per row)."""
+    block = bias(10)[0]  # [H, 10, 10]
+    return parse(
+        f"""{OPSET} net (float[3, 4, 20] x) => (float[6, 10, 10] p) <int64[3] heads = {{6, 2, 10}}> {{
+            h = Conv <kernel_shape = [2], strides = [2]> (x, w)
+            r = Reshape (h, heads)
+            t = Transpose <perm = [0, 2, 1]> (r)
+            s = MatMul (t, r)
+            b = Add (s, rel)
+            p = Softmax <axis = -1> (b)
+        }}""",
+        w=RNG.standard_normal((4, 4, 2)).astype(np.float32) * 0.3,
+        rel=np.concatenate([block, block, block]),
+    )
+
+
+def test_a_bias_over_frames_a_conv_computes_tiled_over_the_batch_is_sliced_and_tiled():
+    model = conv_heads_bias()
+    axes = {"x:0": "batch", "x:2": "samples"}
+    with pytest.raises(PassError, match="depends only on j - i"):
+        Symbolize(**axes)(model, CPU)
+    rewritten = Symbolize(**{"x:0": "batch", "x:2": "samples<=traced"})(model, CPU).model
+    assert read_bounds(rewritten) == {"samples": 20}
+    got = session(rewritten)
+    w = next(onnx.numpy_helper.to_array(t) for t in model.graph.initializer if t.name == "w")
+    for batch, samples in ((3, 20), (2, 14), (1, 9), (4, 19)):
+        x = RNG.standard_normal((batch, 4, samples)).astype(np.float32)
+        frames = samples // 2
+        h = np.einsum("bcfk,ock->bof", x[:, :, : 2 * frames].reshape(batch, 4, frames, 2), w)
+        r = h.reshape(batch * H, 2, frames)
+        s = r.transpose(0, 2, 1) @ r + np.tile(bias(frames)[0], (batch, 1, 1))
+        e = np.exp(s - s.max(-1, keepdims=True))
+        (out,) = got.run(None, {"x": x})
+        np.testing.assert_allclose(out, e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-5)
+    with pytest.raises(Exception, match=r"samples<=20 \(a size over the bound fails here\)"):
+        got.run(None, {"x": RNG.standard_normal((3, 4, 22)).astype(np.float32)})
+
+
+def test_a_bound_no_table_needs_is_dropped_with_a_note():
+    model = parse(
+        f"""{OPSET} net (int64[2, {L}] ids) => (float[2, {L}, {D}] y) {{ y = Gather (wte, ids) }}""",
+        wte=EMB,
+    )
+    result = Symbolize(**IDS_BOUND)(model, CPU)
+    assert read_bounds(result.model) == {}
+    notes = [d.message for d in result.diagnostics]
+    assert any("seq<=8: no table folded at the traced length needs it" in n for n in notes)
+    assert any(s["seq"] > L for s in result.report.verification.sizes)  # checked over it too

@@ -14,8 +14,9 @@ matches here, verified element by element against the traced constant:
 
 - ``tile``: an axis of size ``batch*c`` made of one block of ``c`` repeated (a per-head bias
   flattened over ``batch*heads``).
-- ``prefix``: the traced table itself, sliced to the sizes, under bounded symbols only
-  (``seq<=traced``; :class:`~.rules.BoundedTable` decides, never a match here).
+- ``prefix``: the traced table itself, sliced to the sizes on ``axes``, under bounded symbols
+  only (``seq<=traced``; :class:`~.rules.BoundedTable` decides, never a match here); ``steps``
+  holds the block of each axis tiled over a batch (``batch*heads``), cut to it in ``base``.
 
 A constant that matches none of these is a table cut to the traced size: a blocker.
 
@@ -102,7 +103,8 @@ class Generator:
             return "Range on axis " + ", ".join(str(k) for k in moving) + start
         if self.kind == "prefix":
             axes = ", ".join(str(k) for k in self.axes)
-            return f"the traced table sliced on axis {axes}, valid while {self.bound}"
+            tiled = "".join(f", tiled over axis {k}" for k in self.steps)
+            return f"the traced table sliced on axis {axes}{tiled}, valid while {self.bound}"
         if self.kind == "tile":
             return f"Tile of a {self.base_array.shape[self.axes[0]]}-block on axis {self.axes[0]}"
         if self.kind in ("cos", "sin"):

@@ -320,7 +320,12 @@ def plan_symbolize(
     plan = SymbolizePlan(
         axes, symbols, changes, blockers, outputs, notes, analysis, sol, row_syms, relations
     )
-    plan.bounds = context.bounds
+    plan.bounds = {s: b for s, b in context.bounds.items() if s in context.used_bounds}
+    plan.notes += [
+        f"{s}<={b}: no table folded at the traced length needs it, so {s} is left unbounded"
+        for s, b in context.bounds.items()
+        if s not in context.used_bounds
+    ]
     plan.same_padding = same_padding
     plan.grid_tables = _grid_tables(analysis, sol, blockers)
     plan.coincidences = [c for found in context.coincident.values() for c in found]

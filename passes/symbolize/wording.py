@@ -230,9 +230,9 @@ WHY["indexed-table"] = (
 
 WHY["bounded-table"] = (
     "constant {tensor!r} {old} holds a table folded at the traced length, which symbolize slices "
-    "to the size under a bound, but {sym}<={bound} needs {size} entries on axis {axis} and it "
-    "has {length}: the values past the traced size are not in the graph, so the bound can be "
-    "at most the traced size ({sym}<=traced, {sym}<={traced})"
+    "to the size under a bound, but {bounds} needs {size} entries on axis {axis} and it has "
+    "{length}: the values past the traced size are not in the graph, so the bound can be at most "
+    "the traced size ({traced})"
 )
 #: added to a relative-position-bias or table-cut blocker where a bound would let it through
 BOUND_HINT = (
