@@ -25,6 +25,11 @@ Each row runs in a forked worker with a time limit and an address-space cap; its
 references and probed signature are cached under ``build/sweep/`` keyed by a hash of the row, so
 a re-run only scores. Results merge into ``bench/sweep.json`` (rows of this run replace the same
 rows there); the exit status is 0 whatever they are: this is a measurement.
+
+``--bound`` runs symbolize with every symbol but ``batch`` bounded at its traced size
+(``input_ids:1=seq<=traced``: tables folded at the traced length are sliced to the size) and
+scores it at sizes within the bound (each check size over it scaled under it), then runs it
+once over the bound, where it must fail on ONNX Runtime (``over:`` in the message says how).
 """
 
 from __future__ import annotations
@@ -109,15 +114,35 @@ def _last_line(text: str) -> str:
     return lines[-1][:400] if lines else ""
 
 
+def within_bound(sizes: Sequence[dict[str, int]], traced: dict[str, int]) -> list[dict[str, int]]:
+    """``sizes`` with every symbol but batch kept at most its traced size: a value over it is
+    scaled under it by the same ratio (13 at a traced 8 -> 4, 3200 samples at 1600 -> 800),
+    never under 2; duplicates dropped."""
+    out: list[dict[str, int]] = []
+    for size in sizes:
+        s = {k: v if k == "batch" or v <= traced[k] else max(2, traced[k] * traced[k] // v) for k, v in size.items()}
+        if s not in out:
+            out.append(s)
+    return out
+
+
+def _over_bound(model: Any, arch: Any, traced: dict[str, int]) -> str:
+    """How the bounded model fails one over its bound (every symbol but batch at traced + 1)."""
+    over = {k: v if k == "batch" else v + 1 for k, v in traced.items()}
+    (result,) = check_sizes(model, arch, [over])
+    return f"over: {sizes_label(over)} " + ("ran and matched torch" if result.ok else result.message)
+
+
 def symbolize_by_cli(
-    arch: Any, static: Path, traced: dict[str, int], timeout: float
+    arch: Any, static: Path, traced: dict[str, int], timeout: float, bound: bool = False
 ) -> dict[str, Any]:
-    """``onnxsurgery run --passes symbolize(...)`` on the static export, then checked vs torch."""
+    """``onnxsurgery run --passes symbolize(...)`` on the static export, then checked vs torch
+    (``bound``: every symbol but batch bounded at its traced size, scored within it)."""
     import onnx
 
     names = {i.name for i in onnx.load(str(static), load_external_data=False).graph.input}
     axes = [
-        f"{inp}:{axis}={sym}"
+        f"{inp}:{axis}={sym}" + ("<=traced" if bound and sym != "batch" else "")
         for inp, chosen in arch.dynamic_axes_for("all").items()
         if inp in names
         for axis, sym in chosen.items()
@@ -144,10 +169,14 @@ def symbolize_by_cli(
         code, message = None, f"took longer than {timeout:g} s"
     mismatch = None
     if code == 0:
-        sizes = check_sizes(onnx.load(str(out)), arch, arch.sizes_for(traced, "all"))
+        model = onnx.load(str(out))
+        asked = arch.sizes_for(traced, "all")
+        sizes = check_sizes(model, arch, within_bound(asked, traced) if bound else asked)
         bad = [s for s in sizes if not s.ok]
         mismatch = f"{sizes_label(bad[0].sizes)}: {bad[0].message}" if bad else None
-        message = mismatch or f"{len(sizes)} sizes ok"
+        message = mismatch or f"{len(sizes)} sizes ok ({', '.join(sizes_label(s.sizes) for s in sizes)})"
+        if bound:
+            message += "; " + _over_bound(model, arch, traced)
     return {
         "status": classify(code, mismatch),
         "exit": code,
@@ -156,7 +185,9 @@ def symbolize_by_cli(
     }
 
 
-def score_case(arch: Any, exporter: str, batch: int, timeout: float) -> dict[str, Any]:
+def score_case(
+    arch: Any, exporter: str, batch: int, timeout: float, bound: bool = False
+) -> dict[str, Any]:
     """One (row, exporter, traced batch): the static export, then the three methods."""
     traced = next(t for t in arch.traced if t["batch"] == batch)
     case: dict[str, Any] = {
@@ -169,7 +200,9 @@ def score_case(arch: Any, exporter: str, batch: int, timeout: float) -> dict[str
     from corpus.harness import export_model
 
     static = export_model(arch, exporter, traced).path
-    case["symbolize"] = symbolize_by_cli(arch, static, traced, timeout)
+    case["symbolize"] = symbolize_by_cli(arch, static, traced, timeout, bound)
+    if bound:  # the other methods are scored without a bound: the plain sweep has them
+        return case
     for method in ("re-export", "update_model_dims"):
         result = evaluate(arch, exporter, batch, method, axes="all")
         case[method] = {"status": result.status, "message": result.reason}
@@ -192,6 +225,7 @@ def _worker(
     sink: str,
     timeout: float,
     memory_gb: float,
+    bound: bool = False,
 ) -> None:
     limit = int(memory_gb * 2**30)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -219,7 +253,7 @@ def _worker(
     for exporter in exporters:
         for batch in batches:
             try:
-                write({"case": score_case(arch, exporter, batch, timeout)})
+                write({"case": score_case(arch, exporter, batch, timeout, bound)})
             except Exception as exc:  # the sweep's own failure on one case: say so, go on
                 write(
                     {
@@ -234,7 +268,13 @@ def _worker(
 
 
 def score_row(
-    row: Row, exporters: Sequence[str], batches: Sequence[int], *, timeout: float, memory_gb: float
+    row: Row,
+    exporters: Sequence[str],
+    batches: Sequence[int],
+    *,
+    timeout: float,
+    memory_gb: float,
+    bound: bool = False,
 ) -> dict[str, Any]:
     """Run one row in a forked worker; what it finished before a time limit or a crash counts."""
     folder = sweep_root() / "results"
@@ -244,7 +284,7 @@ def score_row(
     start = time.perf_counter()
     budget = 60 + timeout * 3 * len(exporters) * len(batches)
     proc = multiprocessing.get_context("fork").Process(
-        target=_worker, args=(row, exporters, batches, str(sink), timeout, memory_gb)
+        target=_worker, args=(row, exporters, batches, str(sink), timeout, memory_gb, bound)
     )
     proc.start()
     proc.join(budget)
@@ -307,8 +347,8 @@ def _cell_counts(rows: Sequence[dict[str, Any]], exporter: str, batch: int) -> d
         else:
             counts["scored"] += 1
             counts[case["symbolize"]["status"]] += 1
-            counts["re-export"] += case["re-export"]["status"] == "pass"
-            counts["update_model_dims"] += case["update_model_dims"]["status"] == "pass"
+            for method in ("re-export", "update_model_dims"):  # not scored under --bound
+                counts[method] += case.get(method, {}).get("status") == "pass"
     return counts
 
 
@@ -458,6 +498,12 @@ def _parser() -> argparse.ArgumentParser:
         "--readme", action="store_true", help="only rewrite the README table from --json"
     )
     parser.add_argument("--list", action="store_true", help="print the rows per kind and exit")
+    parser.add_argument(
+        "--bound",
+        action="store_true",
+        help="symbolize with every symbol but batch bounded at its traced size (seq<=traced), "
+        "scored within the bound and once over it",
+    )
     return parser
 
 
@@ -469,12 +515,15 @@ def score_rows(
     timeout: float,
     memory_gb: float,
     save: Callable[[list[dict[str, Any]]], Any] | None = None,
+    bound: bool = False,
 ) -> list[dict[str, Any]]:
     """Every row in its worker, one after another, with a line per row on stderr; ``save`` gets
     the results so far after each row (an interrupted sweep keeps what it scored)."""
     results: list[dict[str, Any]] = []
     for i, row in enumerate(rows, 1):
-        result = score_row(row, exporters, batches, timeout=timeout, memory_gb=memory_gb)
+        result = score_row(
+            row, exporters, batches, timeout=timeout, memory_gb=memory_gb, bound=bound
+        )
         statuses = [
             c["symbolize"]["status"] if "symbolize" in c else c["static"]["status"]
             for c in result["cases"]
@@ -532,7 +581,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return data
 
     exporters, batches = args.exporter or EXPORTERS, args.batch or BATCHES
-    kwargs = {"timeout": args.timeout, "memory_gb": args.memory_gb, "save": save}
+    kwargs = {"timeout": args.timeout, "memory_gb": args.memory_gb, "save": save, "bound": args.bound}
     results = score_rows(rows, exporters, batches, **kwargs)
     data = save(results)
     print(table(data))

@@ -12,6 +12,7 @@
     signature.py   declared inputs, whether feeds fit them, the NAME:DIMS parser
     equality.py    whether two models compute the same thing (up to names and order)
     summary.py     what ``onnxsurgery inspect`` shows
+    bounds.py      symbol bounds a model records in metadata_props (``seq<=8``)
 """
 
 from __future__ import annotations
@@ -22,6 +23,13 @@ from onnxsurgery.lazy import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
+        "onnxsurgery.model.bounds": (
+            "BOUND_KEY",
+            "bounds_text",
+            "over_bound",
+            "read_bounds",
+            "record_bounds",
+        ),
         "onnxsurgery.model.dtypes": (
             "dtype_name",
             "elem_type_of",

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
+from onnxsurgery.model.bounds import bounds_text, read_bounds
 from onnxsurgery.model.dtypes import dtype_name
 from onnxsurgery.model.io import read_model_file, tensor_bytes
 from onnxsurgery.model.signature import dims_of
@@ -57,6 +58,8 @@ class ModelSummary:
     initializer_bytes: int
     external_data: bool
     metadata: dict[str, str] = field(default_factory=dict)
+    #: symbol bounds the model records (symbolize's ``seq<=traced``): larger sizes fail
+    bounds: dict[str, int] = field(default_factory=dict)
     extra: list[Any] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -73,6 +76,7 @@ class ModelSummary:
             "initializer_bytes": self.initializer_bytes,
             "external_data": self.external_data,
             "metadata": self.metadata,
+            "bounds": self.bounds,
         }
         for item in self.extra:
             if hasattr(item, "to_dict"):
@@ -102,6 +106,8 @@ class ModelSummary:
             f"{self.initializers} initializers, {self.initializer_bytes:,} bytes"
             + (" (external data)" if self.external_data else ""),
         )
+        if self.bounds:
+            head.add_row("bounds", Text(f"{bounds_text(self.bounds)} (a larger size fails)"))
         io = Table(title="signature", title_justify="left")
         io.add_column("")
         io.add_column("name", style="bold", overflow="fold")
@@ -155,4 +161,5 @@ def summarize(model: onnx.ModelProto | str | os.PathLike) -> ModelSummary:
         initializer_bytes=tensor_bytes(model),
         external_data=external,
         metadata={p.key: p.value for p in model.metadata_props},
+        bounds=read_bounds(model),
     )

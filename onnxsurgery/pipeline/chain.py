@@ -6,7 +6,8 @@ Grammar of the text form::
     item    := NAME [ "(" [option ("," option)*] ")" ]
     option  := KEY "=" value            KEY may hold letters, digits and _ - : * . /
     value   := "[" [value ("," value)*] "]" | 'quoted' | "quoted" | bare
-    bare    := int | float | true | false | none | any other text up to , ) ]
+    bare    := int | float | true | false | none | any other text up to , ) ] ( [ = ' "
+               (``<=`` is text: ``x:1=seq<=traced``)
 
     cleanup, symbolize(x:0=batch, x:1=seq), concat-outputs(axis=1, name=merged)
 
@@ -178,7 +179,9 @@ class _Parser:
         if char in ("'", '"'):
             return self.quoted(char)
         start = self.pos
-        while self.pos < len(self.text) and self.text[self.pos] not in ",)]([='\"":
+        while self.pos < len(self.text) and (
+            self.text[self.pos] not in ",)]([='\"" or self.text[self.pos - 1 : self.pos + 1] == "<="
+        ):
             self.pos += 1
         raw = self.text[start : self.pos].strip()
         if not raw:

@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 
 from onnxsurgery.errors import ModelLoadError
+from onnxsurgery.model.bounds import over_bound, read_bounds
 from onnxsurgery.model.io import read_model_file
 from onnxsurgery.model.signature import CaseFailure, check_inputs, model_inputs
 from onnxsurgery.validation.arrays import OutputComparison, compare_arrays
@@ -50,6 +51,8 @@ class ModelRunner:
         ).model
         self.label = str(model) if not isinstance(model, onnx.ModelProto) else "model"
         self.specs = model_inputs(proto)
+        #: symbol bounds the model records (``seq<=8``): a case over one does not run
+        self.bounds = read_bounds(proto)
         self.output_names = [o.name for o in proto.graph.output]
         #: concat-outputs' layout record (a merged_outputs.Layout), or None
         self.layout: Any = _layout_of(proto, self.label)
@@ -137,6 +140,9 @@ def run_case(
     )
     try:
         feeds, result.notes = check_inputs(runner.specs, inputs)
+        over = over_bound(runner.specs, inputs, runner.bounds) if runner.bounds else None
+        if over is not None:
+            raise CaseFailure(over)
         if callable(expected):
             expected = expected()
         t0 = time.perf_counter()

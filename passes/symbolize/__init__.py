@@ -85,6 +85,7 @@ from typing import Any
 import onnx
 
 from onnxsurgery.errors import OnnxSurgeryError
+from onnxsurgery.model.bounds import record_bounds
 from onnxsurgery.passes.symbolize.blockers import blocker_summary, group_blockers
 from onnxsurgery.passes.symbolize.check import (
     LEVELS,
@@ -109,6 +110,8 @@ __all__ = ["Symbolize"]
 Reading = Callable[[onnx.ModelProto], onnx.ModelProto | None]
 
 _AXIS_KEY = re.compile(r"^(?P<input>\*|[^:]+):(?P<axis>-?\d+)$")
+#: ``NAME`` or ``NAME<=BOUND`` (``traced`` or a number): an axis's symbol and its upper bound
+_SYMBOL = re.compile(r"^\s*(?P<sym>[^<=\s]+)\s*(?:<=\s*(?P<bound>\S+)\s*)?$")
 
 
 class Symbolize(Pass):
@@ -123,7 +126,10 @@ class Symbolize(Pass):
 
     Options:
         INPUT:AXIS (str, default: *:0=batch): Name axis AXIS of input INPUT (``*``: every input),
-            e.g. x:0=batch, ids:1=seq.
+            e.g. x:0=batch, ids:1=seq; ``ids:1=seq<=traced`` (or ``seq<=512``) bounds the
+            symbol: a table folded at the traced length is then sliced to the size (valid up
+            to the traced size), the check stays within the bound, and the bound is recorded
+            in the model's metadata_props (``onnxsurgery.symbol_bound.seq``).
         dynamic_axes (dict, default: none): The axes in torch.onnx.export's format instead,
             e.g. {"x": {0: "batch"}} or {"x": [0]}.
         strict (bool): Fail listing the blockers; false applies what it can and reports the rest.
@@ -139,6 +145,7 @@ class Symbolize(Pass):
     Example:
         symbolize
         symbolize(x:0=batch, x:1=seq)
+        symbolize(ids:0=batch, ids:1=seq<=traced)
         symbolize(*:0=batch, verify=references)
         symbolize(*:0=batch, *:2=height, *:3=width, keep=/Resize)
     """
@@ -182,6 +189,8 @@ class Symbolize(Pass):
             normalize_axes(dynamic_axes) if dynamic_axes is not None else {}
         )
         self.wildcard: dict[int, str] = {}
+        #: each bounded symbol's upper bound (None: its traced size)
+        self.bounds: dict[str, int | None] = {}
         for key, sym in axes.items():
             self._name_axis(key, sym)
         if not self.explicit and not self.wildcard:
@@ -195,8 +204,15 @@ class Symbolize(Pass):
                 f"option {key!r} is not INPUT:AXIS (like x:0=batch or *:1=seq), nor one of "
                 "dynamic_axes, strict, check, verify, rows, keep"
             )
-        if not isinstance(sym, str) or not sym.isidentifier():
-            raise ValueError(f"{key}={sym!r}: the symbol must be a name like batch or seq")
+        named = _SYMBOL.match(sym) if isinstance(sym, str) else None
+        if named is None or not named.group("sym").isidentifier():
+            raise ValueError(
+                f"{key}={sym!r}: the symbol must be a name like batch or seq (bounded: seq<=traced "
+                "or seq<=512)"
+            )
+        sym = named.group("sym")
+        if named.group("bound") is not None:
+            self._bound(key, sym, named.group("bound"))
         axis = int(m.group("axis"))
         target = (
             self.wildcard if m.group("input") == "*" else self.explicit.setdefault(m.group("input"), {})
@@ -204,6 +220,21 @@ class Symbolize(Pass):
         if axis in target and target[axis] != sym:
             raise ValueError(f"{key} is named twice ({target[axis]!r} and {sym!r})")
         target[axis] = sym
+
+    def _bound(self, key: str, sym: str, text: str) -> None:
+        """Record ``sym<=text`` (``traced``, or a positive whole number)."""
+        if text == "traced":
+            bound: int | None = None
+        elif text.isdigit() and int(text) > 0:
+            bound = int(text)
+        else:
+            raise ValueError(
+                f"{key}={sym}<={text}: the bound must be 'traced' or a positive whole number, "
+                f"like {sym}<=traced or {sym}<=512"
+            )
+        if sym in self.bounds and self.bounds[sym] != bound:
+            raise ValueError(f"{sym} is bounded twice ({self.bounds[sym] or 'traced'} and {text})")
+        self.bounds[sym] = bound
 
     def resolve_axes(self, model: onnx.ModelProto) -> dict[str, dict[int, str]]:
         """The {input: {axis: name}} this pass applies to ``model`` (wildcards expanded)."""
@@ -236,7 +267,7 @@ class Symbolize(Pass):
     def preview(self, model: onnx.ModelProto) -> SymbolizePlan:
         """The changes and blockers symbolize would find in ``model`` (nothing is edited)."""
         try:
-            return plan_symbolize(model, self.resolve_axes(model), self.rows)
+            return plan_symbolize(model, self.resolve_axes(model), self.rows, bounds=self.bounds)
         except ValueError as exc:
             self.fail(str(exc))
 
@@ -268,9 +299,11 @@ class Symbolize(Pass):
         plan.verification = result
         diagnostics += self._verified(result)
         syms = ", ".join(
-            f"{s} (traced {v}, verified: {result.levels.get(s, 'traced-only')})"
+            f"{s} (traced {v}{_bound_note(plan.bounds, s)}, verified: "
+            f"{result.levels.get(s, 'traced-only')})"
             for s, v in plan.symbols.items()
         )
+        record_bounds(new, plan.bounds)
         diagnostics.insert(
             0, Diagnostic.info(f"symbols {syms}; {len(plan.changes)} constant(s) rewritten")
         )
@@ -291,7 +324,9 @@ class Symbolize(Pass):
         ctx.stage("planning")
         self._check_keep(model)
         try:
-            plan = plan_symbolize(model, axes, self.rows, bare=bare, keep=self.keep)
+            plan = plan_symbolize(
+                model, axes, self.rows, bare=bare, keep=self.keep, bounds=self.bounds
+            )
         except ValueError as exc:
             self.fail(str(exc))
         diagnostics = [Diagnostic.warning(n) for n in plan.notes]
@@ -382,6 +417,7 @@ class Symbolize(Pass):
                 output_map=ctx.map_outputs if ctx.output_maps else None,
                 bare=bare,
                 changes=plan.changes,
+                bounds=plan.bounds,
             )
         )
 
@@ -424,10 +460,13 @@ class Symbolize(Pass):
         if not references:
             return plan, None
         kept = self.keep | {n for c in plan.coincidences for n in c.nodes()}
-        fixed_plan = plan_symbolize(model, plan.axes, self.rows, bare=bare, keep=kept)
-        general = plan_symbolize(
-            model, plan.axes, self.rows, bare=bare, keep=self.keep, generalize=True
+        fixed_plan = plan_symbolize(
+            model, plan.axes, self.rows, bare=bare, keep=kept, bounds=self.bounds
         )
+        general = plan_symbolize(
+            model, plan.axes, self.rows, bare=bare, keep=self.keep, generalize=True,
+            bounds=self.bounds,
+        )  # fmt: skip
         if general.blockers or fixed_plan.blockers:
             return plan, None
         root = model if goes_by_path(bare) else bare
@@ -515,6 +554,11 @@ class Symbolize(Pass):
                 "--ref with cases at other sizes (record them with `onnxsurgery reference record`)"
             )
         ]
+
+
+def _bound_note(bounds: Mapping[str, int], sym: str) -> str:
+    """``, at most 8`` for a bounded symbol (the run's summary line), else nothing."""
+    return f", at most {bounds[sym]}" if sym in bounds else ""
 
 
 def _row_symbols(rows: str | list[str] | None) -> set[str] | None:

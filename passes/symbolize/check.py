@@ -156,6 +156,7 @@ def check_sizes(
     fixed: Set[str] = frozenset(),
     steps: Mapping[str, int] | None = None,
     relations: Mapping[str, Dim] | None = None,
+    bounds: Mapping[str, int] | None = None,
 ) -> list[dict[str, int]]:
     """The traced size, then two other values for each symbol not in ``fixed`` (others traced).
 
@@ -164,7 +165,8 @@ def check_sizes(
     pools divide, so the sizes keep the traced size's remainder (a padding computed for an even
     height is baked into the graph). A symbol in ``relations`` (``total`` = ``past + seq``) is
     never varied itself: every size computes it from the others, so the sizes respect what the
-    graph requires.
+    graph requires. A symbol in ``bounds`` (``seq<=8``) stays within its bound: the values
+    over it are replaced by smaller ones (``traced - 2*step``), none under 2.
     """
     relations = relations or {}
     sizes = [dict(traced)]
@@ -173,6 +175,9 @@ def check_sizes(
             continue
         step = (steps or {}).get(sym, 1)
         others = [v + step, v - step if v - step >= 2 else v + 2 * step]
+        if bounds and sym in bounds:
+            within = [o for o in (v + step, v - step, v + 2 * step, v - 2 * step) if 2 <= o <= bounds[sym]]
+            others = within[:2]
         for o in others:
             s = dict(traced)
             s[sym] = o
@@ -222,6 +227,7 @@ class CheckRequest:
     rtol: float = 1e-5
     bare: onnx.ModelProto | None = None
     changes: Sequence[Change] = ()
+    bounds: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def decisions(self) -> PlanDecisions | None:
@@ -356,15 +362,16 @@ def _run_original(state: CheckState) -> Mapping[str, SharedWeight]:
     state.runs = _size_runs(state)
     _run_heads(state, session)
     state.claims = claimed_cases(
-        session, ask.axes, base, ask.fixed, ask.references, ask.output_map, model_inputs(ask.model)
-    )
+        session, ask.axes, base, ask.fixed, ask.references, ask.output_map, model_inputs(ask.model),
+        ask.bounds,
+    )  # fmt: skip
     return session_weights(session)
 
 
 def _size_runs(state: CheckState) -> list[_SizeRun]:
     """Each size other than the traced one (:func:`check_sizes`) with its inputs."""
     ask = state.ask
-    sizes = check_sizes(state.base, ask.fixed, ask.steps, ask.relations)[1:]
+    sizes = check_sizes(state.base, ask.fixed, ask.steps, ask.relations, ask.bounds)[1:]
     return [
         _SizeRun(k, size, size_text(size), check_feeds(ask.model, ask.axes, size, k, ask.batch_rows, ask.references))
         for k, size in enumerate(sizes, start=1)

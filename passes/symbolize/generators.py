@@ -14,6 +14,9 @@ matches here, verified element by element against the traced constant:
 
 - ``tile``: an axis of size ``batch*c`` made of one block of ``c`` repeated (a per-head bias
   flattened over ``batch*heads``).
+- ``prefix``: the traced table itself, sliced to the sizes on ``axes``, under bounded symbols
+  only (``seq<=traced``; :class:`~.rules.BoundedTable` decides, never a match here); ``steps``
+  holds the block of each axis tiled over a batch (``batch*heads``), cut to it in ``base``.
 
 A constant that matches none of these is a table cut to the traced size: a blocker.
 
@@ -42,7 +45,7 @@ __all__ = ["Generator", "evidence_gap", "match_generator"]
 class Generator:
     """How to rebuild a constant from the sizes of its symbolic axes (see module docstring)."""
 
-    kind: str  # "affine" | "cos" | "sin" | "band" | "tile"
+    kind: str  # "affine" | "cos" | "sin" | "band" | "tile" | "prefix"
     axes: list[int]
     base: np.ndarray | None = None  # affine: value at index 0 (size 1 on the symbolic axes)
     steps: dict[int, np.ndarray] = field(default_factory=dict)  # affine/trig: per-axis step
@@ -58,6 +61,8 @@ class Generator:
     #: cos/sin: the traced position the table starts at (``offset`` once the plan names the
     #: cache length it moves with)
     phase: int | None = None
+    #: prefix: the bounds its sizes stay within (``seq<=8``), which its run-time guard names
+    bound: str | None = None
 
     @property
     def base_array(self) -> np.ndarray:
@@ -96,6 +101,10 @@ class Generator:
             if self.offset is not None:
                 start = f" from {self.offset[1]}" + (" steps" if self.offset[0] == "scaled" else "")
             return "Range on axis " + ", ".join(str(k) for k in moving) + start
+        if self.kind == "prefix":
+            axes = ", ".join(str(k) for k in self.axes)
+            tiled = "".join(f", tiled over axis {k}" for k in self.steps)
+            return f"the traced table sliced on axis {axes}{tiled}, valid while {self.bound}"
         if self.kind == "tile":
             return f"Tile of a {self.base_array.shape[self.axes[0]]}-block on axis {self.axes[0]}"
         if self.kind in ("cos", "sin"):

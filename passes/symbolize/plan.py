@@ -16,7 +16,7 @@ The plan has ``to_dict()`` for JSON reports and ``__rich__()`` for the terminal.
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +36,13 @@ from onnxsurgery.passes.symbolize.coincident import (
     tie,
 )
 from onnxsurgery.passes.symbolize.graph_blockers import conflict_blockers, unrolled_loops
-from onnxsurgery.passes.symbolize.rules import Change, ConstRead, PlanContext, decide
+from onnxsurgery.passes.symbolize.rules import (
+    Change,
+    ConstRead,
+    PlanContext,
+    decide,
+    symbol_bounds,
+)
 from onnxsurgery.passes.symbolize.wording import fix_lead
 from onnxsurgery.shapes.analysis import Constraint, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
@@ -105,6 +111,8 @@ class SymbolizePlan:
     relations: dict[str, Dim] = field(default_factory=dict)
     #: the check's result (per-symbol verification levels), set by the pass after the check
     verification: Any = field(default=None, repr=False)
+    #: each bounded symbol's upper bound (``seq<=traced``): sizes over it fail at run time
+    bounds: dict[str, int] = field(default_factory=dict)
     #: blockers for 'same' padding baked at the traced size (blocker node -> the window op, and
     #: the Pad node before it or None), each rewritable as ``auto_pad=SAME_UPPER``: reference
     #: cases can decide between that and the fixed pads as exported
@@ -148,6 +156,7 @@ class SymbolizePlan:
             "verification": (
                 self.verification.to_dict() if self.verification is not None else None
             ),
+            **({"bounds": dict(self.bounds)} if self.bounds else {}),  # seq<=8: over it fails
         }
 
     def __rich__(self):
@@ -281,6 +290,7 @@ def plan_symbolize(
     bare: onnx.ModelProto | None = None,
     keep: Set[str] = frozenset(),
     generalize: bool = False,
+    bounds: Mapping[str, int | None] | None = None,
 ) -> SymbolizePlan:
     """Preview symbolize on ``model`` for ``dynamic_axes`` ({input: {axis: name}} or {input: [axes]};
     None: axis 0 of every input as ``batch``, like ``symbolize`` alone). ``rows``: the symbols
@@ -289,7 +299,8 @@ def plan_symbolize(
     caller has it (for shape inference; else made here). A size kept at a traced value that a
     symbol fits too (:mod:`.coincident`) is a blocker, unless a node in ``keep`` reads or is
     sized by it (fixed on purpose); ``generalize`` ties those to the symbol instead (the other
-    reading, for reference cases to choose).
+    reading, for reference cases to choose). ``bounds``: each bounded symbol's upper bound (None:
+    its traced size), under which a table folded at the traced length is sliced to the size.
 
     Nothing is edited. Raises ValueError for an input or axis the model does not have, or one
     name given to axes of different traced sizes.
@@ -297,6 +308,7 @@ def plan_symbolize(
     axes = normalize_axes(default_axes(model) if dynamic_axes is None else dynamic_axes)
     analysis = propagate(model, axes, bare=bare)
     context = plan_context(analysis, rows, keep, generalize)
+    context.bounds = symbol_bounds(analysis, bounds or {})
     sol, row_syms = context.solution, context.rows
     changes, blockers = _decide_constants(context)
     padding, same_padding = same_pads(analysis, sol)
@@ -308,6 +320,12 @@ def plan_symbolize(
     plan = SymbolizePlan(
         axes, symbols, changes, blockers, outputs, notes, analysis, sol, row_syms, relations
     )
+    plan.bounds = {s: b for s, b in context.bounds.items() if s in context.used_bounds}
+    plan.notes += [
+        f"{s}<={b}: no table folded at the traced length needs it, so {s} is left unbounded"
+        for s, b in context.bounds.items()
+        if s not in context.used_bounds
+    ]
     plan.same_padding = same_padding
     plan.grid_tables = _grid_tables(analysis, sol, blockers)
     plan.coincidences = [c for found in context.coincident.values() for c in found]

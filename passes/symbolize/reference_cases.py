@@ -111,8 +111,10 @@ def claimed_cases(
     references: Sequence[Case],
     output_map: OutputMap | None,
     specs: Sequence[InputSpec],
+    bounds: Mapping[str, int] | None = None,
 ) -> Claims:
-    """The reference cases the model claims (none moving a symbol in ``fixed``), each with its
+    """The reference cases the model claims (none moving a symbol in ``fixed``, none over a
+    symbol's bound in ``bounds``: ``seq<=8``), each with its
     sizes and its outputs mapped onto the model's; and per output, the original model's own
     error at the traced size where the default tolerance is too tight (:func:`_export_error`).
     Each case is checked against the rewritten model's inputs (``specs``) before any runs
@@ -122,6 +124,8 @@ def claimed_cases(
     for case in references:
         sizes = case_sizes(axes, case.inputs)
         if any(sizes.get(s, base[s]) != base[s] for s in fixed):
+            continue
+        if any(sizes.get(s, 0) > b for s, b in (bounds or {}).items()):
             continue
         fitting = _fitting(specs, case, references)
         if isinstance(fitting, PassError):

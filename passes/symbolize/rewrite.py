@@ -364,8 +364,30 @@ class _Rewriter:
             acc = self.node("Where", [cond, va, vb], f"{tag}/where")
         return acc, {i_ax, j_ax}
 
+    def prefix(
+        self, gen: Generator, arr: np.ndarray, dims: list[Dim], tag: str
+    ) -> tuple[str, set[int]]:
+        """The traced table's first entries along its axes (bounded symbols,
+        :class:`~.rules.BoundedTable`): a Gather of ``arange(size)`` per axis, which ONNX Runtime
+        fails, naming the bound, where a size is over it (a Slice would stop at the table's end
+        and a Reshape after it can be optimized away)."""
+        acc = self.initializer(f"{tag}/table", gen.base_array)
+        for k in gen.axes:
+            name = f"symbolize: {gen.bound} (a size over the bound fails here)/{tag}/axis{k}"
+            acc = self.node("Gather", [acc, self.index(dims[k], 0, 1, np.int64)], name, axis=k)
+        if gen.steps:  # axes of batch*c repeating one block of c: tiled over the batch
+            reps = [Dim.const(1)] * arr.ndim
+            for k, block in gen.steps.items():
+                count = dims[k].exact_div(int(block))
+                assert count is not None  # the rule took batch*c only
+                reps[k] = count
+            acc = self.node("Tile", [acc, self.vector(reps)], f"{tag}/tile")
+        return acc, set(range(arr.ndim))
+
     #: How each generator kind is emitted (:mod:`.generators`): "cos" and "sin" by ``trig``.
-    EMITTERS = {"affine": affine, "tile": tile, "cos": trig, "sin": trig, "band": band}
+    EMITTERS = {
+        "affine": affine, "tile": tile, "cos": trig, "sin": trig, "band": band, "prefix": prefix,
+    }  # fmt: skip
 
     def broadcast_covers(self, change: Change, node: onnx.NodeProto, axes: list[int]) -> bool:
         """True when the consumer broadcasts a 1 on ``axes`` to the symbolic dims anyway."""

@@ -14,7 +14,8 @@ or a :class:`~.blockers.Blocker` whose words come from :mod:`.wording` under the
 
 from __future__ import annotations
 
-from collections.abc import Set
+import re
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -28,6 +29,7 @@ from onnxsurgery.passes.symbolize.cache_offsets import band_bound_gap, cache_sym
 from onnxsurgery.passes.symbolize.coincident import Coincidence
 from onnxsurgery.passes.symbolize.generators import Generator, evidence_gap, match_generator
 from onnxsurgery.passes.symbolize.wording import (
+    BOUND_HINT,
     dim_text,
     fix_lead,
     fix_text,
@@ -42,7 +44,10 @@ from onnxsurgery.shapes.analysis import ConstUse, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.solver import Solution
 
-__all__ = ["Change", "PlanContext", "ConstRead", "Rule", "CONST_RULES", "decide"]
+__all__ = [
+    "Change", "PlanContext", "ConstRead", "Rule", "CONST_RULES", "decide", "BoundedTable",
+    "bound_text", "symbol_bounds",
+]  # fmt: skip
 
 
 @dataclass
@@ -93,6 +98,10 @@ class PlanContext:
     coincident: dict[int, list[Coincidence]] = field(default_factory=dict)
     #: those settled: kept on purpose (``keep=``), or tied to their symbol (``generalize``)
     settled: list[Coincidence] = field(default_factory=list)
+    #: each bounded symbol's upper bound (``seq<=traced``, :class:`BoundedTable`)
+    bounds: dict[str, int] = field(default_factory=dict)
+    #: the bounded symbols a table was sliced under (the others' bounds are not needed)
+    used_bounds: set[str] = field(default_factory=set)
 
     @cached_property
     def cache(self) -> set[str]:
@@ -341,7 +350,12 @@ class _NoPattern(Rule):
         cache = read.context.cache
         if cache and use.array.dtype.kind == "f":
             why += why_text("cache-position-table", cache=", ".join(sorted(cache)))
-        return read.blocker(self.kind, why, read.atoms | input_symbols(a, sol, read.atoms))
+        blocker = read.blocker(self.kind, why, read.atoms | input_symbols(a, sol, read.atoms))
+        sliceable = BoundedTable().axes(read)
+        if sliceable is not None:  # a bound on its symbols would slice it
+            syms = sorted(set().union(*sliceable[0].values()) - read.context.bounds.keys())
+            blocker.fix = BOUND_HINT.format(syms=", ".join(syms), example=syms[0]) + blocker.fix
+        return blocker
 
 
 class RelativePositionBias(_NoPattern):
@@ -369,6 +383,193 @@ class TableCut(_NoPattern):
 
     def produce(self, read: ConstRead) -> Blocker:
         return self._why(read)
+
+
+def symbol_bounds(analysis: ShapeAnalysis, asked: Mapping[str, int | None]) -> dict[str, int]:
+    """The bounds asked (``seq<=traced``: None, the traced size) as numbers; ValueError for a
+    bound on no symbol of the graph or under its traced size (the check compares the result
+    with the original there)."""
+    bounds = {}
+    for sym, bound in asked.items():
+        if sym not in analysis.symbols:
+            raise ValueError(f"{sym}<={bound or 'traced'}: no input axis is named {sym}")
+        traced = analysis.atoms[sym].traced
+        if bound is not None and bound < traced:
+            raise ValueError(
+                f"{sym}<={bound} is under {sym}'s traced size {traced}: the bound must be at "
+                f"least the traced size ({sym}<=traced), where the check compares the result "
+                "with the original"
+            )
+        bounds[sym] = traced if bound is None else bound
+    return bounds
+
+
+def bound_text(syms: Set[str], bounds: Mapping[str, int]) -> str:
+    """``seq<=8, tgt<=8``: the bounds of ``syms``."""
+    return ", ".join(f"{s}<={bounds[s]}" for s in sorted(syms))
+
+
+def largest(a: ShapeAnalysis, sol: Solution, d: Dim, bounds: Mapping[str, int]) -> int | None:
+    """The largest value ``d`` takes with every symbol at most its bound: ``d`` at the bounds,
+    where it grows with each symbol (positive coefficients, down to the floor divisions a
+    strided op makes: frames = (samples - 400) // 320 + 1); None where it does not, or names a
+    symbol with no bound."""
+    floors = {atom: (num, den, plus) for atom, num, den, plus in a.pending_floors}
+    for (num_text, den_text, plus), q in a.floors.items():  # divisions of symbols, by text
+        if len(q.atoms()) == 1 and q == Dim.sym(next(iter(q.atoms()))):
+            floors.setdefault(next(iter(q.atoms())), (_dim_text(num_text), _dim_text(den_text), plus))
+    seen: set[str] = set()
+
+    def value(x: Dim) -> int | None:
+        total = 0
+        for mono, coef in x.terms.items():
+            if mono and coef < 0:
+                return None  # shrinks as a symbol grows
+            term = coef
+            for atom in mono:
+                v = atom_value(atom)
+                if v is None:
+                    return None
+                term *= v
+            total += term
+        return total
+
+    def atom_value(atom: str) -> int | None:
+        if atom in bounds:
+            return bounds[atom]
+        if atom in a.symbols or atom in seen:
+            return None
+        seen.add(atom)
+        solved = sol.values.get(atom)
+        if solved is not None and solved != Dim.sym(atom):
+            return value(solved)
+        if atom in floors:
+            num, den, plus = floors[atom]
+            n, q = value(sol.resolve(num)), sol.resolve(den).value
+            return None if n is None or not q or q < 0 else n // q + plus
+        return None
+
+    return value(d)
+
+
+def _dim_text(text: str) -> Dim:
+    """A Dim from its ``str`` (``samples*2 - 10``): the analysis keys its divisions of symbols
+    by text."""
+    total, sign = Dim(), 1
+    for token in re.split(r" ([+-]) ", text.strip()):
+        if token in "+-":
+            sign = 1 if token == "+" else -1
+            continue
+        term = Dim.const(-sign if token.startswith("-") else sign)
+        for part in token.lstrip("-").split("*"):
+            term = term * (int(part) if part.isdigit() else Dim.sym(part))
+        total = total + term
+    return total
+
+
+class BoundedTable(Rule):
+    """A table folded at the traced length that is right, sliced, at every shorter size, under
+    bounded symbols (``seq<=traced``): learned positions 0..L-1 along one axis (BART's, GPT-2's
+    ``wpe`` gathered by ``arange(seq)``), or a bias that depends only on j - i along two axes
+    (T5's, WavLM's relative positions: any top-left block of it is the bias of that length).
+    An axis is sliced where its size grows with bounded symbols alone (``seq``, ``seq + 1``,
+    frames computed from ``samples``) and reaches at most the table's length at the bounds; an
+    axis of ``batch*c`` that repeats one block of ``c`` (heads tiled over the batch) is cut to
+    the block and tiled. Each sliced axis becomes a Gather of ``arange(size)``, which ONNX
+    Runtime fails where a size is over the bound, the node named ``symbolize: seq<=8 ...``. A
+    bound whose sizes the table does not reach is a blocker.
+
+        Constant pos[8, 32] ─ Add(embeddings[batch, seq, 32])          seq<=traced (8)
+        =>
+        Gather(pos, arange(seq)) ─ Add
+
+    Not where the graph has a cache: positions start at its length there, not at 0."""
+
+    kind = "bounded-table"
+
+    def axes(self, read: ConstRead) -> tuple[dict[int, set[str]], dict[int, int]] | None:
+        """(the axes to slice, each with the input symbols its size grows with; the axes tiled
+        over a batch, each with its block), where the table is one a prefix of serves every
+        shorter size; else None."""
+        arr, c = read.use.array, read.context
+        if read.use.kind != "data" or read.generator is not None or c.cache or c.analysis.opset < 10:
+            return None
+        cut: dict[int, set[str]] = {}
+        tiled: dict[int, int] = {}
+        for k in read.symbolic_axes:
+            block = _batch_block(read, k)
+            if block is not None:
+                tiled[k] = block
+                continue
+            terms = dict(read.dims[k].terms)
+            terms.pop((), None)  # seq + 1 grows with seq as seq does
+            if len(terms) != 1:
+                return None
+            ((mono, coef),) = terms.items()
+            if coef != 1 or len(mono) != 1:
+                return None
+            syms = input_symbols(c.analysis, c.solution, set(mono))
+            if not syms or syms & c.rows:
+                return None
+            cut[k] = syms
+        if not cut or len(cut) > 2:
+            return None
+        if len(cut) == 2 and relative_axes(arr, sorted(cut)) is None:
+            return None
+        return cut, tiled
+
+    def check(self, read: ConstRead) -> str | None:
+        found = self.axes(read)
+        if found is None:
+            return "it is no table a prefix of serves shorter sizes"
+        bounds = read.context.bounds
+        syms = set().union(*found[0].values())
+        return None if syms <= bounds.keys() else "its symbols are not bounded"
+
+    def produce(self, read: ConstRead) -> Change | Blocker:
+        found = self.axes(read)
+        assert found is not None
+        cut, tiled = found
+        c, arr = read.context, read.use.array
+        syms = set().union(*cut.values())
+        for k in sorted(cut):
+            most = largest(c.analysis, c.solution, read.dims[k], c.bounds)
+            if most is None or most > arr.shape[k]:
+                why = why_text(
+                    self.kind, tensor=read.use.tensor, old=read.old, axis=k,
+                    bounds=bound_text(cut[k], c.bounds), length=arr.shape[k],
+                    size="a size it cannot tell" if most is None else most,
+                    traced=", ".join(f"{s}<=traced" for s in sorted(cut[k])),
+                )  # fmt: skip
+                return read.blocker(self.kind, why, syms)
+        base = arr
+        for k, block in tiled.items():
+            base = np.take(base, range(block), axis=k)
+        gen = Generator("prefix", sorted(cut), base, bound=bound_text(syms, c.bounds))
+        c.used_bounds |= syms
+        gen.steps = {k: np.array(block) for k, block in tiled.items()}
+        a, sol = c.analysis, c.solution
+        new = f"{dtype_name(elem_type_of(arr))}{values_text(a, sol, read.dims)} ({gen.describe()})"
+        use = read.use
+        return Change(
+            use.graph, use.node, use.op, use.input_index, use.tensor, "data", read.old, new,
+            read.dims, use, gen,
+        )  # fmt: skip
+
+
+def _batch_block(read: ConstRead, k: int) -> int | None:
+    """``c`` where axis ``k`` of the table is ``batch*c`` (a symbol whose rows are independent)
+    and repeats its first ``c`` entries (heads tiled over the batch); else None."""
+    terms = read.dims[k].terms
+    if len(terms) != 1:
+        return None
+    ((mono, coef),) = terms.items()
+    if len(mono) != 1 or mono[0] not in read.context.rows:
+        return None
+    arr = read.use.array
+    block = np.take(arr, range(coef), axis=k)
+    reps = [arr.shape[k] // coef if i == k else 1 for i in range(arr.ndim)]
+    return coef if np.array_equal(np.tile(block, reps), arr) else None
 
 
 class ThinEvidence(Rule):
@@ -524,6 +725,7 @@ CONST_RULES: list[Rule] = [
     OnePoint(),
     NoTracedSize(),
     SizeConstant(),
+    BoundedTable(),
     RelativePositionBias(),
     TableCut(),
     ThinEvidence(),

@@ -30,6 +30,7 @@ __all__ = [
     "PLAN_WORDS",
     "plan_words",
     "plan_fix_text",
+    "BOUND_HINT",
 ]
 
 
@@ -225,4 +226,16 @@ WHY["indexed-table"] = (
     "{shape} whose {length} entries on axis {table_axis} are {hit}: a table the trace folded at "
     "the traced size (XLNet's relative positions over klen + qlen), whose values at other sizes "
     "the graph does not compute; at a larger {count} the indices leave it"
+)
+
+WHY["bounded-table"] = (
+    "constant {tensor!r} {old} holds a table folded at the traced length, which symbolize slices "
+    "to the size under a bound, but {bounds} needs {size} entries on axis {axis} and it has "
+    "{length}: the values past the traced size are not in the graph, so the bound can be at most "
+    "the traced size ({traced})"
+)
+#: added to a relative-position-bias or table-cut blocker where a bound would let it through
+BOUND_HINT = (
+    "if no size you need is over the traced one, bound {syms} (like {example}<=traced in "
+    "symbolize's axes): the table is then sliced to the size, and a larger size fails; or "
 )
