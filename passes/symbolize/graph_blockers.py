@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import groupby
@@ -58,8 +58,6 @@ __all__ = [
     "ChainSite",
     "WindowSite",
 ]
-
-Sites = Callable[[ShapeAnalysis, Solution], Iterable[Any]]
 
 
 class GraphRule:
