@@ -6,7 +6,7 @@ The pass reads as stages, each a module that only reads what the one before it p
     generators.py       how a constant was generated along its traced axes (Range grids, tables)
     batch_indices.py    constant indices that enumerate the batch
     plan.py             the plan: every change (constant -> shape computation) and every blocker
-    graph_blockers.py   blockers of the graph as a whole (traced-size-only constraints, unrolled loops)
+    graph_blockers.py   blockers of the graph as a whole, declared rules (GRAPH_RULES)
     cache_offsets.py    counts and band bounds that move with a KV cache's length, or cannot be told
     blockers.py         a blocker (what holds only at the traced size), grouped and summarized
     baked.py            what an export baked at the traced size ('same' pads, grid tables)

@@ -2,7 +2,9 @@
 that symbolize refuses it by name, or lets reference cases decide: TensorFlow 'same' padding
 (a Pad before a strided window op, or uneven pads folded into it), a learned table over a patch
 grid (DINOv2's position embeddings), and tables that depend only on j - i (a relative-position
-bias folded by the exporter)."""
+bias folded by the exporter). The 'same' padding blocker is the rule
+:class:`~.graph_blockers.SamePadding`, made of :func:`window`, :func:`baked_axes`,
+:func:`same_everywhere` and :func:`tf_padding`."""
 
 from __future__ import annotations
 
@@ -28,7 +30,11 @@ __all__ = [
     "GridTable",
     "WINDOW_OPS",
     "same_total",
-    "same_pads",
+    "Window",
+    "window",
+    "same_everywhere",
+    "baked_axes",
+    "tf_padding",
     "pad_before",
     "grid_table",
     "relative_axes",
@@ -58,7 +64,7 @@ def same_total(length: int, kernel: int, stride: int) -> int:
 
 
 @dataclass
-class _Window:
+class Window:
     """A strided window op as 'same' padding reads it: its input's shape, kernel, strides,
     dilations, own pads, and the constant Pad before it (None) with its (begin, end) per axis."""
 
@@ -79,8 +85,8 @@ class _Window:
         return (self.kernel[i] - 1) * self.dilations[i] + 1
 
 
-def _window(a: ShapeAnalysis, node: onnx.NodeProto) -> _Window | None:
-    """``node`` as a :class:`_Window`, or None: no window op, ``auto_pad`` set, shape unknown."""
+def window(a: ShapeAnalysis, node: onnx.NodeProto) -> Window | None:
+    """``node`` as a :class:`Window`, or None: no window op, ``auto_pad`` set, shape unknown."""
     if node.op_type not in WINDOW_OPS:
         return None
     attrs = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
@@ -99,10 +105,10 @@ def _window(a: ShapeAnalysis, node: onnx.NodeProto) -> _Window | None:
     dilations = attrs.get("dilations") or [1] * nsp
     own = attrs.get("pads") or [0] * (2 * nsp)
     pad_node, before = pad_before(a, node.input[0], len(x.shape))
-    return _Window(node, list(x.shape), kernel, strides, dilations, own, pad_node, before)
+    return Window(node, list(x.shape), kernel, strides, dilations, own, pad_node, before)
 
 
-def _same_everywhere(a: ShapeAnalysis, w: _Window) -> bool:
+def same_everywhere(a: ShapeAnalysis, w: Window) -> bool:
     """Whether every spatial axis is padded as ``auto_pad=SAME_UPPER`` pads it when traced."""
     nsp = len(w.kernel)
     same = not w.before or w.before[0] == w.before[1] == (0, 0)
@@ -115,8 +121,8 @@ def _same_everywhere(a: ShapeAnalysis, w: _Window) -> bool:
     return same
 
 
-def _baked_axes(
-    a: ShapeAnalysis, sol: Solution, w: _Window
+def baked_axes(
+    a: ShapeAnalysis, sol: Solution, w: Window
 ) -> list[tuple[int, Dim, int, tuple[int, int], str]]:
     """(axis, dim, traced length, pads, the pads 'same' gives at other lengths) of each strided
     symbolic axis padded exactly as 'same' pads its traced length, that length's parity showing."""
@@ -150,38 +156,10 @@ def _baked_axes(
     return found
 
 
-def same_pads(
-    a: ShapeAnalysis, sol: Solution
-) -> tuple[list[Blocker], dict[str, tuple[str, str | None]]]:
-    """Strided convolutions and pools padded by TensorFlow's 'same' rule for the traced length,
-    on a symbolic axis: by a Pad node before them or by uneven pads of their own (an exporter
-    folds such a Pad into the Conv). 'Same' padding changes with the length modulo the stride,
-    so the padding is either computed from the size in the source (transformers' ``tf_padding``:
-    the export baked the traced size's) or fixed (then right at every size): the graph cannot
-    tell which, and a wrong guess gives wrong values, not an error.
-
-    Also returns, per blocker node, the window op and its Pad (or None) where every spatial axis
-    is padded as ``auto_pad=SAME_UPPER`` would pad it at the traced size, so that rewrite is an
-    alternative for reference cases to confirm."""
-    blockers: list[Blocker] = []
-    alternatives: dict[str, tuple[str, str | None]] = {}
-    for node in a.model.graph.node:
-        w = _window(a, node)
-        found = _baked_axes(a, sol, w) if w is not None else []
-        if w is None or not found:
-            continue
-        where = w.pad_node if w.pad_node is not None else node
-        if _same_everywhere(a, w):
-            pad = w.pad_node.name if w.pad_node is not None else None
-            alternatives[where.name] = (node.name, pad)
-        blockers.append(_tf_padding(a, sol, w, found))
-    return blockers, alternatives
-
-
-def _tf_padding(
+def tf_padding(
     a: ShapeAnalysis,
     sol: Solution,
-    w: _Window,
+    w: Window,
     found: list[tuple[int, Dim, int, tuple[int, int], str]],
 ) -> Blocker:
     """The blocker for a window op padded 'same' at the traced size (kind ``tf-padding``)."""

@@ -22,7 +22,7 @@ from typing import Any
 
 import onnx
 
-from onnxsurgery.passes.symbolize.baked import GridTable, grid_table, same_pads
+from onnxsurgery.passes.symbolize.baked import GridTable, grid_table
 from onnxsurgery.passes.symbolize.batch_indices import (
     batch_like_symbols,
     find_batch_indices,
@@ -35,7 +35,7 @@ from onnxsurgery.passes.symbolize.coincident import (
     find_coincidences,
     tie,
 )
-from onnxsurgery.passes.symbolize.graph_blockers import conflict_blockers, unrolled_loops
+from onnxsurgery.passes.symbolize.graph_blockers import find_blockers
 from onnxsurgery.passes.symbolize.rules import (
     Change,
     ConstRead,
@@ -311,8 +311,9 @@ def plan_symbolize(
     context.bounds = symbol_bounds(analysis, bounds or {})
     sol, row_syms = context.solution, context.rows
     changes, blockers = _decide_constants(context)
-    padding, same_padding = same_pads(analysis, sol)
-    blockers = conflict_blockers(analysis, sol) + blockers + unrolled_loops(analysis, sol) + padding
+    graph_wide = find_blockers(analysis, sol)  # the graph's blockers: .graph_blockers.GRAPH_RULES
+    leading = [f.blocker for f in graph_wide if f.rule.leads]
+    blockers = leading + blockers + [f.blocker for f in graph_wide if not f.rule.leads]
     symbols = {s: analysis.atoms[s].traced for s in analysis.symbols}
     outputs = _output_dims(analysis, sol)
     notes = _notes(analysis, sol) + _untied_outputs(row_syms, symbols, outputs)
@@ -326,7 +327,9 @@ def plan_symbolize(
         for s, b in context.bounds.items()
         if s not in context.used_bounds
     ]
-    plan.same_padding = same_padding
+    plan.same_padding = dict(
+        alt for f in graph_wide if (alt := f.rule.alternative(f.site)) is not None
+    )
     plan.grid_tables = _grid_tables(analysis, sol, blockers)
     plan.coincidences = [c for found in context.coincident.values() for c in found]
     plan.coincidences += context.settled

@@ -6,7 +6,7 @@ short reason why not, and ``produce()``: a :class:`Change` (the constant becomes
 or a :class:`~.blockers.Blocker` whose words come from :mod:`.wording` under the rule's kind.
 :data:`CONST_RULES` lists them in the order they are tried; the first that applies decides
 (:func:`decide`). The blockers the graph shows as a whole (conflicting constraints, unrolled loops,
-'same' padding) are found by :mod:`.graph_blockers` and :mod:`.baked`.
+'same' padding) are declared the same way in :data:`.graph_blockers.GRAPH_RULES`.
 
     for use in analysis.uses:
         made = decide(ConstRead(context, use))   # Change, Blocker, or None (nothing traced)
