@@ -65,6 +65,7 @@ from onnxsurgery.passes.symbolize.row_checks import (
     rows_differ,
 )
 from onnxsurgery.passes.symbolize.rules import Change
+from onnxsurgery.passes.symbolize.sizes import Divisions
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.validation.references import Case
 from onnxsurgery.validation.runtime import (
@@ -156,15 +157,18 @@ def check_sizes(
     fixed: Set[str] = frozenset(),
     steps: Mapping[str, int] | None = None,
     relations: Mapping[str, Dim] | None = None,
+    divisions: Divisions | None = None,
 ) -> list[dict[str, int]]:
     """The traced size, then two other values for each symbol not in ``fixed`` (others traced).
 
     The other values are ``traced + step`` and ``traced - step`` (or ``+ 2*step`` when that is
-    too small); ``steps`` defaults to 1, and is larger for symbols that strided convolutions or
-    pools divide, so the sizes keep the traced size's remainder (a padding computed for an even
-    height is baked into the graph). A symbol in ``relations`` (``total`` = ``past + seq``) is
-    never varied itself: every size computes it from the others, so the sizes respect what the
-    graph requires.
+    too small, or is no input the model takes: a stage left smaller than its kernel, as
+    ``divisions`` tell, :meth:`~.sizes.Divisions.accepts`); ``steps`` defaults to 1, and is
+    larger for symbols that strided convolutions or pools divide, so the sizes keep the traced
+    size's remainder at every division (a padding computed for an even height is baked into the
+    graph; :func:`~.sizes.size_steps`). A symbol in ``relations`` (``total`` = ``past + seq``)
+    is never varied itself: every size computes it from the others, so the sizes respect what
+    the graph requires.
     """
     relations = relations or {}
     sizes = [dict(traced)]
@@ -172,15 +176,25 @@ def check_sizes(
         if sym in fixed or sym in relations:
             continue
         step = (steps or {}).get(sym, 1)
-        others = [v + step, v - step if v - step >= 2 else v + 2 * step]
-        for o in others:
-            s = dict(traced)
-            s[sym] = o
-            for _ in relations:  # relations may chain
-                s.update({d: value.evaluate(s) for d, value in relations.items()})
+        up, down, further = (
+            _varied(traced, sym, o, relations) for o in (v + step, v - step, v + 2 * step)
+        )
+        taken = v - step >= 2 and (divisions is None or divisions.accepts(down))
+        for s in (up, down if taken else further):
             if s not in sizes:
                 sizes.append(s)
     return sizes
+
+
+def _varied(
+    traced: Mapping[str, int], sym: str, value: int, relations: Mapping[str, Dim]
+) -> dict[str, int]:
+    """The traced size with ``sym`` at ``value`` and every related symbol computed from it."""
+    s = dict(traced)
+    s[sym] = value
+    for _ in relations:  # relations may chain
+        s.update({d: rel.evaluate(s) for d, rel in relations.items()})
+    return s
 
 
 @dataclass(frozen=True)
@@ -195,7 +209,8 @@ class CheckRequest:
     equal a run of that row alone: a constant that still carries the traced batch (a mask or an
     index read at row 0) shows up there even when every shape is right. ``output_dims`` gives
     each output's symbolic dims (None where unknown). ``steps`` and ``relations``: see
-    :func:`check_sizes`. ``references`` (stored torch cases; ``output_map`` maps their outputs
+    :func:`check_sizes`, as ``divisions`` (the graph's strided divisions: which sizes the model
+    takes). ``references`` (stored torch cases; ``output_map`` maps their outputs
     onto the model's) are run too: any mismatch fails the check, and a symbol whose other sizes
     they cover is verified to ``references``. Cases that move a symbol in ``fixed`` are outside
     what the model claims and are left out. ``atol``/``rtol``: the tolerance against the
@@ -222,6 +237,7 @@ class CheckRequest:
     rtol: float = 1e-5
     bare: onnx.ModelProto | None = None
     changes: Sequence[Change] = ()
+    divisions: Divisions | None = None
 
     @property
     def decisions(self) -> PlanDecisions | None:
@@ -364,7 +380,7 @@ def _run_original(state: CheckState) -> Mapping[str, SharedWeight]:
 def _size_runs(state: CheckState) -> list[_SizeRun]:
     """Each size other than the traced one (:func:`check_sizes`) with its inputs."""
     ask = state.ask
-    sizes = check_sizes(state.base, ask.fixed, ask.steps, ask.relations)[1:]
+    sizes = check_sizes(state.base, ask.fixed, ask.steps, ask.relations, ask.divisions)[1:]
     return [
         _SizeRun(k, size, size_text(size), check_feeds(ask.model, ask.axes, size, k, ask.batch_rows, ask.references))
         for k, size in enumerate(sizes, start=1)
