@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from test_symbolize import parse
 
 import onnxsurgery
+from onnxsurgery.errors import PassError
 from onnxsurgery.passes.symbolize import Symbolize
 from onnxsurgery.passes.symbolize.plan import plan_symbolize
 from onnxsurgery.shapes.analysis import Atom, ShapeAnalysis
@@ -103,3 +105,33 @@ def test_a_flattened_one_pixel_stage_follows_height_times_width() -> None:
     (want,) = run_model(dynamic, {"x": x}, provider="cpu").values()
     assert got.shape == (3, 6, 3)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_weight_meeting_a_one_pixel_stage_is_worded_in_the_input_symbols() -> None:
+    """ConvNeXt V2's GRN weight ``[1, 1, 1, C]`` meets its last stage traced at 1x1: one point
+    cannot tell a broadcast from a table (a refusal). The stage's size is the solver's ``$o``
+    atom; the message spells it in the input symbols and says what to export (height 48: its
+    stages are 12, then 3), where it read ``$o37`` and "export at a size of  of 3 or more"."""
+    rng = np.random.default_rng(0)
+    model = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[1, 1, 16, 16] x) => (float[1, 2, 1, 1] y) {
+          a = Conv <kernel_shape = [4, 4], strides = [4, 4]> (x, w0)
+          b = Conv <kernel_shape = [4, 4], strides = [4, 4]> (a, w1)
+          y = Mul (b, gamma)
+        }
+        """,
+        w0=rng.standard_normal((2, 1, 4, 4)).astype(np.float32),
+        w1=rng.standard_normal((2, 2, 4, 4)).astype(np.float32),
+        gamma=rng.standard_normal((1, 1, 1, 1)).astype(np.float32) + 2,
+    )
+    with pytest.raises(PassError, match="one point cannot tell") as info:
+        Symbolize(**SPATIAL)(model, CPU)
+    text = str(info.value)
+    assert "$" not in text
+    assert "where it meets ((((height - 4)//4 + 1) - 4)//4 + 1) traced at 1" in text
+    assert (
+        "export at a size where ((((height - 4)//4 + 1) - 4)//4 + 1) is 3 or more "
+        "(height 48 or more) so the values show their pattern" in text
+    )

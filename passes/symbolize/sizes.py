@@ -79,6 +79,21 @@ class Divisions:
         (a strided op whose input is smaller than its kernel gives 0 or less)."""
         return all(v >= 1 for _, _, v in self.values(size).values())
 
+    def smallest(self, traced: Mapping[str, int], atom: str, at_least: int) -> dict[str, int]:
+        """For each symbol, the smallest size from the traced one up (the others traced) at
+        which division ``atom`` comes out at ``at_least`` or more; a symbol that does not get
+        it there within 16 times its traced size is left out."""
+        out = {}
+        for sym, v in traced.items():
+            for size in range(v, 16 * v + 1):
+                got = self.values({**traced, sym: size}).get(atom)
+                if got is None:
+                    break
+                if got[2] >= at_least:
+                    out[sym] = size
+                    break
+        return {s: n for s, n in out.items() if n != traced[s] or at_least <= 1}
+
     def keeps_remainders(self, traced: Mapping[str, int], size: Mapping[str, int]) -> bool:
         """Whether every division's numerator at ``size`` leaves the remainder it left at the
         traced size (so a padding computed there holds at ``size`` too)."""
