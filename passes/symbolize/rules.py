@@ -315,8 +315,8 @@ class OnePoint(Rule):
         least = ""
         if met.is_atom() and not met.atoms() & a.symbols.keys():  # a strided op's division
             traced = {s: a.atoms[s].traced for s in a.symbols}
-            found = Divisions.of(a, sol).smallest(traced, next(iter(met.atoms())), 3)
-            least = "".join(f", {s} {n} or more" for s, n in sorted(found.items()))
+            smallest = Divisions.of(a, sol).smallest(traced, next(iter(met.atoms())), 3)
+            least = "".join(f", {s} {n} or more" for s, n in sorted(smallest.items()))
             least = f" ({least[2:]})" if least else ""
         syms = input_symbols(a, sol, met.atoms())
         return read.blocker(self.kind, why, syms, met=spelled, least=least)
