@@ -92,7 +92,7 @@ class Divisions:
                 if got[2] >= at_least:
                     out[sym] = size
                     break
-        return {s: n for s, n in out.items() if n != traced[s] or at_least <= 1}
+        return out
 
     def keeps_remainders(self, traced: Mapping[str, int], size: Mapping[str, int]) -> bool:
         """Whether every division's numerator at ``size`` leaves the remainder it left at the
