@@ -142,6 +142,9 @@ class ShapeAnalysis:
     opset: int = 17
     dynamic: set[str] = field(default_factory=set)  # symbols on axes that were already dynamic
     floors: dict[tuple[str, str, int], Dim] = field(default_factory=dict)  # shared opaque divisions
+    #: every opaque or pending division by its atom: atom -> (num, den, plus), the atom being
+    #: ``num // den + plus`` (a strided op's output size; what the check's sizes must respect)
+    floor_parts: dict[str, tuple[Dim, Dim, int]] = field(default_factory=dict)
     #: (atom, num, den, plus): atom = num // den + plus, num or den holding unknowns
     pending_floors: list[tuple[str, Dim, Dim, int]] = field(default_factory=list)
     #: run-time integer divisions of size values (torchscript's chunk size ``(dim + 2) // 3``):

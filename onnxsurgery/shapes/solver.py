@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from onnxsurgery.shapes.analysis import Constraint, ShapeAnalysis
@@ -284,14 +285,16 @@ class _Solver:
                 return False
             return not (merged_one(a) or merged_one(b))
 
+        most = self._ends_of_ones(src, dst, same)
         lead = 0
-        while lead < min(len(src), len(dst)) and same(src[lead], dst[lead]):
+        while lead < min(len(src), len(dst), most[0]) and same(src[lead], dst[lead]):
             self.try_hint(dst[lead], src[lead])
             lead += 1
         trail = 0
         while (
             len(src) - trail - 1 >= lead
             and len(dst) - trail - 1 >= lead
+            and trail < most[1]
             and same(src[-1 - trail], dst[-1 - trail])
         ):
             self.try_hint(dst[-1 - trail], src[-1 - trail])
@@ -304,13 +307,57 @@ class _Solver:
                 lhs = lhs * d
             for d in mid_src:
                 rhs = rhs * d
-            found = self.solve_for(self.resolve(lhs - rhs))
+            diff = self.resolve(lhs - rhs)
+            found = self.solve_for(diff)
             if found is not None:
                 if not self.breaks_hard(*found):
                     self.assign(found[0], found[1], "hint")
                     self.drain()
-            else:
+            elif diff != Dim.const(0):  # equal already: nothing to split
                 self.factor(lhs, rhs, mid_dst)
+
+    def _ends_of_ones(
+        self, src: list[Dim], dst: list[Dim], same: Callable[[Dim, Dim], bool]
+    ) -> tuple[int, int]:
+        """How many leading and trailing dims :meth:`align` may match one to one.
+
+        Where matching every equal end would leave, on one side only, dims that are 1 at the
+        traced size but not constants (a strided conv's ``h``, ``w`` at its last stage), they
+        would be hinted to 1 for good; a flatten ``[b, c, h, w] -> [b, c, 1]`` merges them
+        instead. So the matched ends give back their pairs traced at 1 until the middle holds
+        a dim on both sides (``1 = h*w``). Unbounded (as many as match) otherwise.
+        """
+        free = (len(src) + len(dst), len(src) + len(dst))
+        lead = 0
+        while lead < min(len(src), len(dst)) and same(src[lead], dst[lead]):
+            lead += 1
+        trail = 0
+        while min(len(src), len(dst)) - trail - 1 >= lead and same(src[-1 - trail], dst[-1 - trail]):
+            trail += 1
+
+        def middle(side: list[Dim]) -> list[Dim]:
+            return side[lead : len(side) - trail]
+
+        def loose(side: list[Dim]) -> bool:
+            mid = middle(side)
+            return bool(mid) and all(not d.is_const() and self._traced_at(d) == 1 for d in mid)
+
+        if not (loose(src) and not middle(dst)) and not (loose(dst) and not middle(src)):
+            return free
+        while not (middle(src) and middle(dst)):
+            if lead and self._traced_at(src[lead - 1]) == 1:
+                lead -= 1
+            elif trail and self._traced_at(src[-trail]) == 1:
+                trail -= 1
+            else:
+                return free
+        return lead, trail
+
+    def _traced_at(self, d: Dim) -> int | None:
+        try:
+            return d.evaluate(self.traced)
+        except KeyError:
+            return None
 
     def _order(self, atom: str) -> tuple[int, int, str]:
         """Symbols in the order of the input axes they name; then everything else."""

@@ -15,6 +15,7 @@ The pass reads as stages, each a module that only reads what the one before it p
     readings.py         the rewrites reference cases choose between where the graph cannot tell
     rewrite.py          apply the plan to a copy of the graph
     check.py            run the result on ONNX Runtime at the traced size and at other sizes
+    sizes.py            the sizes the check may run at (inputs the model takes, remainders kept)
     row_checks.py       the check's evidence that a batch's rows are independent
     reference_cases.py  the --ref cases in the check: which the model claims, running them
     ort_failure.py      an ONNX Runtime failure in the check, naming the model's node
@@ -99,6 +100,7 @@ from onnxsurgery.passes.symbolize.plan import SymbolizePlan, normalize_axes, pla
 from onnxsurgery.passes.symbolize.readings import GRID_RESIZES, resize_tables, same_padding
 from onnxsurgery.passes.symbolize.reference_cases import reference_mismatch
 from onnxsurgery.passes.symbolize.rewrite import apply_plan
+from onnxsurgery.passes.symbolize.sizes import Divisions, size_steps
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.validation.references import load_cases
@@ -399,6 +401,7 @@ class Symbolize(Pass):
         if not self.check:
             return traced_only(plan.symbols)
         ctx.stage("checking on ONNX Runtime at the traced size and other sizes")
+        divisions = Divisions.of(plan.analysis, plan.solution)
         return check_dynamic(
             CheckRequest(
                 model,
@@ -410,7 +413,7 @@ class Symbolize(Pass):
                 dynamic=plan.analysis.dynamic,
                 fixed={s for b in plan.blockers for s in b.symbols},
                 batch_rows=plan.rows,
-                steps=_size_steps(plan),
+                steps=_size_steps(plan, divisions),
                 relations=plan.relations,
                 ambiguous=frozenset(plan.ambiguous),
                 references=self._references(ctx),
@@ -418,6 +421,7 @@ class Symbolize(Pass):
                 bare=bare,
                 changes=plan.changes,
                 bounds=plan.bounds,
+                divisions=divisions,
             )
         )
 
@@ -606,8 +610,9 @@ def _readings(plan: SymbolizePlan) -> tuple[str, dict[str, Reading]] | None:
     return None
 
 
-def _size_steps(plan: SymbolizePlan) -> dict[str, int]:
-    """For symbols a strided op divides: the power of two (up to 8) dividing the traced size."""
+def _size_steps(plan: SymbolizePlan, divisions: Divisions) -> dict[str, int]:
+    """For symbols a strided op divides: the power of two (up to 8) dividing the traced size,
+    times what keeps every division's remainder (:func:`.sizes.size_steps`)."""
     divided: set[str] = set()
     for num, _, _ in plan.analysis.floors:
         divided.update(s for s in plan.symbols if s in num)
@@ -617,7 +622,7 @@ def _size_steps(plan: SymbolizePlan) -> dict[str, int]:
         while step < 8 and v % (step * 2) == 0:
             step *= 2
         steps[sym] = step
-    return steps
+    return size_steps(plan.symbols, divisions, steps)
 
 
 def _output_dims(plan: SymbolizePlan) -> dict[str, list[Dim | None] | None]:

@@ -65,6 +65,7 @@ from onnxsurgery.passes.symbolize.row_checks import (
     rows_differ,
 )
 from onnxsurgery.passes.symbolize.rules import Change
+from onnxsurgery.passes.symbolize.sizes import Divisions
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.validation.references import Case
 from onnxsurgery.validation.runtime import (
@@ -157,15 +158,18 @@ def check_sizes(
     steps: Mapping[str, int] | None = None,
     relations: Mapping[str, Dim] | None = None,
     bounds: Mapping[str, int] | None = None,
+    divisions: Divisions | None = None,
 ) -> list[dict[str, int]]:
     """The traced size, then two other values for each symbol not in ``fixed`` (others traced).
 
     The other values are ``traced + step`` and ``traced - step`` (or ``+ 2*step`` when that is
-    too small); ``steps`` defaults to 1, and is larger for symbols that strided convolutions or
-    pools divide, so the sizes keep the traced size's remainder (a padding computed for an even
-    height is baked into the graph). A symbol in ``relations`` (``total`` = ``past + seq``) is
-    never varied itself: every size computes it from the others, so the sizes respect what the
-    graph requires. A symbol in ``bounds`` (``seq<=8``) stays within its bound: the values
+    too small, or is no input the model takes: a stage left smaller than its kernel, as
+    ``divisions`` tell, :meth:`~.sizes.Divisions.accepts`); ``steps`` defaults to 1, and is
+    larger for symbols that strided convolutions or pools divide, so the sizes keep the traced
+    size's remainder at every division (a padding computed for an even height is baked into the
+    graph; :func:`~.sizes.size_steps`). A symbol in ``relations`` (``total`` = ``past + seq``)
+    is never varied itself: every size computes it from the others, so the sizes respect what
+    the graph requires. A symbol in ``bounds`` (``seq<=8``) stays within its bound: the values
     over it are replaced by smaller ones (``traced - 2*step``), none under 2.
     """
     relations = relations or {}
@@ -174,18 +178,49 @@ def check_sizes(
         if sym in fixed or sym in relations:
             continue
         step = (steps or {}).get(sym, 1)
-        others = [v + step, v - step if v - step >= 2 else v + 2 * step]
-        if bounds and sym in bounds:
-            within = [o for o in (v + step, v - step, v + 2 * step, v - 2 * step) if 2 <= o <= bounds[sym]]
-            others = within[:2]
-        for o in others:
-            s = dict(traced)
-            s[sym] = o
-            for _ in relations:  # relations may chain
-                s.update({d: value.evaluate(s) for d, value in relations.items()})
+        bound = (bounds or {}).get(sym)
+        for s in _others(traced, sym, step, bound, relations, divisions):
             if s not in sizes:
                 sizes.append(s)
     return sizes
+
+
+def _others(
+    traced: Mapping[str, int],
+    sym: str,
+    step: int,
+    bound: int | None,
+    relations: Mapping[str, Dim],
+    divisions: Divisions | None,
+) -> list[dict[str, int]]:
+    """Two sizes with ``sym`` moved off its traced value: up a step, then down one (two up
+    where down is under 2 or no input the model takes); within ``bound``, the values over it
+    give way to ones further down."""
+    v = traced[sym]
+    values = [v + step, v - step, v + 2 * step]
+    if bound is not None:
+        values = [o for o in (*values, v - 2 * step) if o <= bound]
+    chosen: list[dict[str, int]] = []
+    for o in values:
+        size = _varied(traced, sym, o, relations)
+        lower = o < v
+        if lower and (o < 2 or (divisions is not None and not divisions.accepts(size))):
+            continue
+        chosen.append(size)
+        if len(chosen) == 2:
+            break
+    return chosen
+
+
+def _varied(
+    traced: Mapping[str, int], sym: str, value: int, relations: Mapping[str, Dim]
+) -> dict[str, int]:
+    """The traced size with ``sym`` at ``value`` and every related symbol computed from it."""
+    s = dict(traced)
+    s[sym] = value
+    for _ in relations:  # relations may chain
+        s.update({d: rel.evaluate(s) for d, rel in relations.items()})
+    return s
 
 
 @dataclass(frozen=True)
@@ -200,7 +235,8 @@ class CheckRequest:
     equal a run of that row alone: a constant that still carries the traced batch (a mask or an
     index read at row 0) shows up there even when every shape is right. ``output_dims`` gives
     each output's symbolic dims (None where unknown). ``steps`` and ``relations``: see
-    :func:`check_sizes`. ``references`` (stored torch cases; ``output_map`` maps their outputs
+    :func:`check_sizes`, as ``divisions`` (the graph's strided divisions: which sizes the model
+    takes). ``references`` (stored torch cases; ``output_map`` maps their outputs
     onto the model's) are run too: any mismatch fails the check, and a symbol whose other sizes
     they cover is verified to ``references``. Cases that move a symbol in ``fixed`` are outside
     what the model claims and are left out. ``atol``/``rtol``: the tolerance against the
@@ -228,6 +264,7 @@ class CheckRequest:
     bare: onnx.ModelProto | None = None
     changes: Sequence[Change] = ()
     bounds: Mapping[str, int] = field(default_factory=dict)
+    divisions: Divisions | None = None
 
     @property
     def decisions(self) -> PlanDecisions | None:
@@ -371,7 +408,9 @@ def _run_original(state: CheckState) -> Mapping[str, SharedWeight]:
 def _size_runs(state: CheckState) -> list[_SizeRun]:
     """Each size other than the traced one (:func:`check_sizes`) with its inputs."""
     ask = state.ask
-    sizes = check_sizes(state.base, ask.fixed, ask.steps, ask.relations, ask.bounds)[1:]
+    sizes = check_sizes(
+        state.base, ask.fixed, ask.steps, ask.relations, ask.bounds, ask.divisions
+    )[1:]
     return [
         _SizeRun(k, size, size_text(size), check_feeds(ask.model, ask.axes, size, k, ask.batch_rows, ask.references))
         for k, size in enumerate(sizes, start=1)

@@ -28,6 +28,7 @@ from onnxsurgery.passes.symbolize.blockers import Blocker
 from onnxsurgery.passes.symbolize.cache_offsets import band_bound_gap, cache_symbols, offset_gap
 from onnxsurgery.passes.symbolize.coincident import Coincidence
 from onnxsurgery.passes.symbolize.generators import Generator, evidence_gap, match_generator
+from onnxsurgery.passes.symbolize.sizes import Divisions
 from onnxsurgery.passes.symbolize.wording import (
     BOUND_HINT,
     dim_text,
@@ -317,8 +318,17 @@ class OnePoint(Rule):
         found = self._met(read)
         assert found is not None
         axis, met = found
-        why = why_text(self.kind, tensor=read.use.tensor, old=read.old, axis=axis, met=met)
-        return read.blocker(self.kind, why, met.atoms())
+        a, sol = read.context.analysis, read.context.solution
+        spelled = dim_text(a, sol, met)  # a strided stage's size in the input symbols
+        why = why_text(self.kind, tensor=read.use.tensor, old=read.old, axis=axis, met=spelled)
+        least = ""
+        if met.is_atom() and not met.atoms() & a.symbols.keys():  # a strided op's division
+            traced = {s: a.atoms[s].traced for s in a.symbols}
+            smallest = Divisions.of(a, sol).smallest(traced, next(iter(met.atoms())), 3)
+            least = "".join(f", {s} {n} or more" for s, n in sorted(smallest.items()))
+            least = f" ({least[2:]})" if least else ""
+        syms = input_symbols(a, sol, met.atoms())
+        return read.blocker(self.kind, why, syms, met=spelled, least=least)
 
 
 class NoTracedSize(Rule):

@@ -148,7 +148,9 @@ WHY: dict[str, str] = {
 }
 
 FIX: dict[str, str] = {
-    "one-point": ("export at a size of {syms} of 3 or more so the values show their pattern; "),
+    "one-point": (
+        "export at a size where {met} is 3 or more{least} so the values show their pattern; "
+    ),
     "relative-position-bias": (
         "export with TorchScript (dynamo=False), whose graph computes it, or "
     ),

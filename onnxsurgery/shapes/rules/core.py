@@ -205,6 +205,7 @@ class NodeCtx:
         else:
             d = self.opaque(tn // td + plus if td else 0, k, axis, note=note)
         self.a.floors[key] = d
+        self.a.floor_parts[next(iter(d.atoms()))] = (num, den, plus)
         return d
 
     def axis(self, a: int, rank: int) -> int:
