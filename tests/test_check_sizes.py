@@ -94,7 +94,7 @@ def test_sizes_keep_each_remainder_and_stay_in_the_domain() -> None:
     assert not divisions.accepts({"batch": 1, "height": 24, "width": 32})  # 6 -> 3 -> 0
     assert divisions.keeps_remainders(plan.symbols, {**plan.symbols, "height": 64})
     assert not divisions.keeps_remainders(plan.symbols, {**plan.symbols, "height": 40})
-    sizes = check_sizes(plan.symbols, {"batch"}, steps, None, divisions)
+    sizes = check_sizes(plan.symbols, {"batch"}, steps, None, divisions=divisions)
     assert sorted(s["height"] for s in sizes) == [32, 32, 32, 64, 96]
 
 

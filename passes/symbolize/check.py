@@ -132,9 +132,7 @@ class CheckResult:
     def __str__(self) -> str:
         text = "; ".join(", ".join(f"{k}={v}" for k, v in s.items()) for s in self.sizes)
         rows = "; batch rows independent" if self.rows_checked else ""
-        refs = (
-            f"; matched {self.reference_cases} reference case(s)" if self.reference_cases else ""
-        )
+        refs = f"; matched {self.reference_cases} reference case(s)" if self.reference_cases else ""
         levels = ", ".join(f"{s}: {lv}" for s, lv in self.levels.items())
         return (
             f"ran at {text}; traced-size outputs within {self.max_abs_diff:.2g} of the original"
@@ -157,6 +155,7 @@ def check_sizes(
     fixed: Set[str] = frozenset(),
     steps: Mapping[str, int] | None = None,
     relations: Mapping[str, Dim] | None = None,
+    *,
     bounds: Mapping[str, int] | None = None,
     divisions: Divisions | None = None,
 ) -> list[dict[str, int]]:
@@ -174,7 +173,7 @@ def check_sizes(
     """
     relations = relations or {}
     sizes = [dict(traced)]
-    for sym, v in traced.items():
+    for sym in traced:
         if sym in fixed or sym in relations:
             continue
         step = (steps or {}).get(sym, 1)
@@ -409,7 +408,7 @@ def _size_runs(state: CheckState) -> list[_SizeRun]:
     """Each size other than the traced one (:func:`check_sizes`) with its inputs."""
     ask = state.ask
     sizes = check_sizes(
-        state.base, ask.fixed, ask.steps, ask.relations, ask.bounds, ask.divisions
+        state.base, ask.fixed, ask.steps, ask.relations, bounds=ask.bounds, divisions=ask.divisions
     )[1:]
     return [
         _SizeRun(k, size, size_text(size), check_feeds(ask.model, ask.axes, size, k, ask.batch_rows, ask.references))
@@ -451,7 +450,9 @@ def _run_rewritten(state: CheckState, shared: Mapping[str, SharedWeight]) -> Non
     each other size with, for each batch, its first and last rows run alone."""
     ask, base = state.ask, state.base
     try:
-        session = create_session(ask.model, ask.provider, threads=1, prepack=False, share_with=shared)
+        session = create_session(
+            ask.model, ask.provider, threads=1, prepack=False, share_with=shared
+        )
     except Exception as exc:  # noqa: BLE001
         raise ort_failure("loading the rewritten model", exc) from None
     del shared
@@ -712,5 +713,3 @@ def _original_failed(
             node=error.node,
         )
     return error
-
-
