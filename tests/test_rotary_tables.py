@@ -23,6 +23,7 @@ import onnxruntime as ort
 import pytest
 
 import onnxsurgery
+from onnxsurgery.errors import PassError
 from onnxsurgery.passes.symbolize import Symbolize
 
 HEAD = '<ir_version: 8, opset_import: ["" : 17]>'
@@ -126,3 +127,91 @@ def test_a_mask_read_at_every_key_position_ties_total_to_the_keys(flat):
         y, _ = run(result.model, {"x": x, "past": past, "mask": mask})
         keys = np.concatenate([past, np.maximum(x, 0)], axis=1)
         np.testing.assert_allclose(y, keys.sum(-1) + mask, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------
+# sinusoidal tables
+
+
+def check_table(result, table_at, sizes=((1, 3, 7), (2, 6, 0), (1, 1, 12))) -> None:
+    """The symbolized model's ``y`` equals ``x * table_at(past, seq)`` at sizes never traced."""
+    rng = np.random.default_rng(1)
+    for b, s, p in sizes:
+        x = rng.standard_normal((b, s, DIM)).astype(np.float32)
+        past = rng.standard_normal((b, p, DIM)).astype(np.float32)
+        y, _ = run(result.model, {"x": x, "past": past})
+        np.testing.assert_allclose(y, x * table_at(p, s), rtol=1e-5, atol=2e-6)
+
+
+def gptj_sincos(start: int, n: int) -> np.ndarray:
+    """GPT-J's folded ``sincos`` after ``repeat_interleave``: sin of each frequency twice, then
+    cos of each twice (rotary dim 4 of a head of 8)."""
+    ang = angles(start, n, inv_freq(4))
+    return np.concatenate(
+        [np.repeat(np.sin(ang), 2, axis=1), np.repeat(np.cos(ang), 2, axis=1)], axis=1
+    ).astype(np.float32)
+
+
+def test_interleaved_sin_and_cos_in_one_folded_table_moves_with_past():
+    """sin and cos halves of one table at past .. past + seq - 1, each frequency twice in a row:
+    no cos or sin alone fits it (before: refused, no pattern); rebuilt as
+    Sin((Range + past) * freq + phase)."""
+    table = gptj_sincos(PAST, SEQ)
+    model = cached_model(
+        f"t = Constant <value = float[4, 8] {{{floats(table)}}}> ()\n      y = Mul (x, t)"
+    )
+    result = symbolize(model)
+    text = "\n".join(d.message for d in result.diagnostics)
+    assert "Sin((Range + past) * freq + phase)" in text
+    check_table(result, lambda p, s: gptj_sincos(p, s))
+
+
+def xglm_table(start: int, n: int) -> np.ndarray:
+    """XGLM's sinusoidal positions (``[sin | cos]`` of ``pos * exp(-log(10000) j / (h - 1))``)
+    at ``start + 2``: its positions skip the padding rows."""
+    half = DIM // 2
+    freq = np.exp(np.arange(half, dtype=np.float32) * -(np.log(10000) / (half - 1)))
+    ang = angles(start + 2, n, freq.astype(np.float32))
+    return np.concatenate([np.sin(ang), np.cos(ang)], axis=1).astype(np.float32)
+
+
+def test_sinusoidal_table_from_past_plus_its_lead():
+    """A folded absolute sinusoid table at positions past + 2 .. (before: refused): the lead 2
+    stays, the cache length moves."""
+    table = xglm_table(PAST, SEQ)
+    model = cached_model(
+        f"t = Constant <value = float[4, 8] {{{floats(table)}}}> ()\n      y = Mul (x, t)"
+    )
+    result = symbolize(model)
+    text = "\n".join(d.message for d in result.diagnostics)
+    assert "Sin((Range + past + 2) * freq + phase)" in text
+    check_table(result, lambda p, s: xglm_table(p, s))
+
+
+def partial_rotary(start: int, n: int) -> np.ndarray:
+    """Phi's partial rotary as one table over the head: the first 4 columns rotate (sin, then
+    cos, half-split by ``cat``), the last 4 pass through (1)."""
+    ang = angles(start, n, inv_freq(4))
+    rot = np.concatenate([np.sin(ang), np.cos(ang)], axis=1)
+    return np.concatenate([rot, np.ones((n, 4))], axis=1).astype(np.float32)
+
+
+def test_partial_rotary_table_with_pass_through_columns():
+    table = partial_rotary(PAST, SEQ)
+    model = cached_model(
+        f"t = Constant <value = float[4, 8] {{{floats(table)}}}> ()\n      y = Mul (x, t)"
+    )
+    result = symbolize(model)
+    check_table(result, lambda p, s: partial_rotary(p, s))
+
+
+def test_a_table_that_only_looks_sinusoidal_is_refused():
+    """A table whose columns are sinusoids at different starts (no one lead, no one phase): no
+    position table; refused, never rebuilt."""
+    ang = angles(0, SEQ, inv_freq(DIM))
+    table = np.concatenate([np.sin(ang + 0.3), np.cos(ang)], axis=1).astype(np.float32)
+    model = cached_model(
+        f"t = Constant <value = float[4, 8] {{{floats(table)}}}> ()\n      y = Mul (x, t)"
+    )
+    with pytest.raises(PassError, match="blocker"):
+        symbolize(model)

@@ -105,6 +105,15 @@ def offset_gap(
     a batch (``past`` traced at 5, a position offset over a cache): one trace cannot tell a
     fixed start from one that moves with that symbol. Where that symbol is the only one of that
     size and is a cache length (:func:`cache_symbols`), the start is taken to move with it."""
+    if gen.kind == "sin" and gen.shift is not None and gen.phase is None and gen.lead >= 2:
+        lead = gen.lead  # a sinusoid from a fixed lead, no cache behind it: a count from it
+        hits = [s for s in sorted(a.symbols) if s not in rows and a.atoms[s].traced == lead]
+        if hits:
+            return (
+                f"its positions count from {lead}, the traced size of {hits[0]}: one trace "
+                f"cannot tell a fixed start from an offset that moves with {hits[0]}",
+                {hits[0]},
+            )
     if gen.kind != "affine" or gen.base is None or gen.base.size == 0:
         return None
     if not any(np.any(st != 0) for st in gen.steps.values()):
