@@ -215,3 +215,27 @@ def test_a_table_that_only_looks_sinusoidal_is_refused():
     )
     with pytest.raises(PassError, match="blocker"):
         symbolize(model)
+
+
+# ------------------------------------------------------------------------------------------------
+# learned positions from past + lead
+
+
+def test_learned_positions_from_past_plus_lead_move_with_past():
+    """BART's ``embed_positions``: a table read at ``past + 2 + i`` (a constant index traced at
+    7 .. 10 with past 5). Before: the count kept its traced start 7 and every other past read
+    the wrong rows, verified all the same."""
+    table = np.arange(40 * DIM, dtype=np.float32).reshape(40, DIM) / 100
+    model = cached_model(
+        "idx = Constant <value = int64[4] {7, 8, 9, 10}> ()\n"
+        "      rows = Gather <axis = 0> (table, idx)\n"
+        "      y = Add (x, rows)",
+        {"table": table},
+    )
+    result = symbolize(model)
+    rng = np.random.default_rng(2)
+    for b, s, p in [(1, 3, 7), (2, 6, 0), (1, 1, 12)]:
+        x = rng.standard_normal((b, s, DIM)).astype(np.float32)
+        past = rng.standard_normal((b, p, DIM)).astype(np.float32)
+        y, _ = run(result.model, {"x": x, "past": past})
+        np.testing.assert_allclose(y, x + table[p + 2 : p + 2 + s], rtol=1e-6)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from onnxsurgery.passes.symbolize.batch_indices import addressed, index_constants
-from onnxsurgery.passes.symbolize.generators import Generator
+from onnxsurgery.passes.symbolize.generators import MAX_LEAD, Generator
 from onnxsurgery.shapes.analysis import ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.solver import Solution
@@ -98,6 +98,21 @@ def band_bound_gap(
     return None
 
 
+def _cache_lead(a: ShapeAnalysis, start: int, rows: Set[str], cache: set[str]) -> str | None:
+    """The cache length a count from ``start`` moves with when ``start`` is its traced size plus
+    a small fixed lead (1 .. :data:`~.generators.MAX_LEAD`: the ``padding_idx + 1`` that BART's,
+    OPT's and XGLM's position tables add), where that length is the only symbol of its size; None
+    where no one symbol fits. Taken as the start (the offset of the same cache count from 0),
+    never as a fixed value the trace happened to hold."""
+    sizes = [a.atoms[s].traced for s in a.symbols if s not in rows]
+    found = [
+        s
+        for s in sorted(cache - set(rows))
+        if 1 <= start - a.atoms[s].traced <= MAX_LEAD and sizes.count(a.atoms[s].traced) == 1
+    ]
+    return found[0] if len(found) == 1 else None
+
+
 def offset_gap(
     a: ShapeAnalysis, gen: Generator, rows: Set[str], cache: set[str]
 ) -> tuple[str, set[str]] | None:
@@ -137,6 +152,10 @@ def offset_gap(
     if len(hits) == 1 and hits[0] in cache:
         d = Dim.sym(hits[0])
         gen.offset = (where, d if int(start) > 0 else -d, int(start))
+        return None
+    moved = _cache_lead(a, int(start), rows, cache) if not hits else None
+    if moved is not None:  # past + 2: a position table offset by its padding index
+        gen.offset = (where, Dim.sym(moved), a.atoms[moved].traced)
         return None
     if hits:
         sym = hits[0]

@@ -103,7 +103,10 @@ class Generator:
                 return "Expand"
             start = ""
             if self.offset is not None:
-                start = f" from {self.offset[1]}" + (" steps" if self.offset[0] == "scaled" else "")
+                where, size, traced = self.offset
+                lead = int(self.base_array.reshape(-1)[0]) - traced if where == "base" else 0
+                start = f" from {size}" + (f" + {lead}" if lead > 0 else "")
+                start += " steps" if where == "scaled" else ""
             return "Range on axis " + ", ".join(str(k) for k in moving) + start
         if self.kind == "tile":
             return f"Tile of a {self.base_array.shape[self.axes[0]]}-block on axis {self.axes[0]}"
