@@ -168,6 +168,7 @@ _SIZES: dict[str, int] = {
     **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts"), 4),
     "num_experts_per_tok": 2,
     "embedding_size": HIDDEN,  # 16 would make 512x16 position tables the dynamo exporter folds
+    "rotary_dim": HIDDEN // HEADS // 2,  # GPT-J, CodeGen: 64 of a 256 head; 64 > a head of 8 fails
     "num_conv_pos_embeddings": 16,
     "num_conv_pos_embedding_groups": 4,
     "num_mel_bins": 16,

@@ -26,7 +26,7 @@ from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.rules import op_traits
 from onnxsurgery.shapes.solver import Solution
 
-__all__ = ["BatchIndex", "batch_like_symbols", "find_batch_indices"]
+__all__ = ["BatchIndex", "addressed", "batch_like_symbols", "find_batch_indices", "index_constants"]
 
 #: Ops an index computation may pass through on its way from a constant to a gather.
 _INDEX_ARITH = {
@@ -83,7 +83,7 @@ def _input(node: onnx.NodeProto, index: int | None) -> str:
     return node.input[index] if index is not None and index < len(node.input) else ""
 
 
-def _addressed(
+def addressed(
     analysis: ShapeAnalysis, sol: Solution, node: onnx.NodeProto
 ) -> list[tuple[int, Dim]]:
     """(component, size) of the data axes a gather's indices address (-1: the one axis of a
@@ -121,11 +121,11 @@ def find_batch_indices(
     for index, node in enumerate(graph.node):
         if node.op_type not in ("Gather", "GatherND", "GatherElements") or len(node.input) < 2:
             continue
-        for component, dim in _addressed(analysis, sol, node):
+        for component, dim in addressed(analysis, sol, node):
             for sym in sorted(dim.atoms() & batch):
                 stride = dim.exact_div(Dim.sym(sym))
                 direct = [uses[(index, 1)]] if (index, 1) in uses else []
-                for use in direct + _index_constants(node.input[1], producers, uses):
+                for use in direct + index_constants(node.input[1], producers, uses):
                     # A flat index read directly counts in strides of the batch; one that goes
                     # through arithmetic first (``b * seq + pos``) is the batch index itself.
                     step = analysis.traced(stride) if use in direct and stride is not None else 1
@@ -135,7 +135,7 @@ def find_batch_indices(
     return list(found.values())
 
 
-def _index_constants(tensor: str, producers, uses) -> list[ConstUse]:
+def index_constants(tensor: str, producers, uses) -> list[ConstUse]:
     out: list[ConstUse] = []
     stack, seen = [tensor], set()
     while stack:

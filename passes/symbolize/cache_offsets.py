@@ -6,19 +6,30 @@ that equals one (``j - i <= past``, a causal mask over a cache) looks the same a
 or a fixed window in one trace. Where the symbol is the length of a cache axis
 (:func:`cache_symbols`: the graph concatenates that input with computed values), the value is
 read as moving with it (``Generator.offset``) and the check against references decides; where
-it is not, :func:`band_bound_gap` and :func:`offset_gap` say why the plan cannot choose."""
+it is not, :func:`band_bound_gap` and :func:`offset_gap` say why the plan cannot choose.
+
+The graph settles one more relation over a cache: a gather whose index counts the keys
+(``arange(past + seq)``, HF's ``attention_mask[batch_idx, kv_idx]``) over the whole axis of an
+input of another length (the mask's ``total``) reads every element of that axis, so that length
+is ``past + seq`` (:func:`cache_index_relations`): the check's sizes keep it so."""
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Sequence, Set
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from onnxsurgery.passes.symbolize.generators import Generator
+from onnxsurgery.passes.symbolize.batch_indices import addressed, index_constants
+from onnxsurgery.passes.symbolize.generators import MAX_LEAD, Generator
 from onnxsurgery.shapes.analysis import ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.shapes.solver import Solution
 
-__all__ = ["band_bound_gap", "cache_symbols", "offset_gap"]
+if TYPE_CHECKING:  # rules imports this module (cache_symbols)
+    from onnxsurgery.passes.symbolize.rules import Change
+
+__all__ = ["band_bound_gap", "cache_index_relations", "cache_symbols", "offset_gap"]
 
 
 def cache_symbols(a: ShapeAnalysis) -> set[str]:
@@ -87,6 +98,21 @@ def band_bound_gap(
     return None
 
 
+def _cache_lead(a: ShapeAnalysis, start: int, rows: Set[str], cache: set[str]) -> str | None:
+    """The cache length a count from ``start`` moves with when ``start`` is its traced size plus
+    a small fixed lead (1 .. :data:`~.generators.MAX_LEAD`: the ``padding_idx + 1`` that BART's,
+    OPT's and XGLM's position tables add), where that length is the only symbol of its size; None
+    where no one symbol fits. Taken as the start (the offset of the same cache count from 0),
+    never as a fixed value the trace happened to hold."""
+    sizes = [a.atoms[s].traced for s in a.symbols if s not in rows]
+    found = [
+        s
+        for s in sorted(cache - set(rows))
+        if 1 <= start - a.atoms[s].traced <= MAX_LEAD and sizes.count(a.atoms[s].traced) == 1
+    ]
+    return found[0] if len(found) == 1 else None
+
+
 def offset_gap(
     a: ShapeAnalysis, gen: Generator, rows: Set[str], cache: set[str]
 ) -> tuple[str, set[str]] | None:
@@ -94,6 +120,15 @@ def offset_gap(
     a batch (``past`` traced at 5, a position offset over a cache): one trace cannot tell a
     fixed start from one that moves with that symbol. Where that symbol is the only one of that
     size and is a cache length (:func:`cache_symbols`), the start is taken to move with it."""
+    if gen.kind == "sin" and gen.shift is not None and gen.phase is None and gen.lead >= 2:
+        lead = gen.lead  # a sinusoid from a fixed lead, no cache behind it: a count from it
+        hits = [s for s in sorted(a.symbols) if s not in rows and a.atoms[s].traced == lead]
+        if hits:
+            return (
+                f"its positions count from {lead}, the traced size of {hits[0]}: one trace "
+                f"cannot tell a fixed start from an offset that moves with {hits[0]}",
+                {hits[0]},
+            )
     if gen.kind != "affine" or gen.base is None or gen.base.size == 0:
         return None
     if not any(np.any(st != 0) for st in gen.steps.values()):
@@ -118,6 +153,10 @@ def offset_gap(
         d = Dim.sym(hits[0])
         gen.offset = (where, d if int(start) > 0 else -d, int(start))
         return None
+    moved = _cache_lead(a, int(start), rows, cache) if not hits else None
+    if moved is not None:  # past + 2: a position table offset by its padding index
+        gen.offset = (where, Dim.sym(moved), a.atoms[moved].traced)
+        return None
     if hits:
         sym = hits[0]
         return (
@@ -126,3 +165,65 @@ def offset_gap(
             {sym},
         )
     return None
+
+
+def cache_index_relations(
+    a: ShapeAnalysis, sol: Solution, changes: Sequence[Change], rows: Set[str], cache: set[str]
+) -> dict[str, Dim]:
+    """``{total: past + seq}`` where a gather reads a whole axis with a count over a cache.
+
+    A constant index the plan rebuilds as ``Range(past + seq)`` (a count from 0 in steps of 1,
+    its length a sum over a cache length, never one symbol alone) addresses a data axis sized by
+    a symbol ``total`` that is not a batch, not part of the count, and traced at the count's
+    length: the index reads every element of that axis, so the graph needs ``total`` to be the
+    count's length (a shorter axis fails on ONNX Runtime, as it would in torch). One candidate
+    only; the relation goes to the check, which then never runs ``past`` apart from ``total``.
+    """
+    graph = a.model.graph
+    producers = {o: (i, n) for i, n in enumerate(graph.node) for o in n.output}
+    by_use = {(c.use.node_index, c.use.input_index): c for c in changes if not c.use.graph}
+    uses = {(c.use.node_index, c.use.input_index): c.use for c in changes if not c.use.graph}
+    found: dict[str, Dim] = {}
+    for index, node in enumerate(graph.node):
+        if node.op_type not in ("Gather", "GatherND") or len(node.input) < 2:
+            continue
+        direct = [uses[(index, 1)]] if (index, 1) in uses else []
+        reads = [by_use[(u.node_index, u.input_index)] for u in direct]
+        reads += [
+            by_use[(u.node_index, u.input_index)]
+            for u in index_constants(node.input[1], producers, uses)
+        ]
+        for component, dim in addressed(a, sol, node):
+            for change in reads:
+                for count in _counts(change, component, cache):
+                    free = dim.atoms() - set(rows) - count.atoms() - set(found)
+                    hits = [s for s in sorted(free) if a.atoms[s].traced == a.traced(count)]
+                    if len(hits) == 1 and hits[0] not in sol.relations:
+                        found[hits[0]] = count
+    return found
+
+
+def _counts(change: Change, component: int, cache: set[str]) -> list[Dim]:
+    """The lengths over a cache that ``change`` counts from 0 in steps of 1 along an axis, in
+    index ``component`` (-1: the index itself)."""
+    gen = change.rebuild
+    if gen is None or gen.kind != "affine" or gen.base is None or gen.offset is not None:
+        return []
+    last = gen.base.ndim - 1
+    if component >= 0 and (gen.base.ndim == 0 or gen.base.shape[last] <= component):
+        return []
+    pick = (lambda x: x[..., component]) if component >= 0 else (lambda x: x)
+    if np.any(pick(gen.base) != 0):
+        return []
+    counts = []
+    for k, step in gen.steps.items():
+        length = change.values[k] if k < len(change.values) else None
+        if length is None or length.is_const() or not length.atoms() & cache:
+            continue
+        if len(length.atoms()) == 1 and length == Dim.sym(min(length.atoms())):
+            continue  # one symbol alone: two names for one size are the user's to give
+        if component >= 0 and k == last:
+            continue
+        if np.all(pick(np.broadcast_to(step, gen.base.shape)) == 1):
+            counts.append(length)
+    return counts

@@ -8,7 +8,12 @@ matches here, verified element by element against the traced constant:
 - ``affine``: ``base + sum_k step_k * i_k`` (``i_k`` the index along symbolic axis ``k``; a step
   of 0 is a plain broadcast, a step of 1 a ``Range``; steps may vary along the other axes, as in
   an index grid ``[..., (b, s)]`` or ``pos * inv_freq``);
-- ``cos`` / ``sin``: ``amp * cos(i_k * freq)`` / ``sin(i_k * freq)`` along one axis;
+- ``cos`` / ``sin``: ``amp * cos(i_k * freq)`` / ``sin(i_k * freq)`` along one axis; any
+  other sinusoidal position table (:func:`_sinusoid`) is a ``sin`` with a per-column ``shift``:
+  ``amp * sin((lead + i_k) * freq + phi)``, ``phi`` 0 or pi/2 per column (sin and cos halves in
+  one table, GPT-J's ``sincos``), ``lead`` a fixed start (XGLM's padding offset 2), the
+  frequencies in any order (interleaved by ``repeat_interleave``, half-split by ``cat``), and
+  columns that do not rotate (partial rotary: frequency 0);
 - ``band``: two values split by ``lo <= j - i <= hi`` over two axes (a bound at the edge of the
   traced range is unbounded): a causal or sliding-window mask, boolean or additive.
 
@@ -63,6 +68,10 @@ class Generator:
     phase: int | None = None
     #: prefix: the bounds its sizes stay within (``seq<=8``), which its run-time guard names
     bound: str | None = None
+    #: sin: an angle added per column (``phi + lead * freq``, see :func:`_sinusoid`)
+    shift: np.ndarray | None = None
+    #: sin with a ``shift``: the fixed position the table counts from (past any cache length)
+    lead: int = 0
 
     @property
     def base_array(self) -> np.ndarray:
@@ -99,7 +108,10 @@ class Generator:
                 return "Expand"
             start = ""
             if self.offset is not None:
-                start = f" from {self.offset[1]}" + (" steps" if self.offset[0] == "scaled" else "")
+                where, size, traced = self.offset
+                lead = int(self.base_array.reshape(-1)[0]) - traced if where == "base" else 0
+                start = f" from {size}" + (f" + {lead}" if lead > 0 else "")
+                start += " steps" if where == "scaled" else ""
             return "Range on axis " + ", ".join(str(k) for k in moving) + start
         if self.kind == "prefix":
             axes = ", ".join(str(k) for k in self.axes)
@@ -108,8 +120,11 @@ class Generator:
         if self.kind == "tile":
             return f"Tile of a {self.base_array.shape[self.axes[0]]}-block on axis {self.axes[0]}"
         if self.kind in ("cos", "sin"):
-            pos = f"(Range + {self.offset[1]})" if self.offset is not None else "Range"
-            return f"{self.kind.capitalize()}({pos} * freq) on axis {self.axes[0]}"
+            moved = [str(self.offset[1])] if self.offset is not None else []
+            moved += [str(self.lead)] if self.lead else []
+            pos = f"(Range + {' + '.join(moved)})" if moved else "Range"
+            phase = " + phase" if self.shift is not None else ""
+            return f"{self.kind.capitalize()}({pos} * freq{phase}) on axis {self.axes[0]}"
         assert self.band is not None
         i, j, lo, hi, _, _ = self.band
         lo_text, hi_text = self.band_bounds()
@@ -226,8 +241,10 @@ def _trig_from(arr: np.ndarray, axes: list[int], start: int) -> Generator | None
             for shift in (-1, 0, 1):
                 theta = br + 2 * np.pi * (turns + shift)
                 cand = np.abs(theta - guess)
-                best = (theta, cand) if best is None else (
-                    np.where(cand < best[1], theta, best[0]), np.minimum(cand, best[1])
+                best = (
+                    (theta, cand)
+                    if best is None
+                    else (np.where(cand < best[1], theta, best[0]), np.minimum(cand, best[1]))
                 )
         assert best is not None
         freqs = best[0] / pos
@@ -244,6 +261,174 @@ def _trig_from(arr: np.ndarray, axes: list[int], start: int) -> Generator | None
                 phase=start,
             )
     return None
+
+
+#: the largest fixed lead a position table may count from (:func:`_sinusoid`), past any cache
+#: length: ``padding_idx + 1`` of the tables that keep row 0 or 1 for padding
+MAX_LEAD = 2
+
+
+def _sinusoid(arr: np.ndarray, axes: list[int], start: int = 0) -> Generator | None:
+    """A sinusoidal position table along one axis: column ``c`` holds
+    ``amp_c * sin((start + lead + i) * f_c + phi_c)`` with ``phi_c`` a multiple of pi/2 (sin,
+    cos, or their negatives), ``lead`` one fixed start for every column (0 ..
+    :data:`MAX_LEAD`), ``start`` a traced cache length (0: none; the plan names the length it
+    moves with, ``phase``). The frequencies come from the values (:func:`_fit_sinusoid`); the
+    lead and phases are snapped to those forms, and every traced value must then fit."""
+    if arr.dtype.kind != "f" or len(axes) != 1 or arr.shape[axes[0]] < 3:
+        return None
+    k = axes[0]
+    n = arr.shape[k]
+    x = np.moveaxis(arr.astype(np.float64), k, 0)
+    flat = x.reshape(n, -1)
+    pos = start + np.arange(n, dtype=np.float64)[:, None]
+    fitted = _fit_sinusoid(flat, pos)
+    if fitted is None:
+        return None
+    freq, amp, rel, pinned = fitted  # x_i = amp * sin(f * pos_i + rel)
+    shape = (1,) + x.shape[1:]
+
+    def back(v: np.ndarray) -> np.ndarray:
+        return np.moveaxis(v.reshape(shape), 0, k)
+
+    quarter = np.pi / 2
+    for lead in range(MAX_LEAD + 1):
+        turns = (rel - freq * lead) / quarter
+        snapped = np.round(turns)
+        if np.any((np.abs(turns - snapped) > 1e-3) & pinned & (freq > 0)):
+            continue
+        shift = freq * lead + snapped * quarter
+        if not _close(flat, amp * np.sin(pos * freq + shift)):
+            continue
+        return Generator(
+            "sin", axes, steps={k: back(freq).astype(np.float32)},
+            amp=back(amp).astype(arr.dtype), phase=start or None,
+            shift=back(np.mod(shift, 2 * np.pi)).astype(np.float32), lead=lead,
+        )  # fmt: skip
+    return None
+
+
+def _fit_sinusoid(
+    x: np.ndarray, pos: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per column of ``x`` (values at positions ``pos`` along axis 0): frequency, amplitude,
+    the angle at position 0 and whether the values pin the frequency down.
+
+    A position table has one amplitude (:func:`_common_amplitude`; a column that never moves
+    holds its value at frequency 0). With it, each value gives its angle (the branch nearest a
+    first fit), and a weighted line through them the frequency. A column whose values barely
+    move over the traced positions (a low frequency's cos near its peak) does not pin its
+    frequency: it takes that of a pinned column the table repeats at a fixed distance (a
+    ``[sin | cos]`` table's twin, :func:`_borrowed`); with none, no generator."""
+    still = np.all(x == x[:1], axis=0)
+    amp0, freq = _common_amplitude(x, still)
+    if amp0 is None:
+        return None
+    amp = np.where(still, x[0], amp0)
+    i = pos - pos[0]
+    freq, theta = _angle_line(x, amp, freq, i, still)
+    # how far the values move per unit of frequency: float32 values (~1e-7) pin a frequency
+    # to 1e-7 / reach, under 1e-7 (1e-4 of angle at position 1000) where reach >= 1
+    reach = np.sqrt(np.sum((amp * np.cos(theta) * pos) ** 2, axis=0))
+    pinned = still | (reach >= 1.0)
+    every = _borrowed(freq, pinned, still)
+    if every is None:
+        return None
+    freq = every
+    _, start = _amplitude(x, freq, i)
+    theta = np.where(still, np.where(amp >= 0, np.pi / 2, -np.pi / 2), start)
+    return freq, np.abs(amp), theta - freq * pos[0], pinned
+
+
+def _common_amplitude(x: np.ndarray, still: np.ndarray) -> tuple[float | None, np.ndarray]:
+    """(the one amplitude of the moving columns, a first frequency per column): frequencies
+    from the recurrence ``x[i-1] + x[i+1] = 2 cos(f) x[i]``, the amplitude from a
+    least-squares fit where a column turns by half a radian or more (well conditioned); they
+    must agree. None where no column shows it or they differ."""
+    n = x.shape[0]
+    mid = x[1:-1]
+    den = 2 * np.sum(mid * mid, axis=0)
+    num = np.sum((x[:-2] + x[2:]) * mid, axis=0)
+    freq = np.arccos(np.clip(num / np.where(den > 0, den, 1.0), -1.0, 1.0))
+    freq = np.where(still, 0.0, freq)
+    amps, _ = _amplitude(x, freq, np.arange(n, dtype=np.float64)[:, None])
+    sure = ~still & (freq * (n - 1) >= 0.5)
+    if not np.any(sure):
+        return None, freq
+    amp = float(np.median(amps[sure]))
+    if amp <= 0 or not np.allclose(amps[sure], amp, rtol=1e-4):
+        return None, freq
+    return amp, freq
+
+
+def _angle_line(
+    x: np.ndarray, amp: np.ndarray, freq: np.ndarray, i: np.ndarray, still: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Frequency and angles per column at a known amplitude: each value's angle on the branch
+    nearest the current fit, then a line through them weighted by how well each value pins its
+    angle (twice, from the first frequency)."""
+    theta = np.zeros_like(x)
+    for _ in range(2):
+        _, first = _amplitude(x, freq, i)
+        guess = first + freq * i
+        base = np.arcsin(np.clip(x / np.where(amp != 0, amp, 1.0), -1.0, 1.0))
+        best = None
+        for br in (base, np.pi - base):
+            cand = br + 2 * np.pi * np.round((guess - br) / (2 * np.pi))
+            best = (
+                cand
+                if best is None
+                else np.where(np.abs(cand - guess) < np.abs(best - guess), cand, best)
+            )
+        assert best is not None
+        theta = best
+        w = np.cos(best) ** 2 + 1e-12
+        sw, si, sii = w.sum(0), (w * i).sum(0), (w * i * i).sum(0)
+        sa, sia = (w * best).sum(0), (w * i * best).sum(0)
+        det = sw * sii - si * si
+        ok = ~still & (det > 1e-9 * np.maximum(sw * sii, 1e-30))
+        slope = (sw * sia - si * sa) / np.where(ok, det, 1.0)
+        freq = np.clip(np.where(ok, np.abs(slope), freq), 0.0, np.pi)
+    return freq, theta
+
+
+def _borrowed(freq: np.ndarray, pinned: np.ndarray, still: np.ndarray) -> np.ndarray | None:
+    """Frequencies with each unpinned column's taken from a pinned one at the distance ``m``
+    (1 .. columns - 1, the smallest) at which every pinned pair of moving columns agrees: a
+    ``[sin | cos]`` table repeats its frequencies at half its width (columns that never move,
+    a partial rotary's pass-through, are no pair). None where an unpinned column has no pinned
+    one in its repeat."""
+    if np.all(pinned):
+        return freq
+    cols = freq.size
+    moving = pinned & ~still
+    for m in range(1, cols):
+        a, b = freq[:-m], freq[m:]
+        both = moving[:-m] & moving[m:]
+        if not np.any(both) or not np.allclose(a[both], b[both], rtol=1e-4, atol=1e-9):
+            continue
+        out = freq.copy()
+        for c in np.flatnonzero(~pinned):
+            twins = [t for t in range(c % m, cols, m) if moving[t]]
+            if not twins:
+                break
+            out[c] = freq[twins[0]]
+        else:
+            return out
+    return None
+
+
+def _amplitude(x: np.ndarray, freq: np.ndarray, i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Least squares ``x_i = a sin(f i) + b cos(f i)`` per column: (hypot(a, b), atan2(b, a))."""
+    s, c = np.sin(i * freq), np.cos(i * freq)
+    ss, cc, sc = (s * s).sum(0), (c * c).sum(0), (s * c).sum(0)
+    sx, cx = (s * x).sum(0), (c * x).sum(0)
+    det = ss * cc - sc * sc
+    flat = det <= 1e-12 * np.maximum(ss * cc, 1e-30)  # frequency 0: a constant column
+    safe = np.where(flat, 1.0, det)
+    a = np.where(flat, 0.0, (sx * cc - cx * sc) / safe)
+    b = np.where(flat, cx / np.maximum(cc, 1e-30), (cx * ss - sx * sc) / safe)
+    return np.hypot(a, b), np.arctan2(b, a)
 
 
 def _band(arr: np.ndarray, axes: list[int]) -> Generator | None:
@@ -318,7 +503,8 @@ def match_generator(
 
     ``blocks`` maps an axis whose size is ``symbols * c`` to ``c``: such an axis may repeat a
     block of ``c`` (a per-head table tiled over ``batch*heads``). ``starts``: positions a
-    cos/sin table may start from (the traced cache lengths, from the plan), tried last.
+    cos/sin table may start from (the traced cache lengths, from the plan), tried last; then any
+    sinusoidal table (:func:`_sinusoid`), from each of ``starts`` first, then from a fixed lead.
     """
     axes = sorted(axes)
     for finder in (_affine, _trig, _band):
@@ -327,8 +513,8 @@ def match_generator(
             return gen
     gen = _tile(arr, axes, blocks or {})
     for start in starts:
-        gen = gen or _trig_from(arr, axes, start)
-    return gen
+        gen = gen or _trig_from(arr, axes, start) or _sinusoid(arr, axes, start)
+    return gen or _sinusoid(arr, axes)
 
 
 def evidence_gap(
@@ -348,9 +534,7 @@ def evidence_gap(
         if gen.kind == "tile":
             need = 2 * gen.base_array.shape[k]
             if n < need and k not in rows:
-                return (
-                    f"axis {k} holds one block of {n}: one copy does not show that it repeats"
-                )
+                return f"axis {k} holds one block of {n}: one copy does not show that it repeats"
             continue
         if k in rows and (structural or (gen.kind == "affine" and n >= 2)):
             # Rows are independent: a constant that counts along them can only enumerate them

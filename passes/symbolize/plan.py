@@ -28,6 +28,7 @@ from onnxsurgery.passes.symbolize.batch_indices import (
     find_batch_indices,
 )
 from onnxsurgery.passes.symbolize.blockers import Blocker, group_blockers
+from onnxsurgery.passes.symbolize.cache_offsets import cache_index_relations
 from onnxsurgery.passes.symbolize.coincident import (
     Ambiguity,
     Coincidence,
@@ -318,6 +319,7 @@ def plan_symbolize(
     outputs = _output_dims(analysis, sol)
     notes = _notes(analysis, sol) + _untied_outputs(row_syms, symbols, outputs)
     relations = {s: v for s, (v, _) in sol.relations.items()}
+    relations.update(cache_index_relations(analysis, sol, changes, row_syms, context.cache))
     plan = SymbolizePlan(
         axes, symbols, changes, blockers, outputs, notes, analysis, sol, row_syms, relations
     )

@@ -307,8 +307,8 @@ class _Rewriter:
     def trig(
         self, gen: Generator, arr: np.ndarray, dims: list[Dim], tag: str
     ) -> tuple[str, set[int]]:
-        """``amp * cos(pos * freq)`` / ``sin``, positions from a cache length where it moves;
-        the frequencies span every other axis."""
+        """``amp * cos(pos * freq)`` / ``sin`` (plus a phase per column, ``shift``), positions
+        from a cache length where it moves; the frequencies span every other axis."""
         k = gen.axes[0]
         pos = self.index(dims[k], k, arr.ndim, np.float32)
         if gen.offset is not None:  # positions start .. start + n - 1, start a cache length
@@ -319,6 +319,9 @@ class _Rewriter:
         angle = self.node(
             "Mul", [pos, self.initializer(f"{tag}/freq", gen.steps[k])], f"{tag}/angle"
         )
+        if gen.shift is not None:  # a phase per column (cos columns, a fixed start)
+            shift = self.initializer(f"{tag}/shift", gen.shift)
+            angle = self.node("Add", [angle, shift], f"{tag}/shifted")
         acc = self.node(gen.kind.capitalize(), [angle], f"{tag}/{gen.kind}")
         if gen.amp is not None and not np.all(gen.amp == 1):
             acc = self.node(
