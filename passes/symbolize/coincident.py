@@ -228,3 +228,57 @@ def ambiguous_hints(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[Amb
                 found.append(Ambiguity(use.node, use.op, use.input_index, value, chosen))
                 settled |= syms
     return found
+
+
+#: At most this many joint readings are tried for one conflict (each one solves the graph again).
+_MAX_READINGS = 256
+
+
+def _conflict_atoms(a: ShapeAnalysis, sol: Solution, c: Constraint) -> list[str]:
+    """The unknowns of ``c`` the solver kept at their traced value (nothing forced them)."""
+    kinds = ("var", "data")
+    return sorted(x for x in c.expr.atoms() if a.atoms[x].kind in kinds and sol.how.get(x) == "kept")
+
+
+def _resolves(a: ShapeAnalysis, ties: dict[str, Dim], c: Constraint, conflicts: int) -> bool:
+    """Whether tying every atom of ``ties`` at once removes ``c`` from the conflicts and leaves
+    fewer of them."""
+    for atom, value in ties.items():
+        tie(a, atom, value, "", "", "probe")
+    try:
+        now = solve(a).conflicts
+        return len(now) < conflicts and all(k.constraint is not c for k in now)
+    finally:
+        del a.constraints[-len(ties) :]
+
+
+def conflict_readings(a: ShapeAnalysis, sol: Solution) -> dict[str, Dim]:
+    """Kept sizes read as symbol expressions where that is the one reading that makes a conflict
+    hold at every size: a constant 16 in a Reshape that must keep ``batch*tgt`` elements,
+    traced at batch 2 and tgt 8, is ``batch*tgt``, its 8 is ``tgt`` (not ``seq``, traced at 8
+    too, which would leave the element count wrong at other sizes). Every combination of the
+    kept sizes in the conflict (each fixed or one expression its traced value fits) is tried;
+    only the fewest ties that remove the conflict are taken, and only when one combination
+    alone does (two that both do are two readings the graph cannot tell apart: the conflict
+    stays)."""
+    ties: dict[str, Dim] = {}
+    for conflict in list(sol.conflicts):
+        c = conflict.constraint
+        atoms = [x for x in _conflict_atoms(a, sol, c) if x not in ties]
+        options = [[None, *_expressions(a, a.atoms[x].traced)] for x in atoms]
+        combos = list(itertools.islice(itertools.product(*options), _MAX_READINGS + 1))
+        if not atoms or len(combos) > _MAX_READINGS:
+            continue
+        conflicts = len(solve(a).conflicts)
+        found: list[dict[str, Dim]] = []
+        for combo in sorted(combos, key=lambda t: sum(v is not None for v in t))[1:]:
+            pick = {x: v for x, v in zip(atoms, combo, strict=True) if v is not None}
+            if found and len(pick) > len(found[0]):
+                break
+            if _resolves(a, pick, c, conflicts):
+                found.append(pick)
+        if len(found) == 1:
+            for atom, value in found[0].items():
+                tie(a, atom, value, c.node, c.op, "the one reading that holds at every size")
+            ties.update(found[0])
+    return ties

@@ -26,7 +26,12 @@ from onnxsurgery.passes.symbolize.baked import relative_axes
 from onnxsurgery.passes.symbolize.blockers import Blocker
 from onnxsurgery.passes.symbolize.cache_offsets import band_bound_gap, cache_symbols, offset_gap
 from onnxsurgery.passes.symbolize.coincident import Coincidence
-from onnxsurgery.passes.symbolize.generators import Generator, evidence_gap, match_generator
+from onnxsurgery.passes.symbolize.generators import (
+    Generator,
+    evidence_gap,
+    flat_strides,
+    match_generator,
+)
 from onnxsurgery.passes.symbolize.wording import (
     dim_text,
     fix_lead,
@@ -39,7 +44,7 @@ from onnxsurgery.passes.symbolize.wording import (
     why_text,
 )
 from onnxsurgery.shapes.analysis import ConstUse, ShapeAnalysis
-from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.shapes.dims import Dim, dim_product
 from onnxsurgery.shapes.solver import Solution
 
 __all__ = ["Change", "PlanContext", "ConstRead", "Rule", "CONST_RULES", "decide"]
@@ -169,7 +174,27 @@ class ConstRead:
         gen = match_generator(self.use.array, self.symbolic_axes, blocks, tuple(starts))
         if gen is not None and gen.phase is not None:
             gen.offset = ("phase", Dim.sym(starts[gen.phase]), gen.phase)
+        if gen is not None and gen.kind == "affine" and self.flat_index:
+            gen.strides = flat_strides(self.use.array, self.dims)
         return gen
+
+    @cached_property
+    def flat_index(self) -> bool:
+        """Gather indices 0 .. n-1 in order over an axis the solver sized as the whole grid
+        (the product of their dims): every element of a flattened tensor, read back in place."""
+        use, a = self.use, self.context.analysis
+        if use.op != "Gather" or use.input_index != 1 or use.graph or not self.symbolic_axes:
+            return False
+        arr = use.array
+        if arr.dtype.kind not in "iu" or not np.array_equal(arr.reshape(-1), np.arange(arr.size)):
+            return False
+        node = a.model.graph.node[use.node_index]
+        data = a.tensors.get(node.input[0])
+        if data is None or data.shape is None:
+            return False
+        attr = next((x.i for x in node.attribute if x.name == "axis"), 0)
+        axis = data.shape[attr % len(data.shape)] if data.shape else Dim.const(0)
+        return self.context.solution.resolve(axis) == dim_product(self.dims)
 
     def _enumeration(self) -> Generator | None:
         """A batch enumeration traced at 1: its step comes from the gather it indexes."""
