@@ -6,7 +6,12 @@ default decoder mask (``ones(batch, tgt)``) into a constant, flattens it, gather
 back with the index grid ``arange(16).reshape(2, 1, 1, 8)`` and reshapes that to
 ``[batch, 1, 1, tgt]``: the element count needs the grid to be ``batch*tgt``, which only one
 reading of its dims gives (``[batch, 1, 1, tgt]``; ``seq`` on the last axis would keep the
-element count wrong at other sizes). :class:`DecoderMask` below is that mechanism in small.
+element count wrong at other sizes). :func:`decoder_mask` below is that mechanism in small.
+
+dynamo instead builds the encoder mask once, ``[batch, 1, 8, seq]`` from a folded all-True
+``[1, 1, 8, 1]``, and shares it between the encoder's self-attention (8 is ``seq``) and the
+decoder's cross-attention (8 is ``tgt``): no symbol fits both, but the rows are one row
+repeated, which broadcasts alike at every size (:func:`shared_mask`).
 """
 
 from __future__ import annotations
@@ -72,3 +77,66 @@ def test_a_table_that_holds_values_is_still_refused():
     table = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
     with pytest.raises(PassError, match="constant 'ones' .* values follow no pattern"):
         Symbolize(**AXES)(decoder_mask(table), CPU)
+
+
+def shared_mask(ones: np.ndarray | None = None) -> onnx.ModelProto:
+    """dynamo's BART in small: the encoder mask ``[batch, 1, 8, seq]``, a folded all-True
+    ``[1, 1, 8, 1]`` And the attention mask, is built once and added to the encoder's
+    ``[batch, 1, seq, seq]`` scores and to the decoder's cross-attention ``[batch, 1, tgt, seq]``
+    (traced alike, so the exporter shared it); the decoder's queries are a Reshape to
+    ``[2, 8, 1, 4]``."""
+    return parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[2, 8, 4] x, float[2, 8] am, float[2, 8, 4] y)
+            => (float[2, 1, 8, 8] enc, float[2, 1, 8, 8] dec)
+            <int64[2] ax12 = {1, 2}, int64[1] ax1 = {1}, int64[4] heads = {2, 8, 1, 4},
+             float zero = {0.0}, float neg = {-1000.0}> {
+            amb = Cast <to = 9> (am)
+            m4 = Unsqueeze (amb, ax12)
+            mask = And (ones, m4)
+            fm = Where (mask, zero, neg)
+            xt = Transpose <perm = [0, 2, 1]> (x)
+            es = MatMul (x, xt)
+            es4 = Unsqueeze (es, ax1)
+            enc = Add (es4, fm)
+            yq = Reshape (y, heads)
+            yt = Transpose <perm = [0, 2, 1, 3]> (yq)
+            xk = Unsqueeze (xt, ax1)
+            ds = MatMul (yt, xk)
+            dec = Add (ds, fm)
+        }
+        """,
+        ones=np.ones((1, 1, 8, 1), dtype=bool) if ones is None else ones,
+    )
+
+
+def shared_mask_reference(x: np.ndarray, am: np.ndarray, y: np.ndarray) -> tuple:
+    fm = np.where(am[:, None, None, :] > 0, 0.0, -1000.0).astype(np.float32)
+    enc = (x @ x.transpose(0, 2, 1))[:, None] + fm
+    dec = (y[:, None] @ x.transpose(0, 2, 1)[:, None]) + fm
+    return enc, dec
+
+
+SHARED = {"x:0": "batch", "x:1": "seq", "am:0": "batch", "am:1": "seq", "y:0": "batch", "y:1": "tgt"}
+
+
+def test_a_mask_shared_by_encoder_and_decoder_broadcasts_one_row():
+    result = Symbolize(**SHARED)(shared_mask(), CPU)
+    rng = np.random.default_rng(1)
+    for batch, seq, tgt in ((3, 5, 7), (1, 9, 4), (2, 8, 8)):
+        x = rng.standard_normal((batch, seq, 4)).astype(np.float32)
+        y = rng.standard_normal((batch, tgt, 4)).astype(np.float32)
+        am = rng.integers(0, 2, (batch, seq)).astype(np.float32)
+        got = run_model(result.model, {"x": x, "am": am, "y": y}, provider="cpu")
+        enc, dec = shared_mask_reference(x, am, y)
+        np.testing.assert_allclose(got["enc"], enc, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got["dec"], dec, rtol=1e-5, atol=1e-5)
+
+
+def test_a_shared_mask_whose_rows_differ_is_still_refused():
+    """Rows that differ along the query axis are no broadcast of one: seq == tgt stays needed."""
+    ones = np.ones((1, 1, 8, 1), dtype=bool)
+    ones[0, 0, 3, 0] = False
+    with pytest.raises(PassError, match="needs seq == tgt"):
+        Symbolize(**SHARED)(shared_mask(ones), CPU)

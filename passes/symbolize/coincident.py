@@ -27,6 +27,7 @@ import itertools
 from collections.abc import Set
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
 
 from onnxsurgery.shapes.analysis import Constraint, ConstUse, ShapeAnalysis
@@ -282,3 +283,61 @@ def conflict_readings(a: ShapeAnalysis, sol: Solution) -> dict[str, Dim]:
                 tie(a, atom, value, c.node, c.op, "the one reading that holds at every size")
             ties.update(found[0])
     return ties
+
+
+def _uniform_dims(a: ShapeAnalysis) -> list[str]:
+    """Dims of data constants whose values repeat along them (a mask that is all True along
+    the query axis), traced above 1: a broadcast of one row, which size 1 holds as well."""
+    found = []
+    for use in a.uses:
+        arr = use.array
+        if use.kind != "data" or use.graph or arr.ndim != len(use.atoms):
+            continue
+        for k, atom in enumerate(use.atoms):
+            if atom is not None and arr.shape[k] > 1 and np.array_equal(
+                arr, np.broadcast_to(np.take(arr, [0], axis=k), arr.shape)
+            ):
+                found.append(atom)
+    return found
+
+
+def _in_outputs(a: ShapeAnalysis, sol: Solution, atom: str) -> bool:
+    """Whether a graph output's shape holds ``atom``: there a 1 would change what it returns."""
+    for out in a.model.graph.output:
+        info = a.tensors.get(out.name)
+        if info is None or info.shape is None:
+            return True
+        if any(atom in d.atoms() or atom in sol.resolve(d).atoms() for d in info.shape):
+            return True
+    return False
+
+
+def broadcast_readings(a: ShapeAnalysis, sol: Solution) -> list[str]:
+    """Dims of repeated rows read as 1 where that alone makes conflicts hold at every size.
+
+    dynamo shares one encoder mask between the encoder's self-attention and the decoder's
+    cross-attention when ``seq`` and ``tgt`` are traced alike: a constant all True along the
+    query axis, 8 long, broadcast against ``seq`` in one and ``tgt`` in the other, which no
+    symbol fits both of. Its values repeat along that axis, so one row broadcasts to the same
+    values wherever the graph broadcasts it: read as 1 (the broadcasts that met it are
+    dropped, their other side free again), where that leaves fewer conflicts and no new one,
+    and no output carries the dim. The analysis is edited in place; the atoms read as 1 are
+    returned."""
+    done: list[str] = []
+    for atom in _uniform_dims(a):
+        if not sol.conflicts:
+            break
+        met = [c for c in a.constraints if c.broadcast and atom in c.expr.atoms()]
+        if len(met) < 2 or _in_outputs(a, sol, atom):
+            continue
+        before = {id(k.constraint) for k in sol.conflicts}
+        kept = [c for c in a.constraints if not (c.broadcast and atom in c.expr.atoms())]
+        saved, traced = a.constraints, a.atoms[atom].traced
+        a.constraints, a.atoms[atom].traced = kept, 1  # the row the graph broadcasts
+        tie(a, atom, Dim.const(1), met[0].node, met[0].op, "one row broadcast")
+        now = solve(a)
+        if len(now.conflicts) < len(before) and {id(k.constraint) for k in now.conflicts} <= before:
+            sol, done = now, [*done, atom]
+        else:
+            a.constraints, a.atoms[atom].traced = saved, traced
+    return done

@@ -337,6 +337,36 @@ class OnePoint(Rule):
         return read.blocker(self.kind, why, met.atoms())
 
 
+class OneRow(Rule):
+    """A data constant whose values repeat along an axis the plan read as 1 (one row that the
+    graph broadcasts; :func:`~.coincident.broadcast_readings`): cut to that row."""
+
+    kind = "one-row"
+
+    def _rows(self, read: ConstRead) -> list[int]:
+        shape = read.use.array.shape
+        return [
+            k for k, r in enumerate(read.resolved) if r is not None and r.value == 1 < shape[k]
+        ]
+
+    def check(self, read: ConstRead) -> str | None:
+        if read.use.kind != "data":
+            return "not a data constant"
+        return None if self._rows(read) else "no axis was read as one row"
+
+    def produce(self, read: ConstRead) -> Change:
+        base = read.use.array
+        for k in self._rows(read):
+            base = np.take(base, [0], axis=k)
+        a, sol, use = read.context.analysis, read.context.solution, read.use
+        dtype = dtype_name(elem_type_of(use.array))
+        new = f"{dtype}{values_text(a, sol, read.dims)} (one row)"
+        return Change(
+            use.graph, use.node, use.op, use.input_index, use.tensor, "data", read.old, new,
+            read.dims, use, Generator("affine", [], base, {}),
+        )  # fmt: skip
+
+
 class NoTracedSize(Rule):
     """A constant whose every size resolves to a number: nothing to change."""
 
@@ -547,6 +577,7 @@ class HeadTile(Regenerated):
 CONST_RULES: list[Rule] = [
     CoincidentSize(),
     OnePoint(),
+    OneRow(),
     NoTracedSize(),
     SizeConstant(),
     RelativePositionBias(),
