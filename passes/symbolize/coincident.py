@@ -231,8 +231,10 @@ def ambiguous_hints(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[Amb
     return found
 
 
-#: At most this many joint readings are tried for one conflict (each one solves the graph again).
+#: At most this many joint readings are listed for one conflict, and at most this many probes
+#: (each one solves the graph again) are spent on the readings of all conflicts together.
 _MAX_READINGS = 256
+_MAX_PROBES = 64
 
 
 def _conflict_atoms(a: ShapeAnalysis, sol: Solution, c: Constraint) -> list[str]:
@@ -261,28 +263,45 @@ def conflict_readings(a: ShapeAnalysis, sol: Solution) -> dict[str, Dim]:
     kept sizes in the conflict (each fixed or one expression its traced value fits) is tried;
     only the fewest ties that remove the conflict are taken, and only when one combination
     alone does (two that both do are two readings the graph cannot tell apart: the conflict
-    stays)."""
+    stays). Each try solves the graph again: at most :data:`_MAX_PROBES` in all, after which
+    nothing more is read. The ties are appended to ``a``."""
     ties: dict[str, Dim] = {}
-    for conflict in list(sol.conflicts):
+    budget = [_MAX_PROBES]
+    current = sol
+    for conflict in sol.conflicts:
         c = conflict.constraint
-        atoms = [x for x in _conflict_atoms(a, sol, c) if x not in ties]
-        options = [[None, *_expressions(a, a.atoms[x].traced)] for x in atoms]
-        combos = list(itertools.islice(itertools.product(*options), _MAX_READINGS + 1))
-        if not atoms or len(combos) > _MAX_READINGS:
-            continue
-        conflicts = len(solve(a).conflicts)
-        found: list[dict[str, Dim]] = []
-        for combo in sorted(combos, key=lambda t: sum(v is not None for v in t))[1:]:
-            pick = {x: v for x, v in zip(atoms, combo, strict=True) if v is not None}
-            if found and len(pick) > len(found[0]):
-                break
-            if _resolves(a, pick, c, conflicts):
-                found.append(pick)
+        if all(k.constraint is not c for k in current.conflicts):
+            continue  # an earlier reading settled it
+        found = _readings(a, current, c, budget)
         if len(found) == 1:
             for atom, value in found[0].items():
                 tie(a, atom, value, c.node, c.op, "the one reading that holds at every size")
             ties.update(found[0])
+            current = solve(a)
     return ties
+
+
+def _readings(
+    a: ShapeAnalysis, sol: Solution, c: Constraint, budget: list[int]
+) -> list[dict[str, Dim]]:
+    """The fewest ties of ``c``'s kept sizes that remove it (:func:`conflict_readings`); none
+    where there are too many combinations or the probes run out before the search ends."""
+    atoms = _conflict_atoms(a, sol, c)
+    options = [[None, *_expressions(a, a.atoms[x].traced)] for x in atoms]
+    combos = list(itertools.islice(itertools.product(*options), _MAX_READINGS + 1))
+    if not atoms or len(combos) > _MAX_READINGS:
+        return []
+    found: list[dict[str, Dim]] = []
+    for combo in sorted(combos, key=lambda t: sum(v is not None for v in t))[1:]:
+        pick = {x: v for x, v in zip(atoms, combo, strict=True) if v is not None}
+        if found and len(pick) > len(found[0]):
+            break
+        if budget[0] <= 0:
+            return []
+        budget[0] -= 1
+        if _resolves(a, pick, c, len(sol.conflicts)):
+            found.append(pick)
+    return found
 
 
 def _uniform_dims(a: ShapeAnalysis) -> list[str]:
@@ -324,7 +343,7 @@ def broadcast_readings(a: ShapeAnalysis, sol: Solution) -> list[str]:
     and no output carries the dim. The analysis is edited in place; the atoms read as 1 are
     returned."""
     done: list[str] = []
-    for atom in _uniform_dims(a):
+    for atom in _uniform_dims(a)[:_MAX_PROBES]:
         if not sol.conflicts:
             break
         met = [c for c in a.constraints if c.broadcast and atom in c.expr.atoms()]
