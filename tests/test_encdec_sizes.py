@@ -140,3 +140,37 @@ def test_a_shared_mask_whose_rows_differ_is_still_refused():
     ones[0, 0, 3, 0] = False
     with pytest.raises(PassError, match="needs seq == tgt"):
         Symbolize(**SHARED)(shared_mask(ones), CPU)
+
+
+@pytest.mark.e2e
+def test_an_unfolded_window_grid_reads_its_length_from_the_reshape_after_it(tmp_path):
+    """ConvBERT's span convolution: dynamo gathers the padded sequence with a [9, 8] window grid
+    (``k + s``), whose 8 nothing ties to ``seq`` but the element count of a Reshape two steps
+    on, through a ``-1`` worked out from it; refused 'needs seq == 8' before."""
+    torch = pytest.importorskip("torch")
+    nn, F = torch.nn, torch.nn.functional
+
+    class SpanConv(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.value = nn.Linear(16, 16)
+            self.kernel = nn.Linear(16, 2 * 9)
+
+        def forward(self, x):  # noqa: ANN001
+            b = x.shape[0]
+            v = self.value(x).transpose(1, 2).contiguous().unsqueeze(-1)
+            u = F.unfold(v, kernel_size=[9, 1], padding=[4, 0])
+            u = torch.reshape(u.transpose(1, 2).reshape(b, -1, 16, 9), [-1, 8, 9])
+            k = torch.softmax(torch.reshape(self.kernel(x), [-1, 9, 1]), dim=1)
+            return torch.reshape(torch.matmul(u, k), [b, -1, 16])
+
+    module, path = SpanConv().eval(), tmp_path / "span.onnx"
+    torch.onnx.export(module, (torch.randn(2, 8, 16),), str(path), input_names=["x"], dynamo=True)
+    result = Symbolize(**{"x:0": "batch", "x:1": "seq"})(onnx.load(path), CPU)
+    for batch, seq in ((3, 5), (1, 13)):
+        x = np.random.default_rng(seq).standard_normal((batch, seq, 16)).astype(np.float32)
+        (got,) = run_model(result.model, {"x": x}, provider="cpu").values()
+        with torch.no_grad():
+            want = module(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -238,9 +238,17 @@ _MAX_PROBES = 64
 
 
 def _conflict_atoms(a: ShapeAnalysis, sol: Solution, c: Constraint) -> list[str]:
-    """The unknowns of ``c`` the solver kept at their traced value (nothing forced them)."""
-    kinds = ("var", "data")
-    return sorted(x for x in c.expr.atoms() if a.atoms[x].kind in kinds and sol.how.get(x) == "kept")
+    """The sizes the solver kept at their traced value (nothing forced them) in ``c``, or in a
+    hard constraint that decided one of ``c``'s other unknowns (a Reshape's -1 dim, worked out
+    from the element count of what it reshapes); only those a symbol expression fits."""
+    unknown = ("var", "data", "derived")
+    near = {x for x in c.expr.atoms() if a.atoms[x].kind in unknown}
+    decided = {x for x in near if sol.how.get(x) != "kept"}
+    for k in a.constraints:
+        if not k.soft and k is not c and k.expr.atoms() & decided:
+            near |= {x for x in k.expr.atoms() if a.atoms[x].kind in unknown}
+    kept = (x for x in near if a.atoms[x].kind != "derived" and sol.how.get(x) == "kept")
+    return sorted(x for x in kept if _expressions(a, a.atoms[x].traced))
 
 
 def _resolves(a: ShapeAnalysis, ties: dict[str, Dim], c: Constraint, conflicts: int) -> bool:
