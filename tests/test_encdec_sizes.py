@@ -174,3 +174,23 @@ def test_an_unfolded_window_grid_reads_its_length_from_the_reshape_after_it(tmp_
         with torch.no_grad():
             want = module(torch.from_numpy(x)).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_shared_mask_is_cut_to_its_one_row_by_its_own_rule():
+    """The rule that decides the all-True constant: ``one-row``, rebuilt as a [1, 1, 1, 1]."""
+    from test_symbolize_rules import deciding, reads
+
+    read = reads(shared_mask(), _axes(SHARED))["ones"]
+    rule = deciding(read)
+    change = rule.produce(read)
+    assert rule.kind == "one-row"
+    assert change is not None and change.new == "bool[1, 1, 1, 1] (one row)"
+    assert change.rebuild is not None and change.rebuild.base_array.shape == (1, 1, 1, 1)
+
+
+def _axes(spec: dict[str, str]) -> dict[str, dict[int, str]]:
+    out: dict[str, dict[int, str]] = {}
+    for key, name in spec.items():
+        tensor, axis = key.split(":")
+        out.setdefault(tensor, {})[int(axis)] = name
+    return out
