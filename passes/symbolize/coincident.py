@@ -19,6 +19,12 @@ rows would mix them, which the check's row evidence refutes); their symbols are 
 ``ambiguous`` until reference cases at another size confirm the choice.
 
     x[2,3,64,64] ... Concat(Shape(x)[:2], [64, 64]) -> Resize(sizes)     64 == height == width
+
+A conflict (an equality that holds only at the traced size) may come from such a kept size
+read the wrong way: :func:`conflict_readings` ties the kept sizes near it to the one reading
+that makes it hold (a 16 that must be ``batch*tgt``, not ``batch*seq``), and only where one
+reading alone does; :func:`broadcast_readings` reads a constant's repeated rows as its one row
+where it broadcasts against two symbols traced alike (a mask shared by encoder and decoder).
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ __all__ = [
     "Ambiguity",
     "find_coincidences",
     "ambiguous_hints",
+    "broadcast_readings",
+    "conflict_readings",
     "tie",
 ]
 
@@ -251,14 +259,14 @@ def _conflict_atoms(a: ShapeAnalysis, sol: Solution, c: Constraint) -> list[str]
     return sorted(x for x in kept if _expressions(a, a.atoms[x].traced))
 
 
-def _resolves(a: ShapeAnalysis, ties: dict[str, Dim], c: Constraint, conflicts: int) -> bool:
-    """Whether tying every atom of ``ties`` at once removes ``c`` from the conflicts and leaves
-    fewer of them."""
+def _resolves(a: ShapeAnalysis, ties: dict[str, Dim], c: Constraint, before: set[int]) -> bool:
+    """Whether tying every atom of ``ties`` at once removes ``c`` from the conflicts (``before``:
+    their constraints' ids) and adds none."""
     for atom, value in ties.items():
         tie(a, atom, value, "", "", "probe")
     try:
-        now = solve(a).conflicts
-        return len(now) < conflicts and all(k.constraint is not c for k in now)
+        now = {id(k.constraint) for k in solve(a).conflicts}
+        return id(c) not in now and now < before
     finally:
         del a.constraints[-len(ties) :]
 
@@ -307,7 +315,7 @@ def _readings(
         if budget[0] <= 0:
             return []
         budget[0] -= 1
-        if _resolves(a, pick, c, len(sol.conflicts)):
+        if _resolves(a, pick, c, {id(k.constraint) for k in sol.conflicts}):
             found.append(pick)
     return found
 
