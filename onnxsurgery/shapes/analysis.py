@@ -103,6 +103,7 @@ class Constraint:
     src: list[Dim] | None = None  # a Reshape alignment hint: input dims ...
     dst: list[Dim] | None = None  # ... and output dims, aligned by the solver
     when_free: bool = False  # a hint taken only if ``rhs`` resolves to symbols (no unknowns)
+    broadcast: bool = False  # two dims broadcast against each other: a 1 on either side fits too
 
 
 @dataclass
@@ -178,9 +179,14 @@ class ShapeAnalysis:
         return {a for a in d.atoms() if self.atoms[a].kind in ("var", "data", "derived")}
 
     # -- constraints -------------------------------------------------------------------------
-    def equal(self, a: Dim | int, b: Dim | int, node: onnx.NodeProto, why: str) -> None:
-        """Record that the structure requires ``a == b``."""
+    def equal(
+        self, a: Dim | int, b: Dim | int, node: onnx.NodeProto, why: str, broadcast: bool = False
+    ) -> None:
+        """Record that the structure requires ``a == b`` (``broadcast``: or that one is 1)."""
+        before = len(self.constraints)
         self._constrain(a, b, node, why, soft=False)
+        if broadcast and len(self.constraints) > before:
+            self.constraints[-1].broadcast = True
 
     def suggest(
         self, a: Dim | int, b: Dim | int, node: onnx.NodeProto, why: str, when_free: bool = False

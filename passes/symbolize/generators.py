@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.shapes.dims import Dim, dim_product
 
-__all__ = ["Generator", "evidence_gap", "match_generator"]
+__all__ = ["Generator", "evidence_gap", "flat_strides", "match_generator"]
 
 
 @dataclass
@@ -63,6 +63,10 @@ class Generator:
     #: axis's excess over the query axis); ``traced`` is its value in the traced constant. Set by
     #: the plan only where the graph shows ``size`` is the length of a cache axis.
     offset: tuple[str, Dim, int] | None = None
+    #: affine: axes whose step is the row-major stride of the axes after them (an index over
+    #: every element of a flattened grid); set by the plan only where the graph shows the
+    #: indices read an axis as long as the grid, whose step then grows with those axes
+    strides: dict[int, Dim] = field(default_factory=dict)
     #: cos/sin: the traced position the table starts at (``offset`` once the plan names the
     #: cache length it moves with)
     phase: int | None = None
@@ -515,6 +519,17 @@ def match_generator(
     for start in starts:
         gen = gen or _trig_from(arr, axes, start) or _sinusoid(arr, axes, start)
     return gen or _sinusoid(arr, axes)
+
+
+def flat_strides(arr: np.ndarray, dims: list[Dim]) -> dict[int, Dim]:
+    """The row-major strides of ``dims`` that are no constant, by axis, for a constant that
+    holds 0 .. n-1 in order (``arr``): each symbolic axis steps by the product of the later
+    dims; None of them where an axis of the traced grid that counts stays fixed (its traced
+    stride in the base could not grow: the check would show it)."""
+    if any(arr.shape[k] > 1 and d.is_const() for k, d in enumerate(dims)):
+        return {}
+    strides = {k: dim_product(dims[k + 1 :]) for k in range(len(dims))}
+    return {k: s for k, s in strides.items() if not dims[k].is_const() and not s.is_const()}
 
 
 def evidence_gap(

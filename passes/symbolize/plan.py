@@ -33,6 +33,8 @@ from onnxsurgery.passes.symbolize.coincident import (
     Ambiguity,
     Coincidence,
     ambiguous_hints,
+    broadcast_readings,
+    conflict_readings,
     find_coincidences,
     tie,
 )
@@ -354,6 +356,8 @@ def plan_context(
     tied to it: the context the constant reads are decided in (``rows``, ``keep`` and
     ``generalize``: as :func:`plan_symbolize` takes them)."""
     sol = solve(analysis)
+    if sol.conflicts and (conflict_readings(analysis, sol) or broadcast_readings(analysis, sol)):
+        sol = solve(analysis)
     row_syms = batch_like_symbols(analysis, rows)
     batch_indices: list = []
     while True:  # a gather of a gathered batch is found once the first one is tied to it

@@ -266,16 +266,26 @@ class _Rewriter:
         full = {k for k in range(arr.ndim) if k not in gen.axes}
         for k in gen.axes:
             step = gen.steps[k]
-            if not np.any(step != 0):
+            if not np.any(step != 0) and k not in gen.strides:
                 continue
             term = self.index(dims[k], k, arr.ndim, arr.dtype)
-            if not (step.size == 1 and step.reshape(-1)[0] == 1):
+            if k in gen.strides:
+                term = self.node("Mul", [term, self.stride(gen.strides[k], arr)], f"{tag}/term{k}")
+            elif not (step.size == 1 and step.reshape(-1)[0] == 1):
                 term = self.node(
                     "Mul", [term, self.initializer(f"{tag}/step{k}", step)], f"{tag}/term{k}"
                 )
             acc = self.node("Add", [acc, term], f"{tag}/sum{k}")
             full.add(k)
         return acc, full
+
+    def stride(self, d: Dim, arr: np.ndarray) -> str:
+        """``d`` as a one-element tensor of ``arr``'s element type (a row-major stride)."""
+        out = self.expr(d)
+        if arr.dtype != np.int64:
+            tag = f"symbolize/{safe_name(str(d))}/{arr.dtype}"
+            out = self.node("Cast", [out], tag, to=elem_type_of(arr))
+        return out
 
     def moved_start(self, gen: Generator, arr: np.ndarray, tag: str) -> str:
         """An affine base whose start moves with a cache length: ``base - traced + it``."""

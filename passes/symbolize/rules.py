@@ -27,7 +27,12 @@ from onnxsurgery.passes.symbolize.baked import relative_axes
 from onnxsurgery.passes.symbolize.blockers import Blocker
 from onnxsurgery.passes.symbolize.cache_offsets import band_bound_gap, cache_symbols, offset_gap
 from onnxsurgery.passes.symbolize.coincident import Coincidence
-from onnxsurgery.passes.symbolize.generators import Generator, evidence_gap, match_generator
+from onnxsurgery.passes.symbolize.generators import (
+    Generator,
+    evidence_gap,
+    flat_strides,
+    match_generator,
+)
 from onnxsurgery.passes.symbolize.sizes import Divisions
 from onnxsurgery.passes.symbolize.wording import (
     BOUND_HINT,
@@ -42,7 +47,7 @@ from onnxsurgery.passes.symbolize.wording import (
     why_text,
 )
 from onnxsurgery.shapes.analysis import ConstUse, ShapeAnalysis
-from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.shapes.dims import Dim, dim_product
 from onnxsurgery.shapes.solver import Solution
 
 __all__ = [
@@ -179,7 +184,27 @@ class ConstRead:
         gen = match_generator(self.use.array, self.symbolic_axes, blocks, tuple(starts))
         if gen is not None and gen.phase is not None:
             gen.offset = ("phase", Dim.sym(starts[gen.phase]), gen.phase)
+        if gen is not None and gen.kind == "affine" and self.flat_index:
+            gen.strides = flat_strides(self.use.array, self.dims)
         return gen
+
+    @cached_property
+    def flat_index(self) -> bool:
+        """Gather indices 0 .. n-1 in order over an axis the solver sized as the whole grid
+        (the product of their dims): every element of a flattened tensor, read back in place."""
+        use, a = self.use, self.context.analysis
+        if use.op != "Gather" or use.input_index != 1 or use.graph or not self.symbolic_axes:
+            return False
+        arr = use.array
+        if arr.dtype.kind not in "iu" or not np.array_equal(arr.reshape(-1), np.arange(arr.size)):
+            return False
+        node = a.model.graph.node[use.node_index]
+        data = a.tensors.get(node.input[0])
+        if data is None or data.shape is None:
+            return False
+        attr = next((x.i for x in node.attribute if x.name == "axis"), 0)
+        axis = data.shape[attr % len(data.shape)] if data.shape else Dim.const(0)
+        return self.context.solution.resolve(axis) == dim_product(self.dims)
 
     def _enumeration(self) -> Generator | None:
         """A batch enumeration traced at 1: its step comes from the gather it indexes."""
@@ -329,6 +354,36 @@ class OnePoint(Rule):
             least = f" ({least[2:]})" if least else ""
         syms = input_symbols(a, sol, met.atoms())
         return read.blocker(self.kind, why, syms, met=spelled, least=least)
+
+
+class OneRow(Rule):
+    """A data constant whose values repeat along an axis the plan read as 1 (one row that the
+    graph broadcasts; :func:`~.coincident.broadcast_readings`): cut to that row."""
+
+    kind = "one-row"
+
+    def _rows(self, read: ConstRead) -> list[int]:
+        shape = read.use.array.shape
+        return [
+            k for k, r in enumerate(read.resolved) if r is not None and r.value == 1 < shape[k]
+        ]
+
+    def check(self, read: ConstRead) -> str | None:
+        if read.use.kind != "data":
+            return "not a data constant"
+        return None if self._rows(read) else "no axis was read as one row"
+
+    def produce(self, read: ConstRead) -> Change:
+        base = read.use.array
+        for k in self._rows(read):
+            base = np.take(base, [0], axis=k)
+        a, sol, use = read.context.analysis, read.context.solution, read.use
+        dtype = dtype_name(elem_type_of(use.array))
+        new = f"{dtype}{values_text(a, sol, read.dims)} (one row)"
+        return Change(
+            use.graph, use.node, use.op, use.input_index, use.tensor, "data", read.old, new,
+            read.dims, use, Generator("affine", [], base, {}),
+        )  # fmt: skip
 
 
 class NoTracedSize(Rule):
@@ -733,6 +788,7 @@ class HeadTile(Regenerated):
 CONST_RULES: list[Rule] = [
     CoincidentSize(),
     OnePoint(),
+    OneRow(),
     NoTracedSize(),
     SizeConstant(),
     BoundedTable(),

@@ -268,7 +268,8 @@ def broadcast(ctx: NodeCtx, shapes: list[list[Dim]], why: str = "broadcast opera
             rep = pick(ctx, big)
             for d in big:
                 if d != rep:
-                    ctx.equal(d, rep, f"{why}: dim {k - rank} of {rep} and {d} must match")
+                    text = f"{why}: dim {k - rank} of {rep} and {d} must match"
+                    ctx.a.equal(d, rep, ctx.node, text, broadcast=True)
             result.append(rep)
             continue
         # Every operand is 1 at the traced size: the output follows a symbolic one, if any.

@@ -343,6 +343,8 @@ def _gather(ctx: NodeCtx):
         return fallback(ctx)
     shape = info.shape
     ax = ctx.axis(ctx.attr("axis", 0), len(shape))
+    if not vector:
+        _gather_spans(ctx, shape[ax], idx_shape)
     out_shape = shape[:ax] + idx_shape + shape[ax + 1 :]
     value = None
     if vector and info.value is not None and idx.value is not None:
@@ -351,6 +353,21 @@ def _gather(ctx: NodeCtx):
         if all(v.is_const() and -n <= t < n for v, t in zip(idx.value, picked, strict=True)):
             value = [info.value[t + n if t < 0 else t] for t in picked]
     return [out(out_shape, base.dtype, value)]
+
+
+def _gather_spans(ctx: NodeCtx, axis: Dim, idx: list[Dim]) -> None:
+    """Constant indices that are 0 .. n-1 in order, n the traced length of the axis they read
+    (every element of a flattened mask, gathered back into a grid): soft-tie the product of the
+    index dims to that axis, so the grid and what it reads are sized alike (a product the solver
+    splits symbol by symbol, like a Reshape's middle dims)."""
+    arr = ctx.a.consts.get(ctx.node.input[1])
+    if arr is None or arr.dtype.kind not in "iu" or arr.ndim != len(idx) or arr.size < 2:
+        return
+    if axis.is_const() or arr.size != ctx.traced(axis) or all(d.is_const() for d in idx):
+        return
+    if np.array_equal(arr.reshape(-1), np.arange(arr.size)):
+        spans = dim_product(d for d in idx if ctx.traced(d) != 1)  # a 1 only broadcasts
+        ctx.suggest(spans, axis, "Gather indices enumerate the whole axis")
 
 
 @rule("GatherElements")
