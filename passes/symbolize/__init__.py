@@ -85,6 +85,7 @@ from typing import Any
 import onnx
 
 from onnxsurgery.errors import OnnxSurgeryError
+from onnxsurgery.passes.symbolize.batch_indices import mixed_batches
 from onnxsurgery.passes.symbolize.blockers import blocker_summary, group_blockers
 from onnxsurgery.passes.symbolize.check import (
     LEVELS,
@@ -375,6 +376,7 @@ class Symbolize(Pass):
                 dynamic=plan.analysis.dynamic,
                 fixed={s for b in plan.blockers for s in b.symbols},
                 batch_rows=plan.rows,
+                unsure_rows=mixed_batches(plan.analysis, self.rows),
                 steps=_size_steps(plan),
                 relations=plan.relations,
                 ambiguous=frozenset(plan.ambiguous),

@@ -1,0 +1,141 @@
+"""symbolize on what the sweep found it trusted wrongly (issue 30, the trust part).
+
+A batch whose rows a reduction counts only as a size (Granite Speech counts the audio tokens of
+the whole batch, ``(ids == audio).sum()``, to size an Expand) is still a batch whose rows are
+independent: the padding mask's index grid, ``mask[arange(batch), positions]`` folded at batch 1
+into a GatherND constant whose batch component is 0, enumerates the batch. Read as "row 0 for
+every row", the model came out wrong at every other batch, and the check, which took the batch
+for a symbol whose rows mix, compared nothing there. Now the plan finds the batch, and the check
+runs the rows of a would-be batch alone even where a node mixes them: a difference is refused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.parser
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+import onnxsurgery
+from onnxsurgery.errors import PassError
+from onnxsurgery.passes.symbolize import Symbolize, batch_indices, coincident
+
+HEAD = '<ir_version: 8, opset_import: ["" : 17]>'
+AXES = {"ids:0": "batch", "ids:1": "seq", "mask:0": "batch", "mask:1": "seq"}
+SEQ = 4
+TABLE = ((np.arange(30, dtype=np.float32).reshape(10, 3) % 7) / 10).astype(np.float32)
+
+
+def masked_attention() -> onnx.ModelProto:
+    """Causal attention of the token embeddings over the positions the mask keeps, traced at
+    batch 1: the mask is read through ``mask[arange(batch), None, None, arange(seq)]``, a GatherND
+    constant [1, 1, 1, 4, 2] whose batch component is 0, as dynamo folds it; plus a count of
+    the tokens equal to 0 over the whole batch that sizes an Expand (its sum, times 0, joins
+    y). The heads split as a Reshape [1, 4, 1, 3] does, so the batch axis of the scores is the
+    Reshape's 1 (a hint ties it to the batch), as in the exported model."""
+    grid = ", ".join(f"0, {p}" for p in range(SEQ))
+    band = ", ".join(str(int(j <= i)) for i in range(SEQ) for j in range(SEQ))
+    m = onnx.parser.parse_model(f"""{HEAD}
+    g (int64[1, {SEQ}] ids, int64[1, {SEQ}] mask) => (float[1, 1, {SEQ}, 3] y) {{
+      grid = Constant <value = int64[1, 1, 1, {SEQ}, 2] {{{grid}}}> ()
+      band = Constant <value = bool[1, 1, {SEQ}, {SEQ}] {{{band}}}> ()
+      zero = Constant <value = int64 {{0}}> ()
+      flat = Constant <value = int64[1] {{-1}}> ()
+      one = Constant <value = float {{1.0}}> ()
+      zf = Constant <value = float {{0.0}}> ()
+      low = Constant <value = float {{-10000.0}}> ()
+      e = Gather <axis = 0> (table, ids)
+      heads = Constant <value = int64[4] {{1, {SEQ}, 1, 3}}> ()
+      split = Reshape (e, heads)
+      q = Transpose <perm = [0, 2, 1, 3]> (split)
+      k = Transpose <perm = [0, 1, 3, 2]> (q)
+      scores = MatMul (q, k)
+      mb = Cast <to = 9> (mask)
+      keep = GatherND (mb, grid)
+      both = And (band, keep)
+      bias = Where (both, zf, low)
+      masked = Add (scores, bias)
+      p = Softmax <axis = -1> (masked)
+      y0 = MatMul (p, q)
+      eq = Equal (ids, zero)
+      eqi = Cast <to = 7> (eq)
+      eqf = Reshape (eqi, flat)
+      count = ReduceSum <keepdims = 1> (eqf)
+      ones = Expand (one, count)
+      total = ReduceSum <keepdims = 0> (ones)
+      nothing = Mul (total, zf)
+      y = Add (y0, nothing)
+    }}""")
+    m.graph.initializer.append(numpy_helper.from_array(TABLE, "table"))
+    for node in m.graph.node:
+        node.name = f"/m/{node.output[0]}"
+    onnx.checker.check_model(m)
+    return m
+
+
+def expected(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The attention in numpy, each row with its own mask."""
+    q = TABLE[ids][:, None]  # [batch, 1, seq, 3]
+    seq = ids.shape[1]
+    keep = (mask[:, None, None, :] != 0) & np.tril(np.ones((seq, seq), dtype=bool))
+    scores = q @ q.transpose(0, 1, 3, 2) + np.where(keep, 0.0, -10000.0)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ q
+
+
+def test_a_count_of_the_batch_read_as_a_size_leaves_its_rows_independent() -> None:
+    """The count only sizes an Expand: the batch is found, the index grid counts its rows, and
+    the model is right at batch 3 with a different mask in each row (it was wrong: every row
+    read row 0's mask, and the check passed)."""
+    result = Symbolize(**AXES)(masked_attention(), onnxsurgery.PassContext(provider="cpu"))
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1, 10, (3, 6)).astype(np.int64)
+    mask = np.array([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0], [1, 0, 1, 0, 1, 1]], dtype=np.int64)
+    session = ort.InferenceSession(
+        result.model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    (y,) = session.run(None, {"ids": ids, "mask": mask})
+    np.testing.assert_allclose(y, expected(ids, mask), rtol=1e-6)
+
+
+@pytest.fixture
+def old_plan(monkeypatch) -> None:
+    """The plan as it was: the count taken for a node mixing the batch's rows, and an index
+    grid's size-1 batch axis no coincidence (so it stays at row 0 for every row)."""
+    monkeypatch.setattr(batch_indices, "_sizes_only", lambda *args: False)
+    monkeypatch.setattr(coincident, "_INDICES", ("Gather", "GatherElements"))
+
+
+@pytest.mark.usefixtures("old_plan")
+def test_a_plan_that_reads_row_0_for_every_row_is_refused_by_the_check() -> None:
+    """A plan that reads row 0 for every row: the check runs a would-be batch's rows alone all
+    the same, sees row 1 differ, and refuses, naming the node that kept the graph from deciding
+    (it returned the wrong model, verified)."""
+    with pytest.raises(PassError) as info:
+        Symbolize(**AXES)(masked_attention(), onnxsurgery.PassContext(provider="cpu"))
+    said = str(info.value)
+    assert "row 1 of output 'y' differs from running that row alone" in said
+    assert "node '/m/count' mixes batch rows" in said
+    assert "pass --ref with cases at other batch sizes" in said
+
+
+@pytest.mark.usefixtures("old_plan")
+def test_reference_cases_at_another_batch_decide_where_the_rows_mix(tmp_path) -> None:
+    """Where the rows mix, reference cases at another batch are what decides: the row evidence
+    does not refuse, the cases do (the wrong plan fails them)."""
+    ids = np.array([[1, 2, 3, 4], [5, 6, 7, 8]], dtype=np.int64)
+    mask = np.array([[1, 1, 0, 0], [1, 1, 1, 1]], dtype=np.int64)
+    case = tmp_path / "test_data_set_0"
+    case.mkdir()
+    for k, (name, arr) in enumerate((("ids", ids), ("mask", mask))):
+        (case / f"input_{k}.pb").write_bytes(numpy_helper.from_array(arr, name).SerializeToString())
+    y = expected(ids, mask).astype(np.float32)
+    (case / "output_0.pb").write_bytes(numpy_helper.from_array(y, "y").SerializeToString())
+    ctx = onnxsurgery.PassContext(provider="cpu", references=str(tmp_path))
+    with pytest.raises(PassError) as info:
+        Symbolize(**AXES)(masked_attention(), ctx)
+    assert "mixes batch rows" not in str(info.value)
+    assert "batch=2" in str(info.value)
+
