@@ -139,3 +139,24 @@ def test_reference_cases_at_another_batch_decide_where_the_rows_mix(tmp_path) ->
     assert "mixes batch rows" not in str(info.value)
     assert "batch=2" in str(info.value)
 
+
+def test_an_index_grid_over_a_batch_whose_rows_mix_is_refused_at_batch_1() -> None:
+    """Where the rows mix (a mean over the batch is subtracted), the batch component of the
+    grid, 0 at batch 1, is one row for all or the batch's rows, and nothing in the graph says
+    which: symbolize refuses by name (it kept the 1, so the model gave one row at batch 2)."""
+    grid = ", ".join(f"0, {p}" for p in range(SEQ))
+    model = onnx.parser.parse_model(f"""{HEAD}
+    g (float[1, {SEQ}, 3] x) => (float[1, {SEQ}, 3] y) {{
+      grid = Constant <value = int64[1, {SEQ}, 2] {{{grid}}}> ()
+      reps = Constant <value = int64[3] {{1, 1, 1}}> ()
+      mean = ReduceMean <axes = [0], keepdims = 1> (x)
+      tiled = Tile (mean, reps)
+      centred = Sub (x, tiled)
+      y = GatherND (centred, grid)
+    }}""")
+    for node in model.graph.node:
+        node.name = f"/m/{node.output[0]}"
+    with pytest.raises(PassError) as info:
+        Symbolize(**{"x:0": "batch"})(model, onnxsurgery.PassContext(provider="cpu"))
+    said = str(info.value)
+    assert "constant 'grid' sets the size of GatherND '/m/y' to 1 (= batch)" in said

@@ -47,7 +47,10 @@ SIZE_SETTERS = (
     "Resize", "Reshape", "Expand", "Tile", "ConstantOfShape", "Range", "Slice", "Pad", "Split",
     "TopK", "Upsample",
 )  # fmt: skip
-_INDICES = ("Gather", "GatherElements")  # a data constant whose length sets the output's
+#: a data constant whose length sets the output's (a GatherND grid on its outermost axis, where
+#: ``arange(batch)[:, None, None]`` puts a batch: at batch 1 its component is 0, one row for
+#: every row or the batch's rows; its other size-1 axes broadcast)
+_INDICES = ("Gather", "GatherElements", "GatherND")
 
 
 @dataclass
@@ -120,7 +123,8 @@ def _kept(a: ShapeAnalysis, sol: Solution, use: ConstUse) -> list[tuple[int, str
     """(index, atom) of the sizes in ``use`` the solver kept at their traced value."""
     if use.kind == "data" and not (use.op in _INDICES and use.input_index == 1):
         return []
-    return [(i, x) for i, x in enumerate(use.atoms) if x is not None and sol.how.get(x) == "kept"]
+    atoms = use.atoms[:1] if use.kind == "data" and use.op == "GatherND" else use.atoms
+    return [(i, x) for i, x in enumerate(atoms) if x is not None and sol.how.get(x) == "kept"]
 
 
 def _slice_over_fixed_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int) -> bool:
