@@ -21,6 +21,7 @@ from onnx import numpy_helper
 import onnxsurgery
 from onnxsurgery.errors import PassError
 from onnxsurgery.passes.symbolize import Symbolize, batch_indices, coincident
+from onnxsurgery.passes.symbolize.wording import fix_lead
 
 HEAD = '<ir_version: 8, opset_import: ["" : 17]>'
 AXES = {"ids:0": "batch", "ids:1": "seq", "mask:0": "batch", "mask:1": "seq"}
@@ -160,3 +161,49 @@ def test_an_index_grid_over_a_batch_whose_rows_mix_is_refused_at_batch_1() -> No
         Symbolize(**{"x:0": "batch"})(model, onnxsurgery.PassContext(provider="cpu"))
     said = str(info.value)
     assert "constant 'grid' sets the size of GatherND '/m/y' to 1 (= batch)" in said
+
+
+def dynamic_squeeze_excite() -> onnx.ModelProto:
+    """An already dynamic classifier, as PaddleOCR's text-direction one: a strided Conv, then
+    squeeze-and-excite (GlobalAveragePool's 1s, a 1x1 Conv, a bias Reshaped to [1, 2, 1, 1]
+    added, multiplied back onto the Conv's output), pooled and flattened."""
+    m = onnx.parser.parse_model("""<ir_version: 7, opset_import: ["" : 11]>
+    g (float[N, 3, H, W] x) => (float[N, 2] y) {
+      c = Conv <kernel_shape = [3, 3], strides = [2, 2], pads = [1, 1, 1, 1]> (x, w)
+      p = GlobalAveragePool (c)
+      s = Conv <kernel_shape = [1, 1]> (p, w2)
+      shape = Constant <value = int64[4] {1, 2, 1, 1}> ()
+      bias = Reshape (b1, shape)
+      b = Add (s, bias)
+      h = HardSigmoid (b)
+      m = Mul (c, h)
+      q = GlobalAveragePool (m)
+      y = Flatten <axis = 1> (q)
+    }""")
+    rng = np.random.default_rng(0)
+    for name, shape in (("w", (2, 3, 3, 3)), ("w2", (2, 2, 1, 1)), ("b1", (2,))):
+        array = rng.standard_normal(shape).astype(np.float32)
+        m.graph.initializer.append(numpy_helper.from_array(array, name))
+    onnx.checker.check_model(m)
+    return m
+
+
+def test_an_already_dynamic_model_goes_through_symbolize_unchanged_in_meaning() -> None:
+    """``run --passes symbolize`` with no axes named, on a model whose axes are all dynamic:
+    the bias's 1s met the pooled height, an axis already dynamic (traced at no size), which
+    symbolize does not generalize; it refused as if they were one point of a table."""
+    model = dynamic_squeeze_excite()
+    report = onnxsurgery.run(model, "symbolize", provider="cpu")
+    said = " ".join(str(d) for d in report.passes[0].diagnostics)
+    assert "batch (already dynamic, verified: runs)" in said
+    x = np.random.default_rng(1).standard_normal((3, 3, 48, 100)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = ort.InferenceSession(report.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(got.run(None, {"x": x})[0], want.run(None, {"x": x})[0])
+
+
+def test_a_fix_that_names_symbols_is_left_out_where_there_are_none() -> None:
+    """The one-point fix said "export at a size of  of 3 or more" where the size it met was
+    no symbol: it is left out, and the fix for a size no symbol holds follows alone."""
+    assert fix_lead("one-point", syms="") == ""
+    assert fix_lead("one-point", syms="batch").startswith("export at a size of batch of 3")

@@ -99,6 +99,7 @@ from onnxsurgery.passes.symbolize.plan import SymbolizePlan, normalize_axes, pla
 from onnxsurgery.passes.symbolize.readings import GRID_RESIZES, resize_tables, same_padding
 from onnxsurgery.passes.symbolize.reference_cases import reference_mismatch
 from onnxsurgery.passes.symbolize.rewrite import apply_plan
+from onnxsurgery.passes.symbolize.wording import traced_words
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.validation.references import load_cases
@@ -269,7 +270,8 @@ class Symbolize(Pass):
         plan.verification = result
         diagnostics += self._verified(result)
         syms = ", ".join(
-            f"{s} (traced {v}, verified: {result.levels.get(s, 'traced-only')})"
+            f"{s} ({traced_words(s, v, plan.analysis.dynamic)}, verified: "
+            f"{result.levels.get(s, 'traced-only')})"
             for s, v in plan.symbols.items()
         )
         diagnostics.insert(

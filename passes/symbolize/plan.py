@@ -37,7 +37,7 @@ from onnxsurgery.passes.symbolize.coincident import (
 )
 from onnxsurgery.passes.symbolize.graph_blockers import conflict_blockers, unrolled_loops
 from onnxsurgery.passes.symbolize.rules import Change, ConstRead, PlanContext, decide
-from onnxsurgery.passes.symbolize.wording import fix_lead
+from onnxsurgery.passes.symbolize.wording import fix_lead, traced_words
 from onnxsurgery.shapes.analysis import Constraint, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.propagation import propagate
@@ -160,7 +160,8 @@ class SymbolizePlan:
         from rich.console import Group
         from rich.text import Text
 
-        syms = ", ".join(f"{s} (traced {v})" for s, v in self.symbols.items())
+        dynamic = self.analysis.dynamic
+        syms = ", ".join(f"{s} ({traced_words(s, v, dynamic)})" for s, v in self.symbols.items())
         parts: list[Any] = [Text(f"symbolize: {syms}", style="bold")]
         if self.changes:
             parts.append(_changes_table(self.changes, verbose))
