@@ -207,3 +207,80 @@ def test_a_fix_that_names_symbols_is_left_out_where_there_are_none() -> None:
     no symbol: it is left out, and the fix for a size no symbol holds follows alone."""
     assert fix_lead("one-point", syms="") == ""
     assert fix_lead("one-point", syms="batch").startswith("export at a size of batch of 3")
+
+
+def attention_pool(batch: int, folded: bool) -> onnx.ModelProto:
+    """AIMv2's attention-pooling head at ``batch``: a learned query token expanded to the batch
+    (``cls.expand(batch, -1, -1)``, an Expand of [batch, 1, 1] once TorchScript's -1s are
+    folded; ``folded``: the query
+    projected and split into heads folded into a constant [1, 2, 1, 2], as dynamo leaves it)
+    attends over the batch's tokens, split into heads by Reshapes of constants written from
+    ``batch``; the heads merge back by a Reshape [batch, 1, 4]. At batch 1 every batch-dim of
+    the query's MatMul with the keys is 1 on both sides."""
+    query = (
+        "qh = Identity (qconst)"
+        if folded
+        else f"""shape = Constant <value = int64[3] {{{batch}, 1, 1}}> ()
+      q = Expand (cls, shape)
+      qs = Constant <value = int64[4] {{{batch}, 1, 2, 2}}> ()
+      qr = Reshape (q, qs)
+      qh = Transpose <perm = [0, 2, 1, 3]> (qr)"""
+    )
+    m = onnx.parser.parse_model(f"""{HEAD}
+    g (float[{batch}, 3, 4] x) => (float[{batch}, 1, 4] y) {{
+      {query}
+      ks = Constant <value = int64[4] {{{batch}, 3, 2, 2}}> ()
+      kr = Reshape (x, ks)
+      k = Transpose <perm = [0, 2, 3, 1]> (kr)
+      v = Transpose <perm = [0, 2, 1, 3]> (kr)
+      scores = MatMul (qh, k)
+      p = Softmax <axis = -1> (scores)
+      o = MatMul (p, v)
+      ot = Transpose <perm = [0, 2, 1, 3]> (o)
+      ys = Constant <value = int64[3] {{{batch}, 1, 4}}> ()
+      y = Reshape (ot, ys)
+    }}""")
+    cls = np.array([[[0.5, -1.0, 0.25, 2.0]]], dtype=np.float32)
+    extra = {"qconst": cls.reshape(1, 1, 2, 2).transpose(0, 2, 1, 3)} if folded else {"cls": cls}
+    for name, array in extra.items():
+        m.graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+    onnx.checker.check_model(m)
+    return m
+
+
+@pytest.mark.parametrize("folded", [False, True], ids=["expanded-query", "folded-query"])
+def test_a_query_that_broadcasts_over_the_batch_follows_it_from_batch_1(folded: bool) -> None:
+    """Traced at batch 1, the query's 1 and the keys' batch both read 1 where they broadcast:
+    the MatMul's batch-dim followed the query's 1 (a size kept, or the folded constant's own
+    1), so the Reshape merging the heads stayed [1, 1, 4] and ONNX Runtime failed at batch 2
+    (TorchScript and dynamo alike). Now it follows the keys' batch, and the model equals the
+    head written at batch 3."""
+    result = Symbolize(**{"x:0": "batch"})(
+        attention_pool(1, folded), onnxsurgery.PassContext(provider="cpu")
+    )
+    x = np.random.default_rng(2).standard_normal((3, 3, 4)).astype(np.float32)
+    runs = [
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        for m in (result.model, attention_pool(3, folded))
+    ]
+    got, want = (s.run(None, {"x": x})[0] for s in runs)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_position_table_gathered_by_a_one_row_buffer_broadcasts_over_the_batch() -> None:
+    """CLIP's vision embeddings by TorchScript at batch 1: ``position_embedding(position_ids)``
+    with the buffer ``position_ids`` [1, N] gathers [1, N, C], added to the batch's [batch, N,
+    C]. The buffer's 1 met the batch in that broadcast, so it is the one row broadcast over the
+    batch (dynamo folds the same gather into a [1, N, C] constant, which passed); it was refused
+    as "fixed at 1 (as traced) or follows batch"."""
+    model = onnx.parser.parse_model(f"""{HEAD}
+    g (float[1, {SEQ}, 3] x) => (float[1, {SEQ}, 3] y) {{
+      ids = Constant <value = int64[1, {SEQ}] {{{", ".join(map(str, range(SEQ)))}}}> ()
+      pos = Gather <axis = 0> (table, ids)
+      y = Add (x, pos)
+    }}""")
+    model.graph.initializer.append(numpy_helper.from_array(TABLE[:SEQ], "table"))
+    result = Symbolize(**{"x:0": "batch"})(model, onnxsurgery.PassContext(provider="cpu"))
+    x = np.random.default_rng(3).standard_normal((3, SEQ, 3)).astype(np.float32)
+    session = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], x + TABLE[:SEQ], rtol=1e-6)

@@ -151,6 +151,15 @@ def _broadcast_one(use: ConstUse, value: int, sets: tuple[str, str]) -> bool:
     return value == 1 and sets[0] in ("Expand", "Tile")
 
 
+def _broadcast_row(a: ShapeAnalysis, atom: str, value: int, rows: Set[str]) -> bool:
+    """A 1 that met a batch (rows independent) traced at 1 in a broadcast (``one_point``): the
+    one row broadcasts over the batch, which is what following it would repeat (CLIP's
+    ``position_ids`` buffer [1, N] gathered and added to [batch, N, C] by TorchScript, which
+    dynamo folds into a [1, N, C] constant)."""
+    met = a.one_point.get(atom)
+    return value == 1 and met is not None and bool(met.atoms()) and met.atoms() <= rows
+
+
 def _sized(model: onnx.ModelProto, use: ConstUse) -> tuple[str, str] | None:
     """The op and node whose size ``use`` sets: the reader itself, or the first size-setting op
     its output reaches through shape arithmetic (a Concat building a Resize's sizes); None where
@@ -192,6 +201,8 @@ def find_coincidences(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[C
         for index, atom in kept:
             value = a.atoms[atom].traced
             if _slice_over_fixed_axis(a, sol, use, index) or _broadcast_one(use, value, sets):
+                continue
+            if use.kind == "data" and _broadcast_row(a, atom, value, rows):
                 continue
             fitting = [e for e in _expressions(a, value) if _fits(a, atom, e, conflicts)]
             if not fitting:
