@@ -284,3 +284,22 @@ def test_a_position_table_gathered_by_a_one_row_buffer_broadcasts_over_the_batch
     x = np.random.default_rng(3).standard_normal((3, SEQ, 3)).astype(np.float32)
     session = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(session.run(None, {"x": x})[0], x + TABLE[:SEQ], rtol=1e-6)
+
+
+def test_a_slice_bound_inside_a_row_does_not_follow_the_batch() -> None:
+    """BEiT's pooler at batch 1 drops the class token, ``hidden[:, 1:]``: dynamo's Slice reads
+    one constant [1] as its start, axis and step, equal to the traced batch. A row's values do not depend on how many
+    rows run with it, so no bound inside a row follows the batch; it read as the batch, and
+    the check found row 0 of a batch of 2 differing from that row alone."""
+    model = onnx.parser.parse_model(f"""{HEAD}
+    g (float[1, {SEQ}, 3] x) => (float[1, 3] y) {{
+      one = Constant <value = int64[1] {{1}}> ()
+      end = Constant <value = int64[1] {{9223372036854775807}}> ()
+      tokens = Slice (x, one, end, one, one)
+      y = ReduceMean <axes = [1], keepdims = 0> (tokens)
+    }}""")
+    axes = {"x:0": "batch", "x:1": "seq"}
+    result = Symbolize(**axes)(model, onnxsurgery.PassContext(provider="cpu"))
+    x = np.random.default_rng(4).standard_normal((3, SEQ + 2, 3)).astype(np.float32)
+    session = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], x[:, 1:].mean(axis=1), rtol=1e-6)

@@ -127,19 +127,34 @@ def _kept(a: ShapeAnalysis, sol: Solution, use: ConstUse) -> list[tuple[int, str
     return [(i, x) for i, x in enumerate(atoms) if x is not None and sol.how.get(x) == "kept"]
 
 
-def _slice_over_fixed_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int) -> bool:
-    """A Slice start or end on an axis of fixed length: the graph fixes it (the whole axis)."""
+def _sliced_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int) -> Dim | None:
+    """The length of the axis a Slice start or end (element ``index``) bounds; None for any
+    other read, or where it is unknown."""
     if use.op != "Slice" or use.input_index not in (1, 2) or use.graph:
-        return False
+        return None
     node = a.model.graph.node[use.node_index]
     data = a.tensors.get(node.input[0])
     if data is None or data.shape is None:
-        return False
+        return None
     axes_arr = a.consts.get(node.input[3]) if len(node.input) > 3 and node.input[3] else None
     axes = list(range(len(data.shape))) if axes_arr is None else axes_arr.reshape(-1).tolist()
     if index >= len(axes):
-        return False
-    return sol.resolve(data.shape[int(axes[index])]).is_const()
+        return None
+    return sol.resolve(data.shape[int(axes[index])])
+
+
+def _slice_over_fixed_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int) -> bool:
+    """A Slice start or end on an axis of fixed length: the graph fixes it (the whole axis)."""
+    axis = _sliced_axis(a, sol, use, index)
+    return axis is not None and axis.is_const()
+
+
+def _within_rows(a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int, rows: Set[str]) -> Set[str]:
+    """The batches (rows independent) a Slice bound on another axis cannot follow: a row's
+    values do not depend on how many rows run with it, so no size inside a row follows the
+    batch (BEiT's ``hidden[:, 1:]`` at batch 1, whose 1 read as the batch)."""
+    axis = _sliced_axis(a, sol, use, index)
+    return set() if axis is None else set(rows) - axis.atoms()
 
 
 def _broadcast_one(use: ConstUse, value: int, sets: tuple[str, str]) -> bool:
@@ -204,7 +219,12 @@ def find_coincidences(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[C
                 continue
             if use.kind == "data" and _broadcast_row(a, atom, value, rows):
                 continue
-            fitting = [e for e in _expressions(a, value) if _fits(a, atom, e, conflicts)]
+            within = _within_rows(a, sol, use, index, rows)
+            fitting = [
+                e
+                for e in _expressions(a, value)
+                if not e.atoms() & within and _fits(a, atom, e, conflicts)
+            ]
             if not fitting:
                 continue
             batch = [
