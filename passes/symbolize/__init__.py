@@ -87,6 +87,7 @@ import onnx
 
 from onnxsurgery.errors import OnnxSurgeryError
 from onnxsurgery.model.bounds import record_bounds
+from onnxsurgery.passes.symbolize.batch_indices import mixed_batches
 from onnxsurgery.passes.symbolize.blockers import blocker_summary, group_blockers
 from onnxsurgery.passes.symbolize.check import (
     LEVELS,
@@ -101,6 +102,7 @@ from onnxsurgery.passes.symbolize.readings import GRID_RESIZES, resize_tables, s
 from onnxsurgery.passes.symbolize.reference_cases import reference_mismatch
 from onnxsurgery.passes.symbolize.rewrite import apply_plan
 from onnxsurgery.passes.symbolize.sizes import Divisions, size_steps
+from onnxsurgery.passes.symbolize.wording import traced_words
 from onnxsurgery.pipeline.contract import Diagnostic, Pass, PassContext, PassResult
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.validation.references import load_cases
@@ -301,7 +303,8 @@ class Symbolize(Pass):
         plan.verification = result
         diagnostics += self._verified(result)
         syms = ", ".join(
-            f"{s} (traced {v}{_bound_note(plan.bounds, s)}, verified: "
+            f"{s} ({traced_words(s, v, plan.analysis.dynamic)}{_bound_note(plan.bounds, s)}, "
+            f"verified: "
             f"{result.levels.get(s, 'traced-only')})"
             for s, v in plan.symbols.items()
         )
@@ -413,6 +416,7 @@ class Symbolize(Pass):
                 dynamic=plan.analysis.dynamic,
                 fixed={s for b in plan.blockers for s in b.symbols},
                 batch_rows=plan.rows,
+                unsure_rows=mixed_batches(plan.analysis, self.rows),
                 steps=_size_steps(plan, divisions),
                 relations=plan.relations,
                 ambiguous=frozenset(plan.ambiguous),

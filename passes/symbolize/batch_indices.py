@@ -26,7 +26,14 @@ from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.rules import op_traits
 from onnxsurgery.shapes.solver import Solution
 
-__all__ = ["BatchIndex", "addressed", "batch_like_symbols", "find_batch_indices", "index_constants"]
+__all__ = [
+    "BatchIndex",
+    "addressed",
+    "batch_like_symbols",
+    "find_batch_indices",
+    "index_constants",
+    "mixed_batches",
+]
 
 #: Ops an index computation may pass through on its way from a constant to a gather.
 _INDEX_ARITH = {
@@ -50,19 +57,44 @@ def batch_like_symbols(analysis: ShapeAnalysis, declared: Set[str] | None = None
     """Symbols whose rows are independent (batches): ``declared`` by the user, else found in the
     graph: the one symbol on axis 0 of every input carrying it, provided no node mixes rows
     along an axis it sizes (a recurrence, a contraction, a softmax, a reduction, an arg-max or
-    top-k, a cumulative sum). Never from a symbol's name."""
+    top-k, a cumulative sum) into values: a reduction read only as a size (how many audio
+    tokens the batch holds, the length of an Expand) mixes no row's values. Never from a
+    symbol's name."""
     if declared is not None:
         return {s for s in declared if s in analysis.symbols and s not in analysis.dynamic}
     first = {s for s, places in analysis.symbols.items() if all(ax == 0 for _, ax in places)}
-    first = {s for s in first if not _mixed(analysis, s)}
+    first = {s for s in first if _mixed(analysis, s) is None}
     named = first if len(first) == 1 else set()
     return {s for s in named if s not in analysis.dynamic}
 
 
-def _mixed(analysis: ShapeAnalysis, sym: str) -> bool:
-    """Whether a node of the main graph combines values across an axis whose size holds ``sym``
-    (an axis its op's traits say it mixes rows along)."""
+def mixed_batches(analysis: ShapeAnalysis, declared: Set[str] | None = None) -> dict[str, str]:
+    """The symbol :func:`batch_like_symbols` would take as the batch (axis 0 of every input
+    carrying it) but for a node that mixes its rows, with that node: the graph cannot say
+    whether its rows are independent. Empty where the user ``declared`` the batches."""
+    if declared is not None:
+        return {}
+    first = {s for s, places in analysis.symbols.items() if all(ax == 0 for _, ax in places)}
+    first -= set(analysis.dynamic)
+    if len(first) != 1:
+        return {}
+    sym = next(iter(first))
+    node = _mixed(analysis, sym)
+    return {} if node is None else {sym: node}
+
+
+def _mixed(analysis: ShapeAnalysis, sym: str) -> str | None:
+    """The first node of the main graph that combines values across an axis whose size holds
+    ``sym`` (an axis its op's traits say it mixes rows along) into values (:func:`_sizes_only`),
+    or None."""
+    consumers: dict[str, list[onnx.NodeProto]] = {}
     for node in analysis.model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    outputs = {o.name for o in analysis.model.graph.output}
+    for node in analysis.model.graph.node:
+        if _sizes_only(node, consumers, outputs):
+            continue
         first = analysis.tensors.get(_input(node, 0))
         if first is None or first.shape is None:
             continue
@@ -74,8 +106,36 @@ def _mixed(analysis: ShapeAnalysis, sym: str) -> bool:
             const = analysis.consts.get(_input(node, mix.axes_input))
             axes = mix.axes(attrs, len(info.shape), const)
             if any(sym in info.shape[a].atoms() for a in axes):
-                return True
-    return False
+                return node.name or node.output[0]
+    return None
+
+
+#: Ops a size passes through on its way to the size input of another node.
+_SIZE_ARITH = _INDEX_ARITH | {"Div", "Max", "Min", "Gather", "Slice", "Shape"}
+
+
+def _sizes_only(
+    node: onnx.NodeProto, consumers: dict[str, list[onnx.NodeProto]], outputs: Set[str]
+) -> bool:
+    """Whether every value ``node`` makes ends up as a size input of another node (an Expand's
+    shape, a Reshape's), through integer shape arithmetic only: never as data, never as an
+    output of the graph."""
+    frontier, seen = list(node.output), set()
+    while frontier:
+        name = frontier.pop()
+        if name in outputs:
+            return False
+        if name in seen:
+            continue
+        seen.add(name)
+        for user in consumers.get(name, []):
+            at = [k for k, x in enumerate(user.input) if x == name]
+            if all(k in op_traits(user.domain, user.op_type).size_inputs for k in at):
+                continue
+            if user.op_type not in _SIZE_ARITH:
+                return False
+            frontier.extend(user.output)
+    return bool(seen)
 
 
 def _input(node: onnx.NodeProto, index: int | None) -> str:

@@ -238,7 +238,10 @@ class CheckRequest:
     takes). ``references`` (stored torch cases; ``output_map`` maps their outputs
     onto the model's) are run too: any mismatch fails the check, and a symbol whose other sizes
     they cover is verified to ``references``. Cases that move a symbol in ``fixed`` are outside
-    what the model claims and are left out. ``atol``/``rtol``: the tolerance against the
+    what the model claims and are left out. ``unsure_rows``: symbols the graph would take as a
+    batch but for a node that mixes their rows (symbol -> that node): their rows are checked
+    like a batch's (:func:`check_rows`), a difference refused unless reference cases at other
+    sizes of the symbol decide. ``atol``/``rtol``: the tolerance against the
     original model. ``bare``: ``weightless(original)``, where the caller has it (the original's
     session is built from it). ``changes``: the plan's, so that a failure of the rewritten
     model names the decision that broke (:mod:`.ort_failure`).
@@ -253,6 +256,7 @@ class CheckRequest:
     dynamic: Set[str] = frozenset()
     fixed: Set[str] = frozenset()
     batch_rows: Set[str] = frozenset()
+    unsure_rows: Mapping[str, str] = field(default_factory=dict)
     steps: Mapping[str, int] | None = None
     relations: Mapping[str, Dim] | None = None
     ambiguous: Set[str] = frozenset()
@@ -461,7 +465,7 @@ def _run_rewritten(state: CheckState, shared: Mapping[str, SharedWeight]) -> Non
     places: list[tuple[_SizeRun, str, list[int]]] = []
     for run in state.runs:
         jobs.append(run.inputs)
-        for sym in ask.batch_rows:
+        for sym in sorted(set(ask.batch_rows) | set(ask.unsure_rows)):
             if run.size[sym] >= 2 and run.size[sym] != base[sym]:
                 alone = rows_alone(ask.axes, ask.output_dims, sym, run.inputs, outputs)
                 places.append((run, sym, list(alone)))
@@ -561,12 +565,32 @@ def check_rows(state: CheckState) -> Finding | None:
             )  # fmt: skip
             if error is not None and error.node is not None:  # ONNX Runtime failed on a row
                 return Finding((2, run.k, 1), _decided(error, ask))
+            if error is not None and sym in ask.unsure_rows and sym not in ask.batch_rows:
+                if _references_move(state, sym):
+                    continue  # the reference cases at other sizes decide
+                return Finding((2, run.k, 1), _unsure_rows(error, sym, ask.unsure_rows[sym]), ())
             if error is not None:
                 return Finding((2, run.k, 1), error, ())
             if singles:
                 state.result.rows_checked = True
                 state.rows_shown.add(sym)
     return None
+
+
+def _references_move(state: CheckState, sym: str) -> bool:
+    """Whether a reference case the model claims sizes ``sym`` other than the traced size."""
+    return any(sizes.get(sym, state.base[sym]) != state.base[sym] for _, sizes, _ in state.claims.cases)
+
+
+def _unsure_rows(error: PassError, sym: str, node: str) -> PassError:
+    """A row of a batch that differs from the row run alone, where node ``node`` mixes rows."""
+    said = str(error.args[0]).split("; a constant still carries")[0]
+    return PassError(
+        f"{said}; node {node!r} mixes {sym} rows, so the graph cannot tell a model whose rows "
+        f"depend on each other from a constant that still reads one row of the traced {sym}: "
+        f"pass --ref with cases at other {sym} sizes (record them with `onnxsurgery reference "
+        f"record`), or keep {sym} static"
+    )
 
 
 def check_first_rows(state: CheckState) -> Finding | None:

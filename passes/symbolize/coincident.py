@@ -56,7 +56,10 @@ SIZE_SETTERS = (
     "Resize", "Reshape", "Expand", "Tile", "ConstantOfShape", "Range", "Slice", "Pad", "Split",
     "TopK", "Upsample",
 )  # fmt: skip
-_INDICES = ("Gather", "GatherElements")  # a data constant whose length sets the output's
+#: a data constant whose length sets the output's (a GatherND grid on its outermost axis, where
+#: ``arange(batch)[:, None, None]`` puts a batch: at batch 1 its component is 0, one row for
+#: every row or the batch's rows; its other size-1 axes broadcast)
+_INDICES = ("Gather", "GatherElements", "GatherND")
 
 
 @dataclass
@@ -129,22 +132,38 @@ def _kept(a: ShapeAnalysis, sol: Solution, use: ConstUse) -> list[tuple[int, str
     """(index, atom) of the sizes in ``use`` the solver kept at their traced value."""
     if use.kind == "data" and not (use.op in _INDICES and use.input_index == 1):
         return []
-    return [(i, x) for i, x in enumerate(use.atoms) if x is not None and sol.how.get(x) == "kept"]
+    atoms = use.atoms[:1] if use.kind == "data" and use.op == "GatherND" else use.atoms
+    return [(i, x) for i, x in enumerate(atoms) if x is not None and sol.how.get(x) == "kept"]
+
+
+def _sliced_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int) -> Dim | None:
+    """The length of the axis a Slice start or end (element ``index``) bounds; None for any
+    other read, or where it is unknown."""
+    if use.op != "Slice" or use.input_index not in (1, 2) or use.graph:
+        return None
+    node = a.model.graph.node[use.node_index]
+    data = a.tensors.get(node.input[0])
+    if data is None or data.shape is None:
+        return None
+    axes_arr = a.consts.get(node.input[3]) if len(node.input) > 3 and node.input[3] else None
+    axes = list(range(len(data.shape))) if axes_arr is None else axes_arr.reshape(-1).tolist()
+    if index >= len(axes):
+        return None
+    return sol.resolve(data.shape[int(axes[index])])
 
 
 def _slice_over_fixed_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int) -> bool:
     """A Slice start or end on an axis of fixed length: the graph fixes it (the whole axis)."""
-    if use.op != "Slice" or use.input_index not in (1, 2) or use.graph:
-        return False
-    node = a.model.graph.node[use.node_index]
-    data = a.tensors.get(node.input[0])
-    if data is None or data.shape is None:
-        return False
-    axes_arr = a.consts.get(node.input[3]) if len(node.input) > 3 and node.input[3] else None
-    axes = list(range(len(data.shape))) if axes_arr is None else axes_arr.reshape(-1).tolist()
-    if index >= len(axes):
-        return False
-    return sol.resolve(data.shape[int(axes[index])]).is_const()
+    axis = _sliced_axis(a, sol, use, index)
+    return axis is not None and axis.is_const()
+
+
+def _within_rows(a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int, rows: Set[str]) -> Set[str]:
+    """The batches (rows independent) a Slice bound on another axis cannot follow: a row's
+    values do not depend on how many rows run with it, so no size inside a row follows the
+    batch (BEiT's ``hidden[:, 1:]`` at batch 1, whose 1 read as the batch)."""
+    axis = _sliced_axis(a, sol, use, index)
+    return set() if axis is None else set(rows) - axis.atoms()
 
 
 def _broadcast_one(use: ConstUse, value: int, sets: tuple[str, str]) -> bool:
@@ -154,6 +173,15 @@ def _broadcast_one(use: ConstUse, value: int, sets: tuple[str, str]) -> bool:
     expands its position ids with [1, 1], an LSTM its zero state through a Concat of [1, ...];
     reading those as the batch broke the check or refused the model)."""
     return value == 1 and sets[0] in ("Expand", "Tile")
+
+
+def _broadcast_row(a: ShapeAnalysis, atom: str, value: int, rows: Set[str]) -> bool:
+    """A 1 that met a batch (rows independent) traced at 1 in a broadcast (``one_point``): the
+    one row broadcasts over the batch, which is what following it would repeat (CLIP's
+    ``position_ids`` buffer [1, N] gathered and added to [batch, N, C] by TorchScript, which
+    dynamo folds into a [1, N, C] constant)."""
+    met = a.one_point.get(atom)
+    return value == 1 and met is not None and bool(met.atoms()) and met.atoms() <= rows
 
 
 def _sized(model: onnx.ModelProto, use: ConstUse) -> tuple[str, str] | None:
@@ -198,7 +226,14 @@ def find_coincidences(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[C
             value = a.atoms[atom].traced
             if _slice_over_fixed_axis(a, sol, use, index) or _broadcast_one(use, value, sets):
                 continue
-            fitting = [e for e in _expressions(a, value) if _fits(a, atom, e, conflicts)]
+            if use.kind == "data" and _broadcast_row(a, atom, value, rows):
+                continue
+            within = _within_rows(a, sol, use, index, rows)
+            fitting = [
+                e
+                for e in _expressions(a, value)
+                if not e.atoms() & within and _fits(a, atom, e, conflicts)
+            ]
             if not fitting:
                 continue
             batch = [

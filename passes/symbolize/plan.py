@@ -46,7 +46,7 @@ from onnxsurgery.passes.symbolize.rules import (
     decide,
     symbol_bounds,
 )
-from onnxsurgery.passes.symbolize.wording import fix_lead
+from onnxsurgery.passes.symbolize.wording import fix_lead, traced_words
 from onnxsurgery.shapes.analysis import Constraint, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.propagation import propagate
@@ -172,7 +172,8 @@ class SymbolizePlan:
         from rich.console import Group
         from rich.text import Text
 
-        syms = ", ".join(f"{s} (traced {v})" for s, v in self.symbols.items())
+        dynamic = self.analysis.dynamic
+        syms = ", ".join(f"{s} ({traced_words(s, v, dynamic)})" for s, v in self.symbols.items())
         parts: list[Any] = [Text(f"symbolize: {syms}", style="bold")]
         if self.changes:
             parts.append(_changes_table(self.changes, verbose))

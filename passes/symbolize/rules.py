@@ -327,10 +327,13 @@ class OnePoint(Rule):
     kind = "one-point"
 
     def _met(self, read: ConstRead) -> tuple[int, Dim] | None:
+        """The first axis that met a symbol this plan generalizes (traced, not a batch): an
+        axis already dynamic, or one the model computes (an opaque size), it does not."""
         a, rows = read.context.analysis, read.context.rows
+        generalized = a.symbols.keys() - a.dynamic - rows
         for k, atom in enumerate(read.use.atoms):
             met = a.one_point.get(atom) if atom is not None else None
-            if met is not None and met.atoms() - rows:
+            if met is not None and met.atoms() & generalized:
                 return k, met
         return None
 

@@ -3,7 +3,7 @@ names, and the fix a user can make (re-export with dynamic axes, or leave the ax
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 
 from onnxsurgery.shapes.analysis import ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
@@ -47,6 +47,12 @@ def values_text(a: ShapeAnalysis, sol: Solution, values: list[Dim]) -> str:
 def symbol_hint(plan_syms: dict[str, list[tuple[str, int]]], atoms: set[str]) -> str:
     names = sorted(a for a in atoms if a in plan_syms)
     return ", ".join(names)
+
+
+def traced_words(sym: str, traced: int, dynamic: Set[str]) -> str:
+    """How a symbol's traced size is said: ``traced 8``, or ``already dynamic`` for a symbol on
+    axes that were dynamic already (its traced value is a placeholder, never shown)."""
+    return "already dynamic" if sym in dynamic else f"traced {traced}"
 
 
 def sym_tuple(syms: str) -> tuple[str, ...]:
@@ -185,8 +191,9 @@ def why_text(kind: str, **fields: object) -> str:
 
 def fix_lead(kind: str, **fields: object) -> str:
     """The start of a blocker's "what to do" (:data:`FIX`; empty for a kind that has none),
-    before :func:`fix_text`."""
-    return FIX.get(kind, "").format(**fields)
+    before :func:`fix_text`; empty where it would name symbols and there are none)."""
+    lead = FIX.get(kind, "")
+    return "" if "{syms}" in lead and not fields.get("syms") else lead.format(**fields)
 
 
 # How a failed check names the plan's decision that broke (:mod:`.ort_failure`), in the form a

@@ -18,6 +18,14 @@ of 2, two heads, a literal 2 in a reshape. The blocks (each [B, S, C] -> [B, S, 
     mixrows    ReduceMean over the batch, Tile [B, 1, 1], subtracted (rows are not independent)
     padrow     Concat a ConstantOfShape [B, 1, C] row on axis 1, Slice back to S
     head       (last only) Reshape [B, S*C] -> MatMul W[S*C, 3] -> [B, 3]  (S stays fixed)
+
+Drawn apart (their own random stream, so the templates above stay as they were for every seed),
+about one template in four also gets, at random places:
+
+    rowgrid    GatherND of x[b, s] through the index grid [B, S, 2] (``x[arange(B)[:, None],
+               arange(S)]``): at B = 1 the batch component is all 0, one row or every row
+    rowcount   how many values of the whole batch are > 0, read only as the length of an
+               Expand whose sum (times 0) is added: a reduction over the batch that mixes no row
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ import onnx
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
-__all__ = ["Template", "random_template", "BLOCKS"]
+__all__ = ["Template", "random_template", "BLOCKS", "ROW_BLOCKS"]
 
 SEQ_BLOCKS = ["flat", "heads", "pairs", "expand", "zeros", "slice", "gather", "positions", "mixrows", "padrow"]
 BLOCKS = SEQ_BLOCKS + ["head"]
@@ -166,6 +174,20 @@ def _padrow(w: _Writer, k: int, _: dict) -> None:
     w.step("Slice", [both, w.ints([0]), w.ints([w.S]), w.ints([1])])
 
 
+def _rowgrid(w: _Writer, k: int, _: dict) -> None:
+    grid = np.stack(np.meshgrid(np.arange(w.B), np.arange(w.S), indexing="ij"), axis=-1)
+    w.step("GatherND", [w.cur, w.const(grid.astype(np.int64), "grid")])
+
+
+def _rowcount(w: _Writer, k: int, _: dict) -> None:
+    zero = w.const(np.array(0.0, dtype=np.float32), "zero")
+    positive = w.op("Cast", [w.op("Greater", [w.cur, zero])], to=TP.INT64)
+    count = w.op("ReduceSum", [w.op("Reshape", [positive, w.ints([-1])])], keepdims=1)
+    ones = w.op("Expand", [w.const(np.array(1.0, dtype=np.float32), "one"), count])
+    nothing = w.op("Mul", [w.op("ReduceSum", [ones], keepdims=0), zero])
+    w.step("Add", [w.cur, nothing])
+
+
 def _head(w: _Writer, k: int, weights: dict) -> None:
     w.step("Reshape", [w.cur, w.ints([w.B, w.S * w.C] if k % 2 else [w.B, -1])])
     w.step("MatMul", [w.cur, w.const(weights["head"], "w")])
@@ -174,8 +196,9 @@ def _head(w: _Writer, k: int, weights: dict) -> None:
 WRITERS: dict[str, Callable[[_Writer, int, dict], None]] = {
     "flat": _flat, "heads": _heads, "pairs": _pairs, "expand": _expand, "zeros": _zeros,
     "slice": _slice, "gather": _gather, "positions": _positions, "mixrows": _mixrows,
-    "padrow": _padrow, "head": _head,
+    "padrow": _padrow, "head": _head, "rowgrid": _rowgrid, "rowcount": _rowcount,
 }  # fmt: skip
+ROW_BLOCKS = ["rowgrid", "rowcount"]
 
 
 def random_template(seed: int) -> Template:
@@ -194,4 +217,12 @@ def random_template(seed: int) -> Template:
         "head": g.standard_normal((seq * channels, 3)).astype(np.float32),
     }
     spellings = [rng.randrange(6) for _ in blocks]
+    rows = random.Random(f"rows{seed}")  # apart: the draws above stay as they were
+    if rows.random() < 0.25:
+        body = len(blocks) - (blocks[-1:] == ["head"])
+        for block in ROW_BLOCKS:
+            at = rows.randint(0, body)
+            blocks.insert(at, block)
+            spellings.insert(at, 0)
+            body += 1
     return Template(seed, blocks, spellings, channels, seq, seq_dynamic, weights)

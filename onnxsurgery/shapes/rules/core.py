@@ -279,6 +279,15 @@ def broadcast(ctx: NodeCtx, shapes: list[list[Dim]], why: str = "broadcast opera
         for d in open_ if free else ():
             if d.is_atom() and ctx.a.atoms[next(iter(d.atoms()))].kind == "data":
                 ctx.a.one_point.setdefault(next(iter(d.atoms())), free[0])
+        sizes = [d for d in open_ if d.is_atom() and ctx.a.atoms[next(iter(d.atoms()))].kind == "var"]
+        for d in sizes[1:] if not free else ():
+            # two sizes read from constants, both 1 here: where one turns out to be the batch
+            # and nothing keeps the other at 1, they broadcast alike (a query expanded from a
+            # learned token meeting the keys' batch)
+            ctx.suggest(d, sizes[0], f"{why}: dim {k - rank} broadcasts {sizes[0]} and {d} alike")
+        # a size read from a constant before a data constant's own 1: where it turns out to be
+        # the batch, the data constant's 1 broadcasts over it
+        open_ = sizes + [d for d in open_ if d not in sizes]
         result.append(free[0] if free else open_[0] if open_ else Dim.const(1))
     return result
 
