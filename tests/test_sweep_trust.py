@@ -203,10 +203,14 @@ def test_an_already_dynamic_model_goes_through_symbolize_unchanged_in_meaning() 
 
 
 def test_a_fix_that_names_symbols_is_left_out_where_there_are_none() -> None:
-    """The one-point fix said "export at a size of  of 3 or more" where the size it met was
-    no symbol: it is left out, and the fix for a size no symbol holds follows alone."""
-    assert fix_lead("one-point", syms="") == ""
-    assert fix_lead("one-point", syms="batch").startswith("export at a size of batch of 3")
+    """A fix that names symbols said "export at a size of  of 3 or more" where the size it met
+    was no symbol: a fix naming symbols is left out where there are none, and the one-point fix
+    names the size it met in the input symbols."""
+    assert fix_lead("tf-padding", syms="", axes="x:1") == ""
+    assert fix_lead("tf-padding", syms="seq", axes="x:1").startswith("keep seq static")
+    lead = fix_lead("one-point", syms="", met="a size computed from height", least="")
+    assert lead.startswith("export at a size where a size computed from height is 3 or more")
+    assert " of  of " not in lead
 
 
 def attention_pool(batch: int, folded: bool) -> onnx.ModelProto:

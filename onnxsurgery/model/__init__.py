@@ -69,6 +69,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         ),
     },
     modules=(
+        "bounds",
         "dtypes",
         "equality",
         "file_checks",

@@ -327,13 +327,17 @@ class OnePoint(Rule):
     kind = "one-point"
 
     def _met(self, read: ConstRead) -> tuple[int, Dim] | None:
-        """The first axis that met a symbol this plan generalizes (traced, not a batch): an
-        axis already dynamic, or one the model computes (an opaque size), it does not."""
+        """The first axis that met a symbol this plan generalizes (traced, not a batch), or a
+        size the model computes from one (a strided stage of height): an axis already dynamic,
+        or a size computed from one, does not."""
         a, rows = read.context.analysis, read.context.rows
         generalized = a.symbols.keys() - a.dynamic - rows
         for k, atom in enumerate(read.use.atoms):
             met = a.one_point.get(atom) if atom is not None else None
-            if met is not None and met.atoms() & generalized:
+            if met is None:
+                continue
+            behind = met.atoms() | input_symbols(a, read.context.solution, met.atoms())
+            if behind & generalized:
                 return k, met
         return None
 
