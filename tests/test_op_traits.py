@@ -11,6 +11,7 @@ import onnx
 import onnx.parser
 import pytest
 
+from onnxsurgery.passes.symbolize import batch_indices
 from onnxsurgery.passes.symbolize.batch_indices import _mixed, batch_like_symbols
 from onnxsurgery.passes.symbolize.feeds import shape_inputs
 from onnxsurgery.passes.symbolize.plan import plan_symbolize
@@ -166,11 +167,15 @@ def _mixing_model(body: str) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("case", sorted(MIXING_CASES))
-def test_mixed_rows_decide_as_the_code_they_replaced(case):
+def test_mixed_rows_decide_as_the_code_they_replaced(case, monkeypatch):
+    """The traits decide which axes a node mixes as the old code did. The nodes here feed
+    nothing; since issue 30 a node whose values only reach sizes (or nothing) mixes no rows
+    (tests/test_sweep_trust.py), so that exception is set aside to compare the traits alone."""
+    monkeypatch.setattr(batch_indices, "_sizes_only", lambda *args: False)
     model = _mixing_model(MIXING_CASES[case])
     analysis = propagate(model, {"x": {0: "B", 1: "S"}})
     for sym in ("B", "S"):
-        assert _mixed(analysis, sym) == _old_mixed(analysis, sym), (case, sym)
+        assert (_mixed(analysis, sym) is not None) == _old_mixed(analysis, sym), (case, sym)
 
 
 def test_mixing_cases_cover_both_answers():
