@@ -357,3 +357,34 @@ def test_the_checks_session_is_gone_before_a_mismatch_is_localized(tmp_path, mon
     with pytest.raises(onnxsurgery.errors.ValidationMismatch):
         onnxsurgery.run(path, "symbolize(x:0=batch)", references=refs, provider="cpu", atol=1e-12, rtol=1e-12)
     assert len(given) == 1 and held == [False]
+
+
+def _run_all():
+    """bench/run_all.py as a module (bench/ is no package)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "run_all.py"
+    spec = importlib.util.spec_from_file_location("run_all_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_make_bench_llm_huge_runs_the_huge_decoder_last(tmp_path, monkeypatch):
+    """``make bench ARGS=--llm-huge`` runs ``bench_llm.py --huge`` after the other benchmarks."""
+    run_all = _run_all()
+    ran: list[list[str]] = []
+
+    def fake_run(argv, **_):
+        ran.append(argv)
+        Path(argv[-1]).write_text("[]")
+        return run_all.subprocess.CompletedProcess(argv, 0, "table\n", "")
+
+    monkeypatch.setattr(run_all.subprocess, "run", fake_run)
+    code = run_all.main(["--llm-huge", "--out", str(tmp_path), "--results", str(tmp_path / "r.json")])
+    assert code == 0
+    assert Path(ran[-1][1]).name == "bench_llm.py" and ran[-1][2:-2] == ["--huge"]
+    assert all("--huge" not in argv for argv in ran[:-1])
+    assert (tmp_path / "bench_llm_huge.json").exists()
+    with pytest.raises(SystemExit):
+        run_all.main(["--llm-huge", "--quick", "--out", str(tmp_path)])
