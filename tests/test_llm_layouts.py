@@ -388,3 +388,64 @@ def test_make_bench_llm_huge_runs_the_huge_decoder_last(tmp_path, monkeypatch):
     assert (tmp_path / "bench_llm_huge.json").exists()
     with pytest.raises(SystemExit):
         run_all.main(["--llm-huge", "--quick", "--out", str(tmp_path)])
+
+
+def _rss_anon() -> int:
+    """Bytes of this process's anonymous memory (heap, ORT's own buffers; not mapped files)."""
+    with open("/proc/self/status") as status:
+        return 1024 * int(next(line for line in status if line.startswith("RssAnon")).split()[1])
+
+
+def _matmul_chain(dtype, layers: int = 9, width: int = 2048) -> onnx.ModelProto:
+    """x @ w0 @ w1 ... in ``dtype``: 72 MiB of float16 weights (over MAPPED_BYTES), which ORT's CPU
+    provider casts to float32 for its MatMul as TinyLlama's fp16 export has it cast."""
+    rng = np.random.default_rng(0)
+    np_type = helper.tensor_dtype_to_np_dtype(dtype)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((width, width)) / 45).astype(np_type), f"w{i}")
+        for i in range(layers)
+    ]
+    names = ["x", *(f"h{i}" for i in range(1, layers)), "y"]
+    nodes = [helper.make_node("MatMul", [names[i], f"w{i}"], [names[i + 1]]) for i in range(layers)]
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x", dtype, ["b", width])],
+        [helper.make_tensor_value_info("y", dtype, ["b", width])], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RssAnon from /proc")
+def test_a_check_session_over_fp16_weights_holds_no_float32_copy_of_them(tmp_path):
+    """ORT's CPU provider casts float16 weights to float32 for most ops; with its default
+    optimizations it folds each Cast into a float32 copy of the weight, held for the session's
+    life (TinyLlama fp16: 2.2x the model). A session run a few times (the check's) casts as it
+    runs, each copy gone once its op ran: ORT holds no weight-sized memory of its own, and the
+    outputs are the float32 products rounded to float16 after each op, as with folded copies."""
+    model = _matmul_chain(onnx.TensorProto.FLOAT16)
+    arrays = [numpy_helper.to_array(t) for t in model.graph.initializer]
+    weights = sum(a.nbytes for a in arrays)
+    feeds = {"x": np.random.default_rng(1).standard_normal((3, 2048)).astype(np.float16)}
+    expected = feeds["x"]
+    for array in arrays:
+        expected = (expected.astype(np.float32) @ array.astype(np.float32)).astype(np.float16)
+    before = _rss_anon()
+    session = create_session(model, "cpu", threads=1, prepack=False, mapped=True)
+    assert _rss_anon() - before < 0.5 * weights
+    got = run_session(session, ["y"], feeds)[0]
+    assert _rss_anon() - before < 0.5 * weights
+    np.testing.assert_allclose(got.astype(np.float32), expected.astype(np.float32), atol=1e-2, rtol=1e-2)
+
+
+def test_a_check_session_over_fp32_weights_keeps_every_optimization():
+    """Only weights ORT casts change a session's options: a float32 model's check session is
+    optimized as before (its outputs unchanged)."""
+    import onnxruntime as ort
+
+    for dtype, level in [
+        (onnx.TensorProto.FLOAT, ort.GraphOptimizationLevel.ORT_ENABLE_ALL),
+        (onnx.TensorProto.FLOAT16, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC),
+    ]:
+        session = create_session(_matmul_chain(dtype, layers=2, width=8), "cpu", prepack=False)
+        assert session.get_session_options().graph_optimization_level == level
