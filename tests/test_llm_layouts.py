@@ -449,3 +449,45 @@ def test_a_check_session_over_fp32_weights_keeps_every_optimization():
     ]:
         session = create_session(_matmul_chain(dtype, layers=2, width=8), "cpu", prepack=False)
         assert session.get_session_options().graph_optimization_level == level
+
+
+def _foldable(width: int = 64) -> onnx.ModelProto:
+    """``_model``'s chain with what onnxsim folds: a Transpose of a weight, a shape computed from
+    constants for a Reshape."""
+    model = _model(width=width)
+    graph = model.graph
+    graph.node[-1].input[1] = "w2t"
+    graph.node.insert(2, helper.make_node("Transpose", ["w2"], ["w2t"], perm=[1, 0]))
+    graph.node[-1].output[0] = "y0"
+    graph.initializer.extend([
+        numpy_helper.from_array(np.array([1, width], np.int64), "c"),
+        numpy_helper.from_array(np.array([1, 0], np.int64), "d"),
+    ])  # fmt: skip
+    graph.node.extend([
+        helper.make_node("Add", ["c", "d"], ["shape"]),
+        helper.make_node("Reshape", ["y0", "shape"], ["y1"]),
+        helper.make_node("Relu", ["y1"], ["y"]),
+    ])  # fmt: skip
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, width]))
+    return model
+
+
+def test_fold_constants_gives_onnxsim_a_large_model_in_memory_by_path(monkeypatch):
+    """A model passed in memory with BY_PATH_BYTES of tensors or more (the threshold lowered
+    here) goes to onnxsim by path, written with external data: in memory onnxsim holds the
+    model's bytes, its parse, its result's bytes and the checker's parse of them at once (a
+    1.5 GB model peaked at 6.1x its size). The folded model is the one the in-memory route
+    makes."""
+    import onnxsim
+
+    given: list[object] = []
+    real = onnxsim.simplify
+    monkeypatch.setattr(onnxsim, "simplify", lambda model, *a, **k: given.append(model) or real(model, *a, **k))
+    in_memory = onnxsurgery.run(_foldable(), "fold-constants", provider="cpu").model
+    assert isinstance(given[-1], onnx.ModelProto)
+    monkeypatch.setattr(onnxsim_child, "BY_PATH_BYTES", 1)
+    by_path = onnxsurgery.run(_foldable(), "fold-constants", provider="cpu").model
+    assert isinstance(given[-1], str)
+    assert len(by_path.graph.node) < len(_foldable().graph.node)
+    assert by_path.graph.SerializeToString() == in_memory.graph.SerializeToString()
