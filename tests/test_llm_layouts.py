@@ -372,15 +372,19 @@ def _run_all():
 
 def test_make_bench_llm_huge_runs_the_huge_decoder_last(tmp_path, monkeypatch):
     """``make bench ARGS=--llm-huge`` runs ``bench_llm.py --huge`` after the other benchmarks."""
+    import subprocess
+    from types import SimpleNamespace
+
     run_all = _run_all()
     ran: list[list[str]] = []
 
     def fake_run(argv, **_):
         ran.append(argv)
         Path(argv[-1]).write_text("[]")
-        return run_all.subprocess.CompletedProcess(argv, 0, "table\n", "")
+        return subprocess.CompletedProcess(argv, 0, "table\n", "")
 
-    monkeypatch.setattr(run_all.subprocess, "run", fake_run)
+    # run_all's own name only: platform.processor() runs `uname -p` through subprocess.run
+    monkeypatch.setattr(run_all, "subprocess", SimpleNamespace(run=fake_run))
     code = run_all.main(["--llm-huge", "--out", str(tmp_path), "--results", str(tmp_path / "r.json")])
     assert code == 0
     assert Path(ran[-1][1]).name == "bench_llm.py" and ran[-1][2:-2] == ["--huge"]
