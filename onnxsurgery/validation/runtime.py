@@ -30,6 +30,7 @@ from onnxsurgery.limits import LimitExceeded, check_sizes
 from onnxsurgery.limits import current as current_limits
 from onnxsurgery.model.io import (
     is_large,
+    read_model_file,
     save_model,
 )
 from onnxsurgery.model.walk import default_opset
@@ -369,13 +370,16 @@ _CAST_ON_CPU = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
 
 
 def _casts_weights(model: onnx.ModelProto | str | os.PathLike, choice: ProviderChoice) -> bool:
-    """Whether ``model`` (a ModelProto; a path is not read for this) runs on the CPU provider
-    with weights of a type it casts to float32 (:data:`_CAST_ON_CPU`)."""
-    return (
-        choice.provider == _CPU
-        and isinstance(model, onnx.ModelProto)
-        and any(t.data_type in _CAST_ON_CPU for t in model.graph.initializer)
-    )
+    """Whether ``model`` (a ModelProto, or a path: its graph read, its weights left on disk)
+    runs on the CPU provider with weights of a type it casts to float32 (:data:`_CAST_ON_CPU`)."""
+    if choice.provider != _CPU:
+        return False
+    if not isinstance(model, onnx.ModelProto):
+        try:
+            model = read_model_file(model, check=False, weights_on_disk=True).model
+        except Exception:  # noqa: BLE001 - ORT's own error says what is wrong with the file
+            return False
+    return any(t.data_type in _CAST_ON_CPU for t in model.graph.initializer)
 
 
 def _session_options(
