@@ -73,7 +73,8 @@ fixtures: install
 # Tables per group (wall, peak RSS, ratios) and bench/results.json; models are generated into
 # build/bench/models. ARGS=--quick: under 3 minutes; the full run: under 20 (ends with a 2.2 GB
 # external-data model: ~9 GB of disk, several GB of RAM). onnxslim and polygraphy are only what
-# fold-constants is compared against.
+# fold-constants is compared against. ARGS=--llm adds the 1.1B decoder exports, ARGS=--llm-huge the
+# 14 GiB one (bench_llm.py --huge).
 ARGS ?=
 bench: install
 	@mkdir -p build/bench

@@ -7,10 +7,12 @@ whole-process benchmark (bench_pipeline.py) runs last, because in the full run i
 one's rows (``--json``) and text go to ``--results`` (bench/results.json, a committed snapshot,
 rewritten on every run); a summary line per benchmark closes the run. Exit 1 if any failed.
 
-    python bench/run_all.py [--quick] [--out build/bench] [-k NAME] [--llm]
+    python bench/run_all.py [--quick] [--out build/bench] [-k NAME] [--llm] [--llm-huge]
 
 ``--llm`` (never with ``--quick``) adds, last, the LLM exports of ``bench_llm.py``: a
 TinyLlama-1.1B-shaped decoder in fp32 and fp16, exported by torch into /tmp once (6.5 GB).
+``--llm-huge`` (never with ``--quick``; with ``--llm`` after it) adds ``bench_llm.py --huge``:
+that decoder grown to 14 GiB (larger than memory can hold twice), built into /tmp once.
 """
 
 from __future__ import annotations
@@ -37,6 +39,20 @@ BENCHMARKS = [
 ]
 #: The group ``--llm`` adds (full runs only), after the others.
 LLM_BENCHMARKS = [("bench_llm", None, [])]
+#: The group ``--llm-huge`` adds (full runs only), last: its rows go to ``bench_llm_huge``.
+LLM_HUGE_BENCHMARKS = [("bench_llm_huge", None, ["--huge"])]
+
+
+def selected(args: argparse.Namespace) -> list[tuple[str, list[str] | None, list[str]]]:
+    """The benchmarks this run asks for, in the order they run (the LLM groups last)."""
+    chosen = BENCHMARKS + (LLM_BENCHMARKS if args.llm else [])
+    chosen += LLM_HUGE_BENCHMARKS if args.llm_huge else []
+    return [entry for entry in chosen if args.only in entry[0]]
+
+
+def script(name: str) -> Path:
+    """The script a benchmark runs: ``bench_llm_huge`` is ``bench_llm.py --huge``."""
+    return HERE / f"{name.removesuffix('_huge')}.py"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,9 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the short form of every benchmark")
     parser.add_argument("-k", dest="only", default="", help="run only benchmarks whose name contains this")
     parser.add_argument("--llm", action="store_true", help="also the LLM exports (bench_llm.py), last")
+    parser.add_argument("--llm-huge", action="store_true",
+                        help="also the 14 GiB decoder (bench_llm.py --huge), last")
     args = parser.parse_args(argv)
-    if args.llm and args.quick:
-        parser.error("--llm has no quick form: run it without --quick")
+    if (args.llm or args.llm_huge) and args.quick:
+        parser.error("--llm and --llm-huge have no quick form: run them without --quick")
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict = {
         "mode": "quick" if args.quick else "full",
@@ -60,13 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     summary = []
     started = time.perf_counter()
-    for name, quick, full in BENCHMARKS + (LLM_BENCHMARKS if args.llm else []):
-        if args.only not in name:
-            continue
+    for name, quick, full in selected(args):
         print(f"\n=== {name} ===", flush=True)
         rows_path = args.out / f"{name}.json"
         rows_path.unlink(missing_ok=True)
-        argv_ = [sys.executable, str(HERE / f"{name}.py"), *(quick if args.quick else full)]
+        argv_ = [sys.executable, str(script(name)), *(quick if args.quick else full)]
         argv_ += ["--json", str(rows_path)]
         start = time.perf_counter()
         proc = subprocess.run(argv_, capture_output=True, text=True)

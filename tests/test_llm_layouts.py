@@ -357,3 +357,156 @@ def test_the_checks_session_is_gone_before_a_mismatch_is_localized(tmp_path, mon
     with pytest.raises(onnxsurgery.errors.ValidationMismatch):
         onnxsurgery.run(path, "symbolize(x:0=batch)", references=refs, provider="cpu", atol=1e-12, rtol=1e-12)
     assert len(given) == 1 and held == [False]
+
+
+def _run_all():
+    """bench/run_all.py as a module (bench/ is no package)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "run_all.py"
+    spec = importlib.util.spec_from_file_location("run_all_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_make_bench_llm_huge_runs_the_huge_decoder_last(tmp_path, monkeypatch):
+    """``make bench ARGS=--llm-huge`` runs ``bench_llm.py --huge`` after the other benchmarks."""
+    import subprocess
+    from types import SimpleNamespace
+
+    run_all = _run_all()
+    ran: list[list[str]] = []
+
+    def fake_run(argv, **_):
+        ran.append(argv)
+        Path(argv[-1]).write_text("[]")
+        return subprocess.CompletedProcess(argv, 0, "table\n", "")
+
+    # run_all's own name only: platform.processor() runs `uname -p` through subprocess.run
+    monkeypatch.setattr(run_all, "subprocess", SimpleNamespace(run=fake_run))
+    code = run_all.main(["--llm-huge", "--out", str(tmp_path), "--results", str(tmp_path / "r.json")])
+    assert code == 0
+    assert Path(ran[-1][1]).name == "bench_llm.py" and ran[-1][2:-2] == ["--huge"]
+    assert all("--huge" not in argv for argv in ran[:-1])
+    assert (tmp_path / "bench_llm_huge.json").exists()
+    with pytest.raises(SystemExit):
+        run_all.main(["--llm-huge", "--quick", "--out", str(tmp_path)])
+
+
+def _rss_anon() -> int:
+    """Bytes of this process's anonymous memory (heap, ORT's own buffers; not mapped files)."""
+    with open("/proc/self/status") as status:
+        return 1024 * int(next(line for line in status if line.startswith("RssAnon")).split()[1])
+
+
+def _matmul_chain(dtype, layers: int = 9, width: int = 2048) -> onnx.ModelProto:
+    """x @ w0 @ w1 ... in ``dtype``: 72 MiB of float16 weights (over MAPPED_BYTES), which ORT's CPU
+    provider casts to float32 for its MatMul as TinyLlama's fp16 export has it cast."""
+    rng = np.random.default_rng(0)
+    np_type = helper.tensor_dtype_to_np_dtype(dtype)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((width, width)) / 45).astype(np_type), f"w{i}")
+        for i in range(layers)
+    ]
+    names = ["x", *(f"h{i}" for i in range(1, layers)), "y"]
+    nodes = [helper.make_node("MatMul", [names[i], f"w{i}"], [names[i + 1]]) for i in range(layers)]
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x", dtype, ["b", width])],
+        [helper.make_tensor_value_info("y", dtype, ["b", width])], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RssAnon from /proc")
+def test_a_check_session_over_fp16_weights_holds_no_float32_copy_of_them(tmp_path):
+    """ORT's CPU provider casts float16 weights to float32 for most ops; with its default
+    optimizations it folds each Cast into a float32 copy of the weight, held for the session's
+    life (TinyLlama fp16: 2.2x the model). A session run a few times (the check's) casts as it
+    runs, each copy gone once its op ran: ORT holds no weight-sized memory of its own, and the
+    outputs are the float32 products rounded to float16 after each op, as with folded copies."""
+    model = _matmul_chain(onnx.TensorProto.FLOAT16)
+    arrays = [numpy_helper.to_array(t) for t in model.graph.initializer]
+    weights = sum(a.nbytes for a in arrays)
+    feeds = {"x": np.random.default_rng(1).standard_normal((3, 2048)).astype(np.float16)}
+    expected = feeds["x"]
+    for array in arrays:
+        expected = (expected.astype(np.float32) @ array.astype(np.float32)).astype(np.float16)
+    before = _rss_anon()
+    session = create_session(model, "cpu", threads=1, prepack=False, mapped=True)
+    assert _rss_anon() - before < 0.5 * weights
+    got = run_session(session, ["y"], feeds)[0]
+    assert _rss_anon() - before < 0.5 * weights
+    np.testing.assert_allclose(got.astype(np.float32), expected.astype(np.float32), atol=1e-2, rtol=1e-2)
+
+
+def test_a_check_session_over_fp32_weights_keeps_every_optimization():
+    """Only weights ORT casts change a session's options: a float32 model's check session is
+    optimized as before (its outputs unchanged)."""
+    import onnxruntime as ort
+
+    for dtype, level in [
+        (onnx.TensorProto.FLOAT, ort.GraphOptimizationLevel.ORT_ENABLE_ALL),
+        (onnx.TensorProto.FLOAT16, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC),
+    ]:
+        session = create_session(_matmul_chain(dtype, layers=2, width=8), "cpu", prepack=False)
+        assert session.get_session_options().graph_optimization_level == level
+
+
+def _foldable(width: int = 64) -> onnx.ModelProto:
+    """``_model``'s chain with what onnxsim folds: a Transpose of a weight, a shape computed from
+    constants for a Reshape."""
+    model = _model(width=width)
+    graph = model.graph
+    graph.node[-1].input[1] = "w2t"
+    graph.node.insert(2, helper.make_node("Transpose", ["w2"], ["w2t"], perm=[1, 0]))
+    graph.node[-1].output[0] = "y0"
+    graph.initializer.extend([
+        numpy_helper.from_array(np.array([1, width], np.int64), "c"),
+        numpy_helper.from_array(np.array([1, 0], np.int64), "d"),
+    ])  # fmt: skip
+    graph.node.extend([
+        helper.make_node("Add", ["c", "d"], ["shape"]),
+        helper.make_node("Reshape", ["y0", "shape"], ["y1"]),
+        helper.make_node("Relu", ["y1"], ["y"]),
+    ])  # fmt: skip
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, width]))
+    return model
+
+
+def test_fold_constants_gives_onnxsim_a_large_model_in_memory_by_path(monkeypatch):
+    """A model passed in memory with BY_PATH_BYTES of tensors or more (the threshold lowered
+    here) goes to onnxsim by path, written with external data: in memory onnxsim holds the
+    model's bytes, its parse, its result's bytes and the checker's parse of them at once (a
+    1.5 GB model peaked at 6.1x its size). The folded model is the one the in-memory route
+    makes."""
+    import onnxsim
+
+    given: list[object] = []
+    real = onnxsim.simplify
+    monkeypatch.setattr(onnxsim, "simplify", lambda model, *a, **k: given.append(model) or real(model, *a, **k))
+    in_memory = onnxsurgery.run(_foldable(), "fold-constants", provider="cpu").model
+    assert isinstance(given[-1], onnx.ModelProto)
+    monkeypatch.setattr(onnxsim_child, "BY_PATH_BYTES", 1)
+    by_path = onnxsurgery.run(_foldable(), "fold-constants", provider="cpu").model
+    assert isinstance(given[-1], str)
+    assert len(by_path.graph.node) < len(_foldable().graph.node)
+    assert by_path.graph.SerializeToString() == in_memory.graph.SerializeToString()
+
+
+def test_a_session_by_path_over_fp16_weights_casts_them_as_it_runs(tmp_path):
+    """validate MODEL builds its session by path: its graph is read (the weights left where they
+    lie) to see that they are float16, and the session casts them as it runs, as the check's
+    does (a TinyLlama-1.1B fp16 validate: 1.97x the model -> 1.14x)."""
+    import onnxruntime as ort
+
+    for dtype, level in [
+        (onnx.TensorProto.FLOAT, ort.GraphOptimizationLevel.ORT_ENABLE_ALL),
+        (onnx.TensorProto.FLOAT16, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC),
+    ]:
+        path = _torch_layout(_matmul_chain(dtype, layers=2, width=512), tmp_path / str(dtype))
+        session = create_session(path, "cpu")
+        assert session.get_session_options().graph_optimization_level == level

@@ -30,6 +30,7 @@ from onnxsurgery.limits import LimitExceeded, check_sizes
 from onnxsurgery.limits import current as current_limits
 from onnxsurgery.model.io import (
     is_large,
+    read_model_file,
     save_model,
 )
 from onnxsurgery.model.walk import default_opset
@@ -350,7 +351,7 @@ def create_session(
     if isinstance(model, onnx.ModelProto):
         check_sizes(model)  # before ORT could try to build what the graph describes
     _quiet_ort()
-    options = _session_options(threads, spin, prepack)
+    options = _session_options(threads, spin, prepack, not prepack and _casts_weights(model, choice))
     shared = share_with if isinstance(share_with, Mapping) else session_weights(share_with)
     with quiet_stderr():
         if not isinstance(model, onnx.ModelProto):
@@ -364,10 +365,40 @@ def create_session(
         return _session_over_weights(model, shared, options, choice.providers, bare)
 
 
-def _session_options(threads: int | None, spin: bool, prepack: bool) -> ort.SessionOptions:
+#: Weight types ORT's CPU provider has no kernels for in most ops: it casts them to float32.
+_CAST_ON_CPU = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+
+
+def _casts_weights(model: onnx.ModelProto | str | os.PathLike, choice: ProviderChoice) -> bool:
+    """Whether ``model`` (a ModelProto, or a path: its graph read, its weights left on disk)
+    runs on the CPU provider with weights of a type it casts to float32 (:data:`_CAST_ON_CPU`)."""
+    if choice.provider != _CPU:
+        return False
+    if not isinstance(model, onnx.ModelProto):
+        try:
+            model = read_model_file(model, check=False, weights_on_disk=True).model
+        except Exception:  # noqa: BLE001 - ORT's own error says what is wrong with the file
+            return False
+    return any(t.data_type in _CAST_ON_CPU for t in model.graph.initializer)
+
+
+def _session_options(
+    threads: int | None, spin: bool, prepack: bool, cast_as_run: bool = False
+) -> ort.SessionOptions:
     """ORT's session options for :func:`create_session`'s ``threads``, ``spin`` and
-    ``prepack``, its own log kept to errors."""
+    ``prepack``, its own log kept to errors.
+
+    ``cast_as_run`` (a session run a few times over float16 weights on CPU): ORT inserts a Cast
+    to float32 before every op without a float16 kernel; above basic optimizations it folds the
+    Casts of weights into a float32 copy of each (the session then holds twice the model), and
+    its default order runs the Casts of every weight first. Basic optimizations, Casts run next
+    to the op that reads them, no arena to keep what they made: a TinyLlama-1.1B fp16 check
+    session peaks at 1.15x the model instead of 2.2x, and is built in a third of the time."""
     options = ort.SessionOptions()
+    if cast_as_run:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
+        options.enable_cpu_mem_arena = False
     options.log_severity_level = 3
     if threads:
         options.intra_op_num_threads = threads

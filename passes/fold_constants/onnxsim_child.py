@@ -5,7 +5,7 @@
   a :class:`FolderFailed` instead of killing the caller, and everything native code prints goes to
   a log instead of the terminal. On models over 2 GB, the weights no folding reads reach onnxsim
   as graph inputs (:mod:`~onnxsurgery.passes.fold_constants.held_weights`) and come back after;
-  what is still near the 2 GB protobuf limit goes through onnxsim's path-based entry point
+  what still holds :data:`BY_PATH_BYTES` or more goes through onnxsim's path-based entry point
   (``simplify(path, output_path=...)``) with external data.
 Isolation uses ``fork``: a spawned interpreter would import onnxsim again on every call (see
 ``onnxsim_import.py``) and read the model from a file. A fork still costs more than onnxsim's own
@@ -63,6 +63,13 @@ __all__ = [
 #: Below it a fork is not worth its cost (measured by bench/bench_fold_constants.py): first-touch
 #: page faults in the child, and the result serialized back through a file.
 AUTO_ISOLATE_BYTES = LARGE_MODEL_BYTES
+
+#: Models given to onnxsim with at least this many bytes of tensors go by path (written with
+#: external data, tensor by tensor). In memory, onnxsim holds the model's bytes, its parsed
+#: copy, its result's bytes and the checker's parse of them at once, and then parses the result
+#: again: a 1.5 GB model passed in-process peaked at 6.1x its size, every copy a whole model.
+#: Below it the file round trip costs more time than the copies cost memory.
+BY_PATH_BYTES = 1 << 30
 
 
 def fork_available() -> bool:
@@ -291,7 +298,7 @@ def run_onnxsim(
     held = weights_to_hold(model, hold_weights)
     given = without_held(model, held) if held else model
     given_bytes = tensor_bytes(given) if held else nbytes
-    large = given_bytes >= LARGE_MODEL_BYTES
+    large = given_bytes >= BY_PATH_BYTES
     where = "forked child process" if forked else "in-process"
     with tempfile.TemporaryDirectory(prefix="onnxsurgery-fold-") as tmp:
         workdir = Path(tmp)
