@@ -64,6 +64,31 @@ def padded_blocks(seq: int, block: int, *, torchscript: bool = False) -> onnx.Mo
     )
 
 
+def concat_blocks(seq: int, block: int, piece: str) -> onnx.ModelProto:
+    """:func:`block_means` padded by a Concat (``torch.cat([x, x.new_zeros(2, pad, F)], 1)``):
+    a zeros constant, a ConstantOfShape of the traced pad, or (``token``) a constant of several
+    values (a learned token appended: no padding)."""
+    pad = -seq % block
+    count = (seq + pad) // block
+    inits: dict[str, np.ndarray] = {"shape": np.array([2, count, block, F], np.int64)}
+    if piece == "constant-of-shape":
+        make = "z = ConstantOfShape <value = float[1] {0.0}> (zshape)"
+        inits["zshape"] = np.array([2, pad, F], np.int64)
+    else:
+        make = "z = Identity (zc)"
+        values = np.arange(2 * pad * F) + 1.0 if piece == "token" else np.zeros(2 * pad * F)
+        inits["zc"] = values.reshape(2, pad, F).astype(np.float32)
+    return parse(
+        f"""{OPSET} net (float[2, {seq}, {F}] x) => (float[2, {count}, {F}] y) {{
+            {make}
+            xp = Concat <axis = 1> (x, z)
+            blocks = Reshape (xp, shape)
+            y = ReduceMean <axes = [2], keepdims = 0> (blocks)
+        }}""",
+        **inits,
+    )
+
+
 def agrees_with_numpy(model: onnx.ModelProto, block: int, sizes: list[tuple[int, int]]) -> bool:
     """Whether ``model`` gives :func:`block_means` at each (batch, seq) of ``sizes``."""
     run = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -111,6 +136,28 @@ def test_one_block_is_refused_naming_the_pad_block_and_traced_size(axes, torchsc
     assert "baked at seq = 3, where seq = 4 needs 0, or a fixed pad of 1" in text
     assert "the padded length reads seq + 1" in text
     assert "[traced: axis 1 (seq) = 3 padded (0, 1) to 1 x 4]" in text
+
+
+@pytest.mark.parametrize("piece", ["zeros", "constant-of-shape"])
+@pytest.mark.parametrize("axes", [SEQ, SEQ_BOUND], ids=["unbounded", "seq<=traced"])
+def test_a_concat_of_zeros_is_refused_as_a_pad(piece, axes):
+    """The same padding as a Concat of zeros: the old code returned one block of seq + 1,
+    verified only at level "runs"; refused now, naming the Concat and its zeros."""
+    model = concat_blocks(3, 4, piece)
+    assert agrees_with_numpy(model, 4, [(2, 3)])
+    with pytest.raises(PassError) as caught:
+        Symbolize(**axes)(model, CPU)
+    text = str(caught.value)
+    assert "Concat '' (input 'z'): pads axis 1 (seq) by 1 to 4, which Reshape ''" in text
+    assert "splits into 1 block(s) of 4: a pad to a multiple of 4" in text
+
+
+def test_a_token_appended_is_no_padding():
+    """A Concat of a piece of several values (a learned token) is no padding: not a site."""
+    rule = BlockPadding()
+    assert sites(concat_blocks(3, 4, "token"), {"x": {0: "batch", 1: "seq"}}, rule) == []
+    (zeros,) = sites(concat_blocks(3, 4, "zeros"), {"x": {0: "batch", 1: "seq"}}, rule)
+    assert (zeros.before, zeros.amounts) == ([(0, 0), (0, 1), (0, 0)], "z")
 
 
 def test_several_blocks_are_refused():

@@ -1,6 +1,7 @@
 """symbolize's blocker for a length padded to a multiple of a block at the traced size: a
 constant Pad whose amount the trace computed from the size (torch's ``(-seq) % block``, as
-LongT5's local attention pads to its block length), then split into blocks by a Reshape.
+LongT5's local attention pads to its block length), or a Concat of one constant value (zeros,
+a ConstantOfShape) of that length, then split into blocks by a Reshape.
 
 The export keeps the traced size's amount (120, for seq 8 and blocks of 128); kept, the padded
 length reads ``seq + 120``, which is no multiple of 128 at another size, and the blocks come out
@@ -60,13 +61,18 @@ class BlockSplit:
 
 @dataclass
 class PadSite:
-    """A constant-mode Pad with constant amounts, its data input's shape solved."""
+    """A constant-mode Pad with constant amounts (``amounts``: its pads input), or a Concat of
+    one constant value (``amounts``: that piece), as what it adds to its data input's ``shape``:
+    (begin, end) per axis, traced."""
 
     analysis: ShapeAnalysis
     solution: Solution
     node: onnx.NodeProto
     shape: list[Dim]
     before: list[tuple[int, int]]
+    amounts: str | None
+    #: the main graph's nodes by the tensors they read
+    consumers: dict[str, list[onnx.NodeProto]]
 
     @cached_property
     def splits(self) -> list[BlockSplit]:
@@ -83,7 +89,7 @@ class PadSite:
                 return []
             padded = sol.resolve(out.shape[axis])
             length = a.traced(d) + b + e
-            for node in _reached(a, self.node.output[0]):
+            for node in _reached(self.consumers, self.node.output[0]):
                 split = _block_split(a, sol, node, padded, length)
                 if split is not None and split[1] > b + e:
                     found.append(BlockSplit(axis, d, padded, a.traced(d), (b, e), node, *split))
@@ -92,24 +98,70 @@ class PadSite:
 
 
 def constant_pads(a: ShapeAnalysis, sol: Solution) -> Iterator[PadSite]:
-    """Each constant-mode Pad of the main graph whose amounts are constant, in the graph's order."""
-    for node in a.model.graph.node:
-        if node.op_type != "Pad":
-            continue
-        info = a.tensors.get(node.input[0])
-        if info is None or info.shape is None:
-            continue
-        pad_node, before = pad_before(a, node.output[0], len(info.shape))
-        if pad_node is not None and before is not None:
-            yield PadSite(a, sol, node, list(info.shape), before)
-
-
-def _reached(a: ShapeAnalysis, tensor: str) -> Iterator[onnx.NodeProto]:
-    """The Reshape nodes at most :data:`REACH` nodes after ``tensor``, nearest first."""
+    """Each constant-mode Pad of the main graph whose amounts are constant, and each Concat of
+    two pieces, one of one constant value and a constant length on the axis, in the graph's
+    order."""
     consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
     for node in a.model.graph.node:
         for name in node.input:
             consumers[name].append(node)
+    for node in a.model.graph.node:
+        info = a.tensors.get(node.input[0]) if node.input else None
+        if node.op_type == "Concat":
+            site = _concat_pad(a, sol, node, consumers)
+            if site is not None:
+                yield site
+        elif node.op_type == "Pad" and info is not None and info.shape is not None:
+            pad_node, before = pad_before(a, node.output[0], len(info.shape))
+            if pad_node is not None and before is not None:
+                amounts = node.input[1] if len(node.input) > 1 and node.input[1] else None
+                yield PadSite(a, sol, node, list(info.shape), before, amounts, consumers)
+
+
+def _concat_pad(
+    a: ShapeAnalysis,
+    sol: Solution,
+    node: onnx.NodeProto,
+    consumers: dict[str, list[onnx.NodeProto]],
+) -> PadSite | None:
+    """``node`` as a :class:`PadSite`: a Concat of a tensor and a piece of one constant value
+    (``torch.cat([x, x.new_zeros(...)])``) whose length on the axis is constant; else None."""
+    if len(node.input) != 2:
+        return None
+    shapes = []
+    for name in node.input:
+        info = a.tensors.get(name)
+        if info is None or info.shape is None:
+            return None
+        shapes.append(list(info.shape))
+    rank = len(shapes[0])
+    if rank == 0 or len(shapes[1]) != rank:
+        return None
+    axis = next((x.i for x in node.attribute if x.name == "axis"), 0) % rank
+    for data, piece in ((0, 1), (1, 0)):
+        length = sol.resolve(shapes[piece][axis]).value
+        if length is None or not _one_value(a, node.input[piece]):
+            continue
+        before = [(0, 0)] * rank
+        before[axis] = (0, int(length)) if piece else (int(length), 0)
+        return PadSite(a, sol, node, shapes[data], before, node.input[piece], consumers)
+    return None
+
+
+def _one_value(a: ShapeAnalysis, tensor: str) -> bool:
+    """Whether ``tensor`` holds one value throughout: a constant of one value, or made by
+    ConstantOfShape."""
+    arr = a.consts.get(tensor)
+    if arr is not None:
+        return arr.size > 0 and bool((arr == arr.reshape(-1)[0]).all())
+    found = a.producers.get(tensor)
+    return found is not None and found[1].op_type == "ConstantOfShape"
+
+
+def _reached(
+    consumers: dict[str, list[onnx.NodeProto]], tensor: str
+) -> Iterator[onnx.NodeProto]:
+    """The Reshape nodes at most :data:`REACH` nodes after ``tensor``, nearest first."""
     queue, seen = deque([(tensor, 0)]), {tensor}
     while queue:
         name, depth = queue.popleft()
@@ -142,9 +194,10 @@ def _block_split(
 
 
 class BlockPadding(GraphRule):
-    """A symbolic axis padded by a constant Pad to a length a Reshape splits into blocks, each
-    longer than the pad: a pad to a multiple of the block (``(-seq) % block``) the export baked
-    at the traced size, or a fixed one; the graph cannot tell which, so it is a blocker."""
+    """A symbolic axis padded by a constant Pad (or a Concat of zeros) to a length a Reshape
+    splits into blocks, each longer than the pad: a pad to a multiple of the block
+    (``(-seq) % block``) the export baked at the traced size, or a fixed one; the graph cannot
+    tell which, so it is a blocker."""
 
     kind = "block-padding"
     sites = staticmethod(constant_pads)
@@ -175,9 +228,10 @@ class BlockPadding(GraphRule):
             f"{s.count} x {s.block}"
             for s in found
         )
-        pads = node.input[1] if len(node.input) > 1 and node.input[1] else None
         fix = fix_text(a, ", ".join(syms))
-        return Blocker(node.name, node.op_type, pads, traced, why, fix, tuple(syms), self.kind)
+        return Blocker(
+            node.name, node.op_type, site.amounts, traced, why, fix, tuple(syms), self.kind
+        )  # fmt: skip
 
 
 def _step(d: Dim) -> int | None:
