@@ -225,3 +225,25 @@ def test_a_fixed_pad_is_still_symbolized_and_right():
     run = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     x = np.random.default_rng(1).standard_normal((3, 6, F)).astype(np.float32)
     assert np.allclose(run.run(None, {"x": x})[0], np.pad(x, ((0, 0), (0, 1), (0, 0))).mean(axis=1), atol=1e-5)
+
+
+def test_a_torch_module_padding_to_blocks_exported_by_torchscript_is_refused(tmp_path):
+    """The mechanism from torch itself: ``F.pad`` by ``(-seq) % 4`` then blocks of 4, exported
+    by TorchScript at seq 3 (the trace folds the amount to 1); the old code returned it with
+    the padded length read as seq + 1."""
+    torch = pytest.importorskip("torch")
+
+    class BlockMeans(torch.nn.Module):
+        def forward(self, x):
+            x = torch.nn.functional.pad(x, (0, 0, 0, (-x.shape[1]) % 4))
+            return x.reshape(x.shape[0], -1, 4, x.shape[2]).mean(2)
+
+    path = tmp_path / "blocks.onnx"
+    x = torch.randn(2, 3, F)
+    torch.onnx.export(BlockMeans(), (x,), path, dynamo=False, input_names=["x"])
+    model = onnx.load(path)
+    assert agrees_with_numpy(model, 4, [(2, 3)])
+    with pytest.raises(PassError) as caught:
+        Symbolize(**SEQ)(model, CPU)
+    text = str(caught.value)
+    assert "pads axis 1 (seq) by 1 to 4" in text and "1 block(s) of 4" in text
