@@ -152,6 +152,26 @@ def test_a_concat_of_zeros_is_refused_as_a_pad(piece, axes):
     assert "splits into 1 block(s) of 4: a pad to a multiple of 4" in text
 
 
+def test_a_pad_computed_from_the_size_is_no_site():
+    """Pads computed at run time (``(-Shape(x)[1]) % 4``, as a dynamic export leaves them) are
+    no amount the trace baked: not a site of the rule."""
+    model = parse(
+        f"""{OPSET} net (float[2, 3, {F}] x) => (float[2, 1, {F}] y) {{
+            s = Shape <start = 1, end = 2> (x)
+            n = Neg (s)
+            m = Mod (n, blk)
+            pads = Concat <axis = 0> (lead, m, tail)
+            xp = Pad (x, pads)
+            blocks = Reshape (xp, shape)
+            y = ReduceMean <axes = [2], keepdims = 0> (blocks)
+        }}""",
+        blk=np.array([4], np.int64), lead=np.zeros(4, np.int64), tail=np.zeros(1, np.int64),
+        shape=np.array([2, -1, 4, F], np.int64),
+    )
+    assert agrees_with_numpy(model, 4, [(2, 3)])
+    assert sites(model, {"x": {0: "batch", 1: "seq"}}, BlockPadding()) == []
+
+
 def test_a_token_appended_is_no_padding():
     """A Concat of a piece of several values (a learned token) is no padding: not a site."""
     rule = BlockPadding()

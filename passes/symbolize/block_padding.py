@@ -113,9 +113,20 @@ def constant_pads(a: ShapeAnalysis, sol: Solution) -> Iterator[PadSite]:
                 yield site
         elif node.op_type == "Pad" and info is not None and info.shape is not None:
             pad_node, before = pad_before(a, node.output[0], len(info.shape))
-            if pad_node is not None and before is not None:
+            if pad_node is not None and before is not None and _fixed_amounts(a, sol, node):
                 amounts = node.input[1] if len(node.input) > 1 and node.input[1] else None
                 yield PadSite(a, sol, node, list(info.shape), before, amounts, consumers)
+
+
+def _fixed_amounts(a: ShapeAnalysis, sol: Solution, node: onnx.NodeProto) -> bool:
+    """Whether the Pad ``node``'s amounts are fixed numbers (a constant, or arithmetic of
+    constants the trace folded), not computed from a size at run time."""
+    if a.opset < 11:
+        return True
+    info = a.tensors.get(node.input[1])
+    return info is not None and info.value is not None and all(
+        sol.resolve(v).is_const() for v in info.value
+    )
 
 
 def _concat_pad(
