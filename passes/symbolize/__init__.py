@@ -10,6 +10,7 @@ The pass reads as stages, each a module that only reads what the one before it p
     cache_offsets.py    counts and band bounds that move with a KV cache's length, or cannot be told
     blockers.py         a blocker (what holds only at the traced size), grouped and summarized
     baked.py            what an export baked at the traced size ('same' pads, grid tables)
+    block_padding.py    a length padded to a multiple of a block at the traced size (a rule)
     coincident.py       sizes a symbol and a fixed value both fit (kept ones blocked, hinted ambiguous)
     wording.py          how blockers spell dims, axes and fixes in the input symbols
     readings.py         the rewrites reference cases choose between where the graph cannot tell

@@ -478,3 +478,5 @@ GRAPH_RULES: list[GraphRule] = [
     UnrolledAppends(),
     SamePadding(),
 ]
+
+from onnxsurgery.passes.symbolize import block_padding  # noqa: E402, F401  (registers its rule)
