@@ -10,7 +10,9 @@ decides each one by structure, in this order:
 2. soft hints (Reshape keeps leading/trailing dims, a Slice bound equal to its axis, a Scatter
    buffer the size of its index set) fix what hard constraints left free, unless that
    contradicts a hard constraint;
-3. data-constant dims nobody forced keep their traced size (masks that only broadcast); then
+3. products of unknowns holding a data dim that must equal a product of symbols none of which
+   is 1 at the traced size are split (a position index tiled and multiplied with the keys);
+   data-constant dims nobody forced keep their traced size (masks that only broadcast); then
    products of unknowns that must equal a product of symbols (a Resize to the patch grid) are
    split symbol by symbol, in axis order;
 4. size elements nobody forced keep their traced value: a ``1`` that equals the traced batch but
@@ -451,15 +453,33 @@ class _Solver:
             plan[var] = value
         return plan
 
-    def factor_pending(self) -> None:
+    def factor_pending(self, *, data_only: bool = False) -> None:
         """Hard products of unknowns still open (``$v1*$v2 == height*width``, a Resize to the
-        patch grid) are split symbol by symbol, like a Reshape's middle dims."""
+        patch grid) are split symbol by symbol, like a Reshape's middle dims.
+
+        ``data_only``: only products holding a data dim, against symbols none of which is 1 at
+        the traced size (so the split cannot hand a symbol to the wrong factor). Run before data
+        dims keep their traced size: a position index ``[1, seq]`` tiled by a repeat of 1 and
+        multiplied with the keys (``$d2*$v5 == seq``) takes ``seq`` on its data dim; keeping
+        the data dim first would leave ``seq`` to the repeat, and no integer repeat is ``seq/8``.
+        """
         for cid, c in enumerate(self.hard):
             if cid in self.done or c.lhs is None or c.rhs is None:
                 continue
             expr = self.resolve(self.exprs[cid])
-            if len(self.unknowns(expr)) >= 2:
-                self.factor(c.lhs, c.rhs)
+            unknown = self.unknowns(expr)
+            if len(unknown) < 2:
+                continue
+            if data_only and not self._clear_data_split(expr, unknown):
+                continue
+            self.factor(c.lhs, c.rhs)
+
+    def _clear_data_split(self, expr: Dim, unknown: set[str]) -> bool:
+        """Whether ``expr`` holds a data dim and only symbols traced above 1 besides unknowns."""
+        known = expr.atoms() - unknown
+        return any(self.a.atoms[x].kind == "data" for x in unknown) and all(
+            self.traced.get(x, 0) > 1 for x in known
+        )
 
     def relate(self) -> None:
         """Turn hard constraints among symbols alone into relations (module docstring)."""
@@ -528,6 +548,7 @@ class _Solver:
         self.drain()
         self.relate()
         self.apply_hints()
+        self.factor_pending(data_only=True)
         self.default("data")
         self.factor_pending()
         self.default("var")
