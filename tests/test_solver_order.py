@@ -70,3 +70,84 @@ def test_a_rotary_position_index_follows_seq_end_to_end() -> None:
         x = RNG.standard_normal((b, s, 16)).astype(np.float32)
         (got,) = run_model(result.model, {"x": x}, provider="cpu").values()
         np.testing.assert_allclose(got, rotary_in_numpy(x), rtol=1e-6, atol=1e-6)
+
+
+def reduced_attention(
+    channels: int, targets: dict[str, list[int]], x: str, queries: str = "q"
+) -> onnx.ModelProto:
+    """SegFormer's efficient self-attention around a stride-8 conv (8x8 kernel) traced down to
+    one pixel: ``tokens`` flattens the image, ``reduce`` the conv's output into the keys and
+    values; ``split_q``/``split_kv`` are ``view(*shape[:-1], -1, head)``, ``merge`` puts the
+    heads back, ``proj`` projects. The queries (``q``: every pixel; ``kv``: the reduced grid,
+    SegFormer's last stage) attend over the reduced grid."""
+    text = f"""
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[{x}] x) => (float[N, S, {channels}] y) {{
+          t = Reshape (x, tokens)
+          q = Transpose <perm = [0, 2, 1]> (t)
+          r = Conv <kernel_shape = [8, 8], strides = [8, 8]> (x, w)
+          rf = Reshape (r, reduce)
+          kv = Transpose <perm = [0, 2, 1]> (rf)
+          qh = Reshape ({queries}, split_q)
+          qt = Transpose <perm = [0, 2, 1, 3]> (qh)
+          kh = Reshape (kv, split_kv)
+          kt = Transpose <perm = [0, 2, 3, 1]> (kh)
+          vh = Reshape (kv, split_kv)
+          vt = Transpose <perm = [0, 2, 1, 3]> (vh)
+          s = MatMul (qt, kt)
+          p = Softmax <axis = -1> (s)
+          o = MatMul (p, vt)
+          ot = Transpose <perm = [0, 2, 1, 3]> (o)
+          m = Reshape (ot, merge)
+          y = MatMul (m, proj)
+        }}
+    """
+    rng = np.random.default_rng(2)
+    arrays = {k: np.array(v, dtype=np.int64) for k, v in targets.items()}
+    return parse(
+        text,
+        w=rng.standard_normal((channels, channels, 8, 8)).astype(np.float32) / 8,
+        proj=rng.standard_normal((channels, channels)).astype(np.float32),
+        **arrays,
+    )
+
+
+def check_at_other_sizes(traced: onnx.ModelProto, dynamic: onnx.ModelProto, channels: int) -> None:
+    result = Symbolize(**{"x:0": "batch", "x:2": "height", "x:3": "width"})(traced, CPU)
+    for shape in ((2, channels, 8, 8), (3, channels, 16, 24), (1, channels, 24, 8)):
+        x = RNG.standard_normal(shape).astype(np.float32)
+        (got,) = run_model(result.model, {"x": x}, provider="cpu").values()
+        (want,) = run_model(dynamic, {"x": x}, provider="cpu").values()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_key_split_beside_a_query_of_one_head_keeps_the_reduced_grid_whole() -> None:
+    """One head (8 channels of 8): the keys' ``[b, h*w, 8] -> [2, 1, -1, 8]`` holds two 1s,
+    the token count and the heads. Splitting ``h*w`` over them gave the heads dim ``w``; the
+    MatMul with the queries (one head, the constant 1) broadcast it away in the analysis, so
+    nothing contradicted it, and ONNX Runtime failed at the output projection at any other
+    width ("a planning bug of symbolize"). The dim a broadcast dropped for a constant 1 is 1."""
+    sizes = {"tokens": [2, 8, -1], "reduce": [2, 8, -1], "merge": [2, 64, -1]}
+    traced = reduced_attention(
+        8, sizes | {"split_q": [2, 64, -1, 8], "split_kv": [2, 1, -1, 8]}, "2, 8, 8, 8"
+    )
+    free = {"tokens": [0, 8, -1], "reduce": [0, 8, -1], "merge": [0, 0, -1]}
+    dynamic = reduced_attention(
+        8, free | {"split_q": [0, 0, -1, 8], "split_kv": [0, 0, -1, 8]}, "N, 8, H, W"
+    )
+    check_at_other_sizes(traced, dynamic, 8)
+
+
+def test_tokens_traced_at_one_pixel_stay_whole_beside_the_heads() -> None:
+    """Eight heads of 2 over a grid that is one pixel at the traced size (SegFormer's last
+    stage): ``[b, h*w, 16] -> [2, 1, -1, 2]``. The split gave the 1 ``h`` and the -1 ``w*8``
+    (a width merged into the heads), a model ONNX Runtime runs and that computes attention
+    over the wrong axes at any other size: the symbols traced at 1 stay with the 1."""
+    sizes = {"tokens": [2, 16, -1], "reduce": [2, 16, -1], "merge": [2, 1, -1]}
+    split = {"split_q": [2, 1, -1, 2], "split_kv": [2, 1, -1, 2]}
+    x = "2, 16, 8, 8"
+    traced = reduced_attention(16, sizes | split, x, "kv")
+    free = {"tokens": [0, 16, -1], "reduce": [0, 16, -1], "merge": [0, 0, -1]}
+    both = {"split_q": [0, 0, -1, 2], "split_kv": [0, 0, -1, 2]}
+    dynamic = reduced_attention(16, free | both, "N, 16, H, W", "kv")
+    check_at_other_sizes(traced, dynamic, 16)

@@ -395,9 +395,12 @@ class _Solver:
                 order = sorted(umono, key=lambda x: rank.get(x, len(positions)))
             atoms = sorted(kmono, key=self._order)
             coef = kcoef // ucoef
-            plan = self._split(order, atoms, coef)
+            ones = [x for x in order if self._dropped_one(x)]
+            rest = [x for x in order if x not in ones]
+            plan = self._split(rest, atoms, coef) if rest else None
             if plan is None:
                 return
+            plan.update({x: Dim.const(1) for x in ones})
             for var, value in plan.items():
                 if self.breaks_hard(var, value):
                     return
@@ -407,7 +410,45 @@ class _Solver:
             self.drain()
             return
 
+    def _dropped_one(self, atom: str) -> bool:
+        """Whether a broadcast dropped ``atom`` (every operand traced at 1) for a dim that is
+        now the constant 1: the analysis wrote that broadcast's output as 1, which holds only if
+        ``atom`` is 1 too (a key's heads dim, beside a query's heads count of 1)."""
+        kept = self.a.dropped_ones.get(atom)
+        return kept is not None and self.resolve(kept) == Dim.const(1)
+
     def _split(self, order: list[str], atoms: list[str], coef: int) -> dict[str, Dim] | None:
+        """Give each unknown (in order) a sub-product of ``coef * atoms`` with its traced value.
+
+        Symbols traced at 1 go to the unknowns traced at 1, one each in order, the last of them
+        taking the rest: joining one to an unknown of another size (``$q*8``) would merge an
+        axis of the input into a feature axis, which the traced sizes cannot show. A Reshape
+        ``[b, h*w, 16] -> [b, 1, -1, 2]`` traced at ``h = w = 1`` keeps ``h*w`` whole
+        (``[b, h*w, 8, 2]``, heads beside the tokens), not ``[b, h, w*8, 2]``. The other
+        symbols are split by :meth:`_split_sized`.
+        """
+        ones = [x for x in atoms if self.traced[x] == 1]
+        slots = [v for v in order if self.traced[v] == 1]
+        if not ones or not slots or len(ones) <= len(slots):
+            return self._split_sized(order, atoms, coef)
+        others = [v for v in order if v not in slots]
+        big = [x for x in atoms if x not in ones]
+        plan: dict[str, Dim] | None = {}
+        if others:
+            plan = self._split_sized(others, big, coef)
+        elif big or coef != 1:
+            return None
+        if plan is None:
+            return None
+        for i, var in enumerate(slots):
+            took = ones[i:] if i == len(slots) - 1 else ones[i : i + 1]
+            value = Dim.const(1)
+            for x in took:
+                value = value * Dim.sym(x)
+            plan[var] = value
+        return plan
+
+    def _split_sized(self, order: list[str], atoms: list[str], coef: int) -> dict[str, Dim] | None:
         """Give each unknown (in order) a sub-product of ``coef * atoms`` with its traced value.
 
         A symbol whose traced value equals an unknown's exactly goes to that unknown first (at
@@ -417,7 +458,7 @@ class _Solver:
         """
         plan: dict[str, Dim] = {}
         atoms = list(atoms)
-        for var in order:
+        for var in order if len(order) > 1 else ():  # a lone unknown takes the whole product
             want = self.traced[var]
             exact = next((x for x in atoms if self.traced[x] == want), None)
             if exact is not None:
