@@ -13,6 +13,8 @@ decides each one by structure, in this order:
 3. products of unknowns holding a data dim that must equal a product of symbols none of which
    is 1 at the traced size are split (a position index tiled and multiplied with the keys);
    data-constant dims nobody forced keep their traced size (masks that only broadcast); then
+   the soft hints are tried again (a Slice end equal to its axis ``$d + $v``, a cls token's
+   data dim and the token count, is solvable only once the data dim is decided); then
    products of unknowns that must equal a product of symbols (a Resize to the patch grid) are
    split symbol by symbol, in axis order;
 4. size elements nobody forced keep their traced value: a ``1`` that equals the traced batch but
@@ -591,6 +593,7 @@ class _Solver:
         self.apply_hints()
         self.factor_pending(data_only=True)
         self.default("data")
+        self.apply_hints()
         self.factor_pending()
         self.default("var")
         for name, atom in self.a.atoms.items():

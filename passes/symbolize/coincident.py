@@ -123,19 +123,41 @@ def _kept(a: ShapeAnalysis, sol: Solution, use: ConstUse) -> list[tuple[int, str
     return [(i, x) for i, x in enumerate(use.atoms) if x is not None and sol.how.get(x) == "kept"]
 
 
-def _slice_over_fixed_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int) -> bool:
-    """A Slice start or end on an axis of fixed length: the graph fixes it (the whole axis)."""
+def _sliced_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int) -> Dim | None:
+    """The length of the axis a Slice start or end (element ``index`` of ``use``) bounds;
+    None for any other read."""
     if use.op != "Slice" or use.input_index not in (1, 2) or use.graph:
-        return False
+        return None
     node = a.model.graph.node[use.node_index]
     data = a.tensors.get(node.input[0])
     if data is None or data.shape is None:
-        return False
+        return None
     axes_arr = a.consts.get(node.input[3]) if len(node.input) > 3 and node.input[3] else None
     axes = list(range(len(data.shape))) if axes_arr is None else axes_arr.reshape(-1).tolist()
     if index >= len(axes):
-        return False
-    return sol.resolve(data.shape[int(axes[index])]).is_const()
+        return None
+    return sol.resolve(data.shape[int(axes[index])])
+
+
+def _slice_over_fixed_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int) -> bool:
+    """A Slice start or end on an axis of fixed length: the graph fixes it (the whole axis)."""
+    axis = _sliced_axis(a, sol, use, index)
+    return axis is not None and axis.is_const()
+
+
+def _rows_elsewhere(
+    a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int, reading: Dim, rows: Set[str]
+) -> bool:
+    """A Slice bound on an axis without the batch read as that batch: a batch whose rows are
+    independent sizes no other axis (CvT traced at batch 1 takes its cls token with
+    ``x[:, 0:1]``: a 1 on the token axis, not the batch)."""
+    axis = _sliced_axis(a, sol, use, index)
+    return (
+        axis is not None
+        and bool(reading.atoms() & rows)
+        and not (reading.atoms() & axis.atoms())
+        and not a.unknowns(axis) - sol.opaque
+    )
 
 
 def _broadcast_one(use: ConstUse, value: int, sets: tuple[str, str]) -> bool:
@@ -189,7 +211,11 @@ def find_coincidences(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[C
             value = a.atoms[atom].traced
             if _slice_over_fixed_axis(a, sol, use, index) or _broadcast_one(use, value, sets):
                 continue
-            fitting = [e for e in _expressions(a, value) if _fits(a, atom, e, conflicts)]
+            fitting = [
+                e
+                for e in _expressions(a, value)
+                if not _rows_elsewhere(a, sol, use, index, e, rows) and _fits(a, atom, e, conflicts)
+            ]
             if not fitting:
                 continue
             batch = [
