@@ -224,3 +224,22 @@ def test_a_slice_to_the_end_of_a_cls_token_axis_follows_the_tokens(batch: int) -
         want = run_model(dynamic, {"x": x}, provider="cpu")
         for name in ("head", "y"):
             np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
+
+
+def test_split_sizes_of_a_feature_axis_that_equal_seq_stay_fixed() -> None:
+    """CodeGen's fused qkv ``[b, seq, 24]`` split as ``[8, 8, 8]`` traced at seq 8: the sizes
+    add up to the fixed 24, so one read as ``seq`` would leave another ``16 - seq``, which is
+    no size; they were a "fixed or follows seq" blocker, now they stay fixed."""
+    model = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[2, 6, 18] x) => (float[2, 6, 18] y) <int64[3] sizes = {6, 6, 6}> {
+          a, b, c = Split <axis = 2> (x, sizes)
+          y = Concat <axis = 2> (c, a, b)
+        }
+        """
+    )
+    result = Symbolize(**{"x:0": "batch", "x:1": "seq"})(model, CPU)
+    x = RNG.standard_normal((3, 11, 18)).astype(np.float32)
+    (got,) = run_model(result.model, {"x": x}, provider="cpu").values()
+    np.testing.assert_array_equal(got, np.concatenate([x[..., 12:], x[..., :12]], axis=2))
