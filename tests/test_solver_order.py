@@ -1,8 +1,10 @@
-"""The order in which the shape solver decides its unknowns (issue 30).
+"""How the shape solver decides its unknowns, and in which order (issue 30).
 
-Each test reproduces, on a tiny inline graph, the mechanism of an exported model that the solver
-decided in the wrong order, and checks the symbolized model's values at other sizes against
-numpy.
+Each test reproduces, on a tiny inline graph, the mechanism of an exported model the solver (or
+the coincidence readings that follow it) decided wrongly: GPT-J's position index, SegFormer's
+attention over a grid traced at one pixel, CvT's cls token, CodeGen's qkv split. Values at
+other sizes are checked against numpy or against the same graph with its sizes computed at run
+time.
 """
 
 from __future__ import annotations
