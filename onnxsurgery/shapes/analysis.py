@@ -154,6 +154,10 @@ class ShapeAnalysis:
     #: data-constant dims of 1 that met a symbolic dim traced at 1 in a broadcast: one point,
     #: which cannot tell a row repeated from a table of that length (dim atom -> the dim it met)
     one_point: dict[str, Dim] = field(default_factory=dict)
+    #: unknown dims a broadcast dropped, every operand traced at 1, for the unknown dim it kept
+    #: (dropped atom -> kept dim): where the kept one is the constant 1, the dropped one is 1
+    #: too, or the output the analysis wrote would be wrong (attention heads, 1 at the trace)
+    dropped_ones: dict[str, Dim] = field(default_factory=dict)
     _counter: int = 0
     _use_cache: dict[tuple[int, int, str], TensorInfo] = field(default_factory=dict)
 

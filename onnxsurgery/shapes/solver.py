@@ -10,7 +10,11 @@ decides each one by structure, in this order:
 2. soft hints (Reshape keeps leading/trailing dims, a Slice bound equal to its axis, a Scatter
    buffer the size of its index set) fix what hard constraints left free, unless that
    contradicts a hard constraint;
-3. data-constant dims nobody forced keep their traced size (masks that only broadcast); then
+3. products of unknowns holding a data dim that must equal a product of symbols none of which
+   is 1 at the traced size are split (a position index tiled and multiplied with the keys);
+   data-constant dims nobody forced keep their traced size (masks that only broadcast); then
+   the soft hints are tried again (a Slice end equal to its axis ``$d + $v``, a cls token's
+   data dim and the token count, is solvable only once the data dim is decided); then
    products of unknowns that must equal a product of symbols (a Resize to the patch grid) are
    split symbol by symbol, in axis order;
 4. size elements nobody forced keep their traced value: a ``1`` that equals the traced batch but
@@ -393,9 +397,12 @@ class _Solver:
                 order = sorted(umono, key=lambda x: rank.get(x, len(positions)))
             atoms = sorted(kmono, key=self._order)
             coef = kcoef // ucoef
-            plan = self._split(order, atoms, coef)
+            ones = [x for x in order if self._dropped_one(x)]
+            rest = [x for x in order if x not in ones]
+            plan = self._split(rest, atoms, coef) if rest else None
             if plan is None:
                 return
+            plan.update({x: Dim.const(1) for x in ones})
             for var, value in plan.items():
                 if self.breaks_hard(var, value):
                     return
@@ -405,7 +412,45 @@ class _Solver:
             self.drain()
             return
 
+    def _dropped_one(self, atom: str) -> bool:
+        """Whether a broadcast dropped ``atom`` (every operand traced at 1) for a dim that is
+        now the constant 1: the analysis wrote that broadcast's output as 1, which holds only if
+        ``atom`` is 1 too (a key's heads dim, beside a query's heads count of 1)."""
+        kept = self.a.dropped_ones.get(atom)
+        return kept is not None and self.resolve(kept) == Dim.const(1)
+
     def _split(self, order: list[str], atoms: list[str], coef: int) -> dict[str, Dim] | None:
+        """Give each unknown (in order) a sub-product of ``coef * atoms`` with its traced value.
+
+        Symbols traced at 1 go to the unknowns traced at 1, one each in order, the last of them
+        taking the rest: joining one to an unknown of another size (``$q*8``) would merge an
+        axis of the input into a feature axis, which the traced sizes cannot show. A Reshape
+        ``[b, h*w, 16] -> [b, 1, -1, 2]`` traced at ``h = w = 1`` keeps ``h*w`` whole
+        (``[b, h*w, 8, 2]``, heads beside the tokens), not ``[b, h, w*8, 2]``. The other
+        symbols are split by :meth:`_split_sized`.
+        """
+        ones = [x for x in atoms if self.traced[x] == 1]
+        slots = [v for v in order if self.traced[v] == 1]
+        if not ones or not slots or len(ones) <= len(slots):
+            return self._split_sized(order, atoms, coef)
+        others = [v for v in order if v not in slots]
+        big = [x for x in atoms if x not in ones]
+        plan: dict[str, Dim] | None = {}
+        if others:
+            plan = self._split_sized(others, big, coef)
+        elif big or coef != 1:
+            return None
+        if plan is None:
+            return None
+        for i, var in enumerate(slots):
+            took = ones[i:] if i == len(slots) - 1 else ones[i : i + 1]
+            value = Dim.const(1)
+            for x in took:
+                value = value * Dim.sym(x)
+            plan[var] = value
+        return plan
+
+    def _split_sized(self, order: list[str], atoms: list[str], coef: int) -> dict[str, Dim] | None:
         """Give each unknown (in order) a sub-product of ``coef * atoms`` with its traced value.
 
         A symbol whose traced value equals an unknown's exactly goes to that unknown first (at
@@ -415,7 +460,7 @@ class _Solver:
         """
         plan: dict[str, Dim] = {}
         atoms = list(atoms)
-        for var in order:
+        for var in order if len(order) > 1 else ():  # a lone unknown takes the whole product
             want = self.traced[var]
             exact = next((x for x in atoms if self.traced[x] == want), None)
             if exact is not None:
@@ -451,15 +496,33 @@ class _Solver:
             plan[var] = value
         return plan
 
-    def factor_pending(self) -> None:
+    def factor_pending(self, *, data_only: bool = False) -> None:
         """Hard products of unknowns still open (``$v1*$v2 == height*width``, a Resize to the
-        patch grid) are split symbol by symbol, like a Reshape's middle dims."""
+        patch grid) are split symbol by symbol, like a Reshape's middle dims.
+
+        ``data_only``: only products holding a data dim, against symbols none of which is 1 at
+        the traced size (so the split cannot hand a symbol to the wrong factor). Run before data
+        dims keep their traced size: a position index ``[1, seq]`` tiled by a repeat of 1 and
+        multiplied with the keys (``$d2*$v5 == seq``) takes ``seq`` on its data dim; keeping
+        the data dim first would leave ``seq`` to the repeat, and no integer repeat is ``seq/8``.
+        """
         for cid, c in enumerate(self.hard):
             if cid in self.done or c.lhs is None or c.rhs is None:
                 continue
             expr = self.resolve(self.exprs[cid])
-            if len(self.unknowns(expr)) >= 2:
-                self.factor(c.lhs, c.rhs)
+            unknown = self.unknowns(expr)
+            if len(unknown) < 2:
+                continue
+            if data_only and not self._clear_data_split(expr, unknown):
+                continue
+            self.factor(c.lhs, c.rhs)
+
+    def _clear_data_split(self, expr: Dim, unknown: set[str]) -> bool:
+        """Whether ``expr`` holds a data dim and only symbols traced above 1 besides unknowns."""
+        known = expr.atoms() - unknown
+        return any(self.a.atoms[x].kind == "data" for x in unknown) and all(
+            self.traced.get(x, 0) > 1 for x in known
+        )
 
     def relate(self) -> None:
         """Turn hard constraints among symbols alone into relations (module docstring)."""
@@ -528,7 +591,9 @@ class _Solver:
         self.drain()
         self.relate()
         self.apply_hints()
+        self.factor_pending(data_only=True)
         self.default("data")
+        self.apply_hints()
         self.factor_pending()
         self.default("var")
         for name, atom in self.a.atoms.items():

@@ -137,14 +137,18 @@ def _kept(a: ShapeAnalysis, sol: Solution, use: ConstUse) -> list[tuple[int, str
 
 
 def _sliced_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int) -> Dim | None:
-    """The length of the axis a Slice start or end (element ``index``) bounds; None for any
-    other read, or where it is unknown."""
-    if use.op != "Slice" or use.input_index not in (1, 2) or use.graph:
+    """The length of the axis a Slice start or end or a Split size (element ``index`` of
+    ``use``) cuts; None for any other read."""
+    split = use.op == "Split" and use.input_index == 1
+    if not split and (use.op != "Slice" or use.input_index not in (1, 2)) or use.graph:
         return None
     node = a.model.graph.node[use.node_index]
     data = a.tensors.get(node.input[0])
     if data is None or data.shape is None:
         return None
+    if split:
+        axis = next((x.i for x in node.attribute if x.name == "axis"), 0)
+        return sol.resolve(data.shape[axis]) if -len(data.shape) <= axis < len(data.shape) else None
     axes_arr = a.consts.get(node.input[3]) if len(node.input) > 3 and node.input[3] else None
     axes = list(range(len(data.shape))) if axes_arr is None else axes_arr.reshape(-1).tolist()
     if index >= len(axes):
@@ -153,7 +157,9 @@ def _sliced_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int) -> 
 
 
 def _slice_over_fixed_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int) -> bool:
-    """A Slice start or end on an axis of fixed length: the graph fixes it (the whole axis)."""
+    """A Slice start or end, or a Split size, on an axis of fixed length: the graph fixes it
+    (the sizes of a fixed axis add up to its length: one read as ``seq`` leaves another
+    ``16 - seq``, which is no size)."""
     axis = _sliced_axis(a, sol, use, index)
     return axis is not None and axis.is_const()
 

@@ -288,6 +288,11 @@ def broadcast(ctx: NodeCtx, shapes: list[list[Dim]], why: str = "broadcast opera
         # a size read from a constant before a data constant's own 1: where it turns out to be
         # the batch, the data constant's 1 broadcasts over it
         open_ = sizes + [d for d in open_ if d not in sizes]
+        # The output follows the first unknown; the others it drops are recorded: they must be
+        # 1 wherever that one is the constant 1 (the solver keeps them so).
+        for d in open_[1:] if not free else ():
+            if d.is_atom() and d != open_[0]:
+                ctx.a.dropped_ones.setdefault(next(iter(d.atoms())), open_[0])
         result.append(free[0] if free else open_[0] if open_ else Dim.const(1))
     return result
 
