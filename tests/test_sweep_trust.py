@@ -290,6 +290,29 @@ def test_a_position_table_gathered_by_a_one_row_buffer_broadcasts_over_the_batch
     np.testing.assert_allclose(session.run(None, {"x": x})[0], x + TABLE[:SEQ], rtol=1e-6)
 
 
+def test_a_one_row_buffer_meeting_a_batch_the_solver_works_out_broadcasts_over_it() -> None:
+    """GPT-2 by either exporter at batch 1 (the corpus): ``input_ids.view(-1, seq)`` makes the
+    token embeddings' first dim an unknown that only the solver finds to be the batch, so the
+    position buffer's 1 met no batch in the broadcast when it was read, and GPT-2 was refused as
+    "fixed at 1 (as traced) or follows batch". What the solver made of the dim it met counts."""
+    model = onnx.parser.parse_model(f"""{HEAD}
+    g (int64[1, {SEQ}] ids) => (float[1, {SEQ}, 3] y) <int64[2] flat = {{-1, {SEQ}}}> {{
+      pos = Constant <value = int64[1, {SEQ}] {{{", ".join(map(str, range(SEQ)))}}}> ()
+      rows = Reshape (ids, flat)
+      tok = Gather <axis = 0> (wte, rows)
+      at = Gather <axis = 0> (wpe, pos)
+      y = Add (tok, at)
+    }}""")
+    wte = (np.arange(30, dtype=np.float32).reshape(10, 3) / 7).astype(np.float32)
+    model.graph.initializer.extend(
+        [numpy_helper.from_array(wte, "wte"), numpy_helper.from_array(TABLE[:SEQ], "wpe")]
+    )
+    result = Symbolize(**{"ids:0": "batch"})(model, onnxsurgery.PassContext(provider="cpu"))
+    ids = np.random.default_rng(4).integers(0, 10, (3, SEQ))
+    session = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"ids": ids})[0], wte[ids] + TABLE[:SEQ], rtol=1e-6)
+
+
 def test_a_slice_bound_inside_a_row_does_not_follow_the_batch() -> None:
     """BEiT's pooler at batch 1 drops the class token, ``hidden[:, 1:]``: dynamo's Slice reads
     one constant [1] as its start, axis and step, equal to the traced batch. A row's values do not depend on how many

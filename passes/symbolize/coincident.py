@@ -181,12 +181,18 @@ def _broadcast_one(use: ConstUse, value: int, sets: tuple[str, str]) -> bool:
     return value == 1 and sets[0] in ("Expand", "Tile")
 
 
-def _broadcast_row(a: ShapeAnalysis, atom: str, value: int, rows: Set[str]) -> bool:
-    """A 1 that met a batch (rows independent) traced at 1 in a broadcast (``one_point``): the
-    one row broadcasts over the batch, which is what following it would repeat (CLIP's
-    ``position_ids`` buffer [1, N] gathered and added to [batch, N, C] by TorchScript, which
-    dynamo folds into a [1, N, C] constant)."""
+def _broadcast_row(
+    a: ShapeAnalysis, sol: Solution, atom: str, value: int, rows: Set[str]
+) -> bool:
+    """A 1 that met a batch (rows independent) traced at 1 in a broadcast (``one_point``), or
+    an unknown the solver made that batch (``dropped_ones``: GPT-2's token embeddings are
+    [batch, seq] only once its ``view(-1, seq)`` is solved): the one row broadcasts over the
+    batch, which is what following it would repeat (CLIP's and GPT-2's ``position_ids`` buffer
+    [1, N] gathered and added to [batch, N, C] by TorchScript, which dynamo folds into a
+    [1, N, C] constant)."""
     met = a.one_point.get(atom)
+    if met is None and atom in a.dropped_ones:
+        met = sol.resolve(a.dropped_ones[atom])
     return value == 1 and met is not None and bool(met.atoms()) and met.atoms() <= rows
 
 
@@ -232,7 +238,7 @@ def find_coincidences(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[C
             value = a.atoms[atom].traced
             if _slice_over_fixed_axis(a, sol, use, index) or _broadcast_one(use, value, sets):
                 continue
-            if use.kind == "data" and _broadcast_row(a, atom, value, rows):
+            if use.kind == "data" and _broadcast_row(a, sol, atom, value, rows):
                 continue
             within = _within_rows(a, sol, use, index, rows)
             fitting = [
