@@ -8,14 +8,14 @@ into the repository. Each command is a whole process, one round; wall and peak R
 ``onnx.save`` with external data) and against the model's size on disk.
 
     python bench/bench_llm.py [--root DIR] [--dtype float32 --dtype float16] [--json PATH]
-    python bench/bench_llm.py --huge [--huge-gib 14]   # only the decoder larger than memory twice
+    python bench/bench_llm.py --huge [--huge-gib 14] [--dtype float16]   # larger than memory twice
 
-``--huge``: the decoder exported at 2 layers, fp32, grown tensor by tensor to ``--huge-gib``
-(``llm_models.py grow``: 82 layers at 14 GiB; about 1.7 GB of memory to build, 30 GB of disk
-with one output), through cleanup, fold-constants and ``cleanup, symbolize, fold-constants``
-with symbolize's check (no references: torch cannot hold the model), and the floor. fp32: an
-fp16 model's session on ORT's CPU provider holds an fp32 copy of every weight (about 1.9x the
-model), which a 14 GiB fp16 model's check could not fit.
+``--huge``: the decoder exported at 2 layers (fp32 unless ``--dtype float16``), grown tensor by
+tensor to ``--huge-gib`` (``llm_models.py grow``: 82 fp32 or 164 fp16 layers at 14 GiB; about
+1.7 GB of memory to build, 30 GB of disk with one output), through cleanup, fold-constants and
+``cleanup, symbolize, fold-constants`` with symbolize's check (no references: torch cannot hold
+the model), and the floor. An fp16 model's check sessions cast its weights as they run (ORT's
+CPU provider has no fp16 MatMul), so they hold no fp32 copy of them.
 """
 
 from __future__ import annotations
@@ -91,13 +91,14 @@ def huge_commands(folder: Path, out: Path) -> dict[str, tuple[list[str], str]]:
     }
 
 
-def ensure_huge(root: Path, gib: float) -> Path:
+def ensure_huge(root: Path, gib: float, dtype: str = "float32") -> Path:
     """The grown decoder's folder, exported at 2 layers and grown where it is not there yet."""
-    folder, seed = root / f"llama-grown-{gib:g}gib-float32", root / "llama-2-layers-float32"
+    folder, seed = root / f"llama-grown-{gib:g}gib-{dtype}", root / f"llama-2-layers-{dtype}"
     if not (folder / "model.onnx").exists():
         script = str(HERE / "llm_models.py")
         if not (seed / "model.onnx").exists():
-            subprocess.run([sys.executable, script, "export", str(seed), "--layers", "2"], check=True)
+            export = [script, "export", str(seed), "--layers", "2", "--dtype", dtype]
+            subprocess.run([sys.executable, *export], check=True)
         subprocess.run([sys.executable, script, "grow", str(seed), str(folder), "--gib", str(gib)], check=True)
     return folder
 
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     args.root.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
     if args.huge:
-        folder = ensure_huge(args.root, args.huge_gib)
+        folder = ensure_huge(args.root, args.huge_gib, (args.dtype or ["float32"])[-1])
         size = model_size(folder) / 2**20
         rows = measure(folder, cap_mib, huge=True)
         print_table(f"{folder.name}: {size:.0f} MiB, grown tensor by tensor, no references", rows)
