@@ -164,11 +164,31 @@ def _slice_over_fixed_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse, index
     return axis is not None and axis.is_const()
 
 
+def _padded_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int) -> Dim | None:
+    """The length of the axis a Pad amount (element ``index`` of its ``pads``: the begins,
+    then the ends, over ``axes`` where given) pads; None for any other read."""
+    if use.op != "Pad" or use.input_index != 1 or use.graph:
+        return None
+    node = a.model.graph.node[use.node_index]
+    data = a.tensors.get(node.input[0])
+    if data is None or data.shape is None:
+        return None
+    axes_arr = a.consts.get(node.input[3]) if len(node.input) > 3 and node.input[3] else None
+    axes = list(range(len(data.shape))) if axes_arr is None else axes_arr.reshape(-1).tolist()
+    if len(use.atoms) != 2 * len(axes):
+        return None
+    axis = int(axes[index % len(axes)])
+    return sol.resolve(data.shape[axis]) if -len(data.shape) <= axis < len(data.shape) else None
+
+
 def _within_rows(a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int, rows: Set[str]) -> Set[str]:
-    """The batches (rows independent) a Slice bound on another axis cannot follow: a row's
-    values do not depend on how many rows run with it, so no size inside a row follows the
-    batch (BEiT's ``hidden[:, 1:]`` at batch 1, whose 1 read as the batch)."""
+    """The batches (rows independent) a Slice bound or a Pad amount on another axis cannot
+    follow: a row's values do not depend on how many rows run with it, so no size inside a row
+    follows the batch (BEiT's ``hidden[:, 1:]`` at batch 1, whose 1 read as the batch;
+    MobileNetV2's TensorFlow 'same' Pads of (0, 1) on height and width at batch 1)."""
     axis = _sliced_axis(a, sol, use, index)
+    if axis is None:
+        axis = _padded_axis(a, sol, use, index)
     return set() if axis is None else set(rows) - axis.atoms()
 
 
