@@ -17,7 +17,9 @@ import onnxruntime as ort
 import pytest
 
 import onnxsurgery
-from onnxsurgery.passes.symbolize import Symbolize
+from onnxsurgery.passes.symbolize import Symbolize, coincident
+from onnxsurgery.shapes.propagation import propagate
+from onnxsurgery.shapes.solver import solve
 
 HEAD = '<ir_version: 8, opset_import: ["" : 17]>'
 
@@ -89,3 +91,38 @@ def test_resize_sizes_on_axes_inside_a_row_do_not_follow_the_batch() -> None:
     x = np.random.default_rng(2).standard_normal((3, 4, 1, 1)).astype(np.float32)
     np.testing.assert_allclose(_run(result, x=x), np.broadcast_to(x, (3, 4, 2, 2)), rtol=1e-6)
 
+
+
+def test_a_size_on_the_batch_axis_is_not_ruled_out() -> None:
+    """The rule is for the axes beside the batch: of a Resize's sizes
+    ``Concat([2], Shape(x)[1:2], [2, 2])`` at batch 2, the grid's 2s (spatial axes) cannot
+    follow the batch, the lead 2 (it sizes the batch axis itself) still may, and so may any
+    size of data that carries no batch (its rows say nothing)."""
+    model = onnx.parser.parse_model(f"""{HEAD}
+    g (float[2, 4, 1, 1] x, float[1, 1, 1, 1] w) => (float[2, 4, 2, 2] y, float[1, 1, 2, 2] z) {{
+      b = Constant <value = int64[1] {{1}}> ()
+      e = Constant <value = int64[1] {{2}}> ()
+      lead = Constant <value = int64[1] {{2}}> ()
+      grid = Constant <value = int64[2] {{2, 2}}> ()
+      x_shape = Shape (x)
+      x_mid = Slice (x_shape, b, e)
+      sizes = Concat <axis = 0> (lead, x_mid, grid)
+      y = Resize <mode = "nearest"> (x, , , sizes)
+      tile = Constant <value = int64[2] {{2, 2}}> ()
+      w_shape = Shape (w)
+      w_lead = Slice (w_shape, b, e)
+      w_sizes = Concat <axis = 0> (w_lead, w_lead, tile)
+      z = Resize <mode = "nearest"> (w, , , w_sizes)
+    }}""")
+    a = propagate(model, {"x": {0: "batch"}})
+    sol = solve(a)
+    uses = {u.tensor: u for u in a.uses if u.kind == "size" and u.op == "Concat"}
+
+    def within(tensor: str, element: int) -> set[str]:
+        atom = uses[tensor].atoms[element]
+        assert atom is not None
+        return coincident._within_rows_reached(a, sol, uses[tensor], atom, {"batch"})
+
+    assert within("grid", 0) == within("grid", 1) == {"batch"}
+    assert within("lead", 0) == set()
+    assert within("tile", 0) == set()
