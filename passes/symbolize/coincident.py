@@ -143,17 +143,34 @@ def _sliced_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int) -> 
     if not split and (use.op != "Slice" or use.input_index not in (1, 2)) or use.graph:
         return None
     node = a.model.graph.node[use.node_index]
+    if not split:
+        return _axis_sized(a, sol, node, use.input_index, index)
     data = a.tensors.get(node.input[0])
     if data is None or data.shape is None:
         return None
-    if split:
-        axis = next((x.i for x in node.attribute if x.name == "axis"), 0)
-        return sol.resolve(data.shape[axis]) if -len(data.shape) <= axis < len(data.shape) else None
-    axes_arr = a.consts.get(node.input[3]) if len(node.input) > 3 and node.input[3] else None
-    axes = list(range(len(data.shape))) if axes_arr is None else axes_arr.reshape(-1).tolist()
-    if index >= len(axes):
+    axis = next((x.i for x in node.attribute if x.name == "axis"), 0)
+    return sol.resolve(data.shape[axis]) if -len(data.shape) <= axis < len(data.shape) else None
+
+
+def _axis_sized(
+    a: ShapeAnalysis, sol: Solution, node: onnx.NodeProto, input_index: int, element: int
+) -> Dim | None:
+    """The length of the data axis that element ``element`` of input ``input_index`` of a Slice
+    (a start, end or step: the axis its ``axes`` names) or a Resize (a scale or size: the axis
+    of that position, or that the ``axes`` attribute names) sizes; None for any other input."""
+    inputs = {"Slice": (1, 2, 4), "Resize": (2, 3)}.get(node.op_type, ())
+    data = a.tensors.get(node.input[0])
+    if input_index not in inputs or data is None or data.shape is None:
         return None
-    return sol.resolve(data.shape[int(axes[index])])
+    if node.op_type == "Slice":
+        arr = a.consts.get(node.input[3]) if len(node.input) > 3 and node.input[3] else None
+        axes = None if arr is None else arr.reshape(-1).tolist()
+    else:
+        axes = next((list(x.ints) for x in node.attribute if x.name == "axes"), None)
+    axes = list(range(len(data.shape))) if axes is None else axes
+    if element >= len(axes) or not -len(data.shape) <= int(axes[element]) < len(data.shape):
+        return None
+    return sol.resolve(data.shape[int(axes[element])])
 
 
 def _slice_over_fixed_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int) -> bool:
@@ -222,8 +239,15 @@ def _sized(model: onnx.ModelProto, use: ConstUse) -> tuple[str, str] | None:
     it reaches none (a comparison, a value)."""
     if use.op in SIZE_SETTERS or use.kind == "data":  # data: a gather's indices (_kept)
         return use.op, use.node
+    reached = _reached(model, use)
+    return (reached[0].op_type, reached[0].name) if reached else None
+
+
+def _reached(model: onnx.ModelProto, use: ConstUse) -> list[onnx.NodeProto]:
+    """Every size-setting node the output of ``use``'s reader reaches through shape arithmetic
+    (not through a size setter), nearest first; none for a read in a subgraph."""
     if use.graph:
-        return None  # a subgraph's reads are left to its own check
+        return []  # a subgraph's reads are left to its own check
     node = model.graph.node[use.node_index]
     consumers: dict[str, list[onnx.NodeProto]] = {}
     for n in model.graph.node:
@@ -231,15 +255,71 @@ def _sized(model: onnx.ModelProto, use: ConstUse) -> tuple[str, str] | None:
             consumers.setdefault(x, []).append(n)
     frontier = list(node.output)
     seen: set[str] = set()
+    found: list[onnx.NodeProto] = []
     while frontier:
         for n in consumers.get(frontier.pop(0), []):
             if n.name in seen:
                 continue
             seen.add(n.name)
             if n.op_type in SIZE_SETTERS:
-                return n.op_type, n.name
-            frontier.extend(n.output)
-    return None
+                found.append(n)
+            else:
+                frontier.extend(n.output)
+    return found
+
+
+def _involves(a: ShapeAnalysis, d: Dim, atom: str) -> bool:
+    """Whether ``atom`` is in ``d``, or in a run-time division an opaque atom of ``d`` stands
+    for (torchscript's chunk end ``(dim + 1) // 2``)."""
+    todo, seen = set(d.atoms()), set()
+    while todo:
+        x = todo.pop()
+        if x == atom:
+            return True
+        seen.add(x)
+        parts = a.value_divs.get(x) or a.floor_parts.get(x, ())[:2]
+        todo |= {y for p in parts for y in p.atoms()} - seen
+    return False
+
+
+def _rows_beside(
+    a: ShapeAnalysis, sol: Solution, node: onnx.NodeProto, atom: str, rows: Set[str]
+) -> set[str]:
+    """The batches of ``rows`` that ``node``'s data carries beside the axes that the positions
+    of its inputs holding ``atom`` size; none where one such position is no Slice bound or
+    Resize size (:func:`_axis_sized`) or the inputs' values are unknown."""
+    data = a.tensors.get(node.input[0])
+    if data is None or data.shape is None:
+        return set()
+    sized: list[Dim] = []
+    for k, name in enumerate(node.input):
+        info = a.tensors.get(name) if name else None
+        for j, d in enumerate((info.value if info is not None else None) or []):
+            if _involves(a, d, atom):
+                axis = _axis_sized(a, sol, node, k, j)
+                if axis is None:
+                    return set()
+                sized.append(axis)
+    carried = {x for d in data.shape for x in sol.resolve(d).atoms()} & set(rows)
+    return carried - {x for d in sized for x in d.atoms()} if sized else set()
+
+
+def _within_rows_reached(
+    a: ShapeAnalysis, sol: Solution, use: ConstUse, atom: str, rows: Set[str]
+) -> set[str]:
+    """:func:`_within_rows` for a size that reaches its Slice bounds or Resize sizes through
+    shape arithmetic: the batches every node it sizes carries on another axis than the one it
+    sizes. WavLM's ``chunk(2, dim=-1)`` by torchscript ends at ``(dim + 1) // 2 * 1`` with
+    ``dim`` 2, whose 1 at batch 1 and 2 at batch 2 read as the batch; MobileViT resizes
+    [batch, C, 1, 1] to a patch grid [batch, C, 2, 2] at batch 2: a row's values do not
+    depend on how many rows run with it, so neither follows the batch."""
+    if use.op in SIZE_SETTERS or use.kind != "size":
+        return set()
+    reached = _reached(a.model, use)
+    within = set(rows) if reached else set()
+    for node in reached:
+        within &= _rows_beside(a, sol, node, atom, rows)
+    return within
 
 
 def find_coincidences(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[Coincidence]:
@@ -261,6 +341,7 @@ def find_coincidences(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[C
             if use.kind == "data" and _broadcast_row(a, sol, atom, value, rows):
                 continue
             within = _within_rows(a, sol, use, index, rows)
+            within |= _within_rows_reached(a, sol, use, atom, rows)
             fitting = [
                 e
                 for e in _expressions(a, value)
