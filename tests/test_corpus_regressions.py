@@ -8,6 +8,12 @@ by its mechanism in small.
   its 1, after the last hint had run: the table's grid kept 4x4 (b2: refused, "needs ?o1*?o2
   == 16"; b1: its rows read as not independent). A Reshape's input unknowns are now aligned
   again before they keep their traced size, as its output's were.
+- Swin by dynamo at batch 1: the pooler's ``as_strided`` is a Gather of ``arange(32)`` as a
+  ``[1, 32, 1, 1]`` grid over the flattened ``[batch*32]`` means. The tie "indices 0..n-1
+  enumerate the whole axis" left the grid's 1s out, so the 32 took ``batch*32`` and the
+  batch's index constant was refused as "fixed at 1 or follows batch"; where the axis holds a
+  size traced at 1 and the grid a 1, the traced sizes cannot say which dim it spans, and the
+  tie is left to the batch-index rule.
 """
 
 from __future__ import annotations
@@ -90,3 +96,36 @@ def test_an_interpolated_position_grid_follows_the_image_beside_an_expanded_cls_
         want = run_model(embeddings(*shape[:1], *shape[2:]), {"x": x}, provider="cpu")["y"]
         got = run_model(model, {"x": x}, provider="cpu")["y"]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def pooler() -> onnx.ModelProto:
+    """Swin's pooler by dynamo at batch 1: the mean over the tokens, flattened and gathered back
+    by ``as_strided`` (indices ``arange(4)`` as a ``[1, 4, 1, 1]`` grid), then viewed as the
+    constant ``[1, 4]``."""
+    model = onnx.parser.parse_model(
+        """
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (float[1, 6, 4] x) => (float[1, 4] y)
+            <int64[1] at = {-2}, int64[2] both = {-1, -2}, int64[1] flat = {-1},
+             int64[2] view = {1, 4}> {
+            t = Transpose <perm = [0, 2, 1]> (x)
+            u = Unsqueeze (t, at)
+            mean = ReduceMean <keepdims = 1> (u, both)
+            line = Reshape (mean, flat)
+            strided = Gather (line, index)
+            s = Squeeze (strided, at)
+            y = Reshape (s, view)
+        }
+        """
+    )
+    index = np.arange(4, dtype=np.int64).reshape(1, 4, 1, 1)
+    model.graph.initializer.append(onnx.numpy_helper.from_array(index, "index"))
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_a_flat_index_grid_traced_at_batch_1_grows_with_the_batch() -> None:
+    model = Symbolize(**{"x:0": "batch"})(pooler(), CPU).model
+    x = np.random.default_rng(0).standard_normal((3, 6, 4)).astype(np.float32)
+    got = run_model(model, {"x": x}, provider="cpu")["y"]
+    np.testing.assert_allclose(got, x.mean(axis=1), rtol=1e-5, atol=1e-6)
