@@ -18,7 +18,10 @@ decides each one by structure, in this order:
    products of unknowns that must equal a product of symbols (a Resize to the patch grid) are
    split symbol by symbol, in axis order;
 4. size elements nobody forced keep their traced value: a ``1`` that equals the traced batch but
-   only ever broadcasts stays ``1``;
+   only ever broadcasts stays ``1``; before one does, the Reshapes it belongs to (in their
+   input or their output) are aligned again: a size kept upstream may have just decided their
+   middle (``cls.expand(batch, -1, -1)``, whose ``-1`` is such a size, and the token count
+   ``1 + h*w`` decide a position grid's ``[1, h', w', C] -> [1, -1, C]``);
 5. derived dims still free become opaque runtime dims (read back with ``Shape`` at run time;
    listed in ``Solution.opaque``; the analysis itself is never modified, so it can be solved
    again with more constraints).
@@ -96,10 +99,9 @@ class _Solver:
         self.queue: deque[int] = deque(range(len(self.hard)))
         self.floor_atoms: dict[tuple[str, str, int], str] = {}
         self.aligns: dict[str, list[Constraint]] = defaultdict(list)
-        for c in self.soft:
-            for d in c.dst or []:
-                for x in d.atoms():
-                    self.aligns[x].append(c)
+        for c in self.soft:  # a Reshape's unknowns, in its input or its output
+            for x in {x for d in (c.src or []) + (c.dst or []) for x in d.atoms()}:
+                self.aligns[x].append(c)
 
     def unknowns(self, d: Dim) -> set[str]:
         return {
@@ -214,8 +216,9 @@ class _Solver:
         deciding an upstream constant first lets hard constraints carry it downstream."""
         for name, atom in list(self.a.atoms.items()):
             if atom.kind == kind and name not in self.sol.values:
-                # Upstream decisions may have settled a Reshape this unknown belongs to: align it
-                # again (it knows which output position the unknown holds) before giving up.
+                # Upstream decisions may have settled a Reshape this unknown belongs to (in its
+                # input or its output): align it again (it knows which position the unknown
+                # holds) before giving up.
                 for c in self.aligns.get(name, ()):
                     self.align(c)
                 if name not in self.sol.values:

@@ -359,11 +359,19 @@ def _gather_spans(ctx: NodeCtx, axis: Dim, idx: list[Dim]) -> None:
     """Constant indices that are 0 .. n-1 in order, n the traced length of the axis they read
     (every element of a flattened mask, gathered back into a grid): soft-tie the product of the
     index dims to that axis, so the grid and what it reads are sized alike (a product the solver
-    splits symbol by symbol, like a Reshape's middle dims)."""
+    splits symbol by symbol, like a Reshape's middle dims).
+
+    Left out where the axis holds a size traced at 1 and the grid a dim traced at 1: the traced
+    sizes cannot show which grid dim that size spans (Swin's pooler by dynamo at batch 1 reads
+    ``[batch*32]`` with a ``[1, 32, 1, 1]`` grid, whose 1 is the batch: tying the 32 to
+    ``batch*32`` sized the pooled features by the batch); a batch among them is found by the
+    gather it indexes (:mod:`passes.symbolize.batch_indices`)."""
     arr = ctx.a.consts.get(ctx.node.input[1])
     if arr is None or arr.dtype.kind not in "iu" or arr.ndim != len(idx) or arr.size < 2:
         return
     if axis.is_const() or arr.size != ctx.traced(axis) or all(d.is_const() for d in idx):
+        return
+    if 1 in arr.shape and any(ctx.a.atoms[x].traced == 1 for x in axis.atoms()):
         return
     if np.array_equal(arr.reshape(-1), np.arange(arr.size)):
         spans = dim_product(d for d in idx if ctx.traced(d) != 1)  # a 1 only broadcasts
