@@ -285,10 +285,9 @@ def broadcast(ctx: NodeCtx, shapes: list[list[Dim]], why: str = "broadcast opera
             # and nothing keeps the other at 1, they broadcast alike (a query expanded from a
             # learned token meeting the keys' batch)
             ctx.suggest(d, sizes[0], f"{why}: dim {k - rank} broadcasts {sizes[0]} and {d} alike")
-        # a size read from a constant before a data constant's own 1: where it turns out to be
-        # the batch, the data constant's 1 broadcasts over it
-        open_ = sizes + [d for d in open_ if d not in sizes]
-        # The output follows the first unknown; the others it drops are recorded: they must be
+        # The output follows the first unknown (not a size read from a constant put first:
+        # that made a batch traced at 1 follow an Expand's or Reshape's constant 1 for good,
+        # [1, S, C] at batch 2, in make fuzz's templates); the others it drops are recorded: they must be
         # 1 wherever that one is the constant 1 (the solver keeps them so).
         for d in open_[1:] if not free else ():
             if d.is_atom() and d != open_[0]:
