@@ -28,6 +28,7 @@ from onnxsurgery.passes.symbolize.batch_indices import (
     find_batch_indices,
 )
 from onnxsurgery.passes.symbolize.blockers import Blocker, group_blockers
+from onnxsurgery.passes.symbolize.bounds import symbol_bounds
 from onnxsurgery.passes.symbolize.cache_offsets import cache_index_relations
 from onnxsurgery.passes.symbolize.coincident import (
     Ambiguity,
@@ -44,7 +45,6 @@ from onnxsurgery.passes.symbolize.rules import (
     ConstRead,
     PlanContext,
     decide,
-    symbol_bounds,
 )
 from onnxsurgery.passes.symbolize.wording import fix_lead, traced_words
 from onnxsurgery.shapes.analysis import Constraint, ShapeAnalysis

@@ -14,8 +14,7 @@ or a :class:`~.blockers.Blocker` whose words come from :mod:`.wording` under the
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Set
+from collections.abc import Set
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -25,6 +24,7 @@ import numpy as np
 from onnxsurgery.model.dtypes import dtype_name, elem_type_of
 from onnxsurgery.passes.symbolize.baked import relative_axes
 from onnxsurgery.passes.symbolize.blockers import Blocker
+from onnxsurgery.passes.symbolize.bounds import bound_text, largest
 from onnxsurgery.passes.symbolize.cache_offsets import band_bound_gap, cache_symbols, offset_gap
 from onnxsurgery.passes.symbolize.coincident import Coincidence
 from onnxsurgery.passes.symbolize.generators import (
@@ -50,10 +50,7 @@ from onnxsurgery.shapes.analysis import ConstUse, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim, dim_product
 from onnxsurgery.shapes.solver import Solution
 
-__all__ = [
-    "Change", "PlanContext", "ConstRead", "Rule", "CONST_RULES", "decide", "BoundedTable",
-    "bound_text", "symbol_bounds",
-]  # fmt: skip
+__all__ = ["Change", "PlanContext", "ConstRead", "Rule", "CONST_RULES", "decide", "BoundedTable"]
 
 
 @dataclass
@@ -455,88 +452,6 @@ class TableCut(_NoPattern):
 
     def produce(self, read: ConstRead) -> Blocker:
         return self._why(read)
-
-
-def symbol_bounds(analysis: ShapeAnalysis, asked: Mapping[str, int | None]) -> dict[str, int]:
-    """The bounds asked (``seq<=traced``: None, the traced size) as numbers; ValueError for a
-    bound on no symbol of the graph or under its traced size (the check compares the result
-    with the original there)."""
-    bounds = {}
-    for sym, bound in asked.items():
-        if sym not in analysis.symbols:
-            raise ValueError(f"{sym}<={bound or 'traced'}: no input axis is named {sym}")
-        traced = analysis.atoms[sym].traced
-        if bound is not None and bound < traced:
-            raise ValueError(
-                f"{sym}<={bound} is under {sym}'s traced size {traced}: the bound must be at "
-                f"least the traced size ({sym}<=traced), where the check compares the result "
-                "with the original"
-            )
-        bounds[sym] = traced if bound is None else bound
-    return bounds
-
-
-def bound_text(syms: Set[str], bounds: Mapping[str, int]) -> str:
-    """``seq<=8, tgt<=8``: the bounds of ``syms``."""
-    return ", ".join(f"{s}<={bounds[s]}" for s in sorted(syms))
-
-
-def largest(a: ShapeAnalysis, sol: Solution, d: Dim, bounds: Mapping[str, int]) -> int | None:
-    """The largest value ``d`` takes with every symbol at most its bound: ``d`` at the bounds,
-    where it grows with each symbol (positive coefficients, down to the floor divisions a
-    strided op makes: frames = (samples - 400) // 320 + 1); None where it does not, or names a
-    symbol with no bound."""
-    floors = {atom: (num, den, plus) for atom, num, den, plus in a.pending_floors}
-    for (num_text, den_text, plus), q in a.floors.items():  # divisions of symbols, by text
-        if len(q.atoms()) == 1 and q == Dim.sym(next(iter(q.atoms()))):
-            floors.setdefault(next(iter(q.atoms())), (_dim_text(num_text), _dim_text(den_text), plus))
-    seen: set[str] = set()
-
-    def value(x: Dim) -> int | None:
-        total = 0
-        for mono, coef in x.terms.items():
-            if mono and coef < 0:
-                return None  # shrinks as a symbol grows
-            term = coef
-            for atom in mono:
-                v = atom_value(atom)
-                if v is None:
-                    return None
-                term *= v
-            total += term
-        return total
-
-    def atom_value(atom: str) -> int | None:
-        if atom in bounds:
-            return bounds[atom]
-        if atom in a.symbols or atom in seen:
-            return None
-        seen.add(atom)
-        solved = sol.values.get(atom)
-        if solved is not None and solved != Dim.sym(atom):
-            return value(solved)
-        if atom in floors:
-            num, den, plus = floors[atom]
-            n, q = value(sol.resolve(num)), sol.resolve(den).value
-            return None if n is None or not q or q < 0 else n // q + plus
-        return None
-
-    return value(d)
-
-
-def _dim_text(text: str) -> Dim:
-    """A Dim from its ``str`` (``samples*2 - 10``): the analysis keys its divisions of symbols
-    by text."""
-    total, sign = Dim(), 1
-    for token in re.split(r" ([+-]) ", text.strip()):
-        if token in "+-":
-            sign = 1 if token == "+" else -1
-            continue
-        term = Dim.const(-sign if token.startswith("-") else sign)
-        for part in token.lstrip("-").split("*"):
-            term = term * (int(part) if part.isdigit() else Dim.sym(part))
-        total = total + term
-    return total
 
 
 class BoundedTable(Rule):
