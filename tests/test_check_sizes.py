@@ -14,9 +14,8 @@ from test_symbolize import parse
 
 import onnxsurgery
 from onnxsurgery.passes.symbolize import Symbolize
-from onnxsurgery.passes.symbolize.check import check_sizes
 from onnxsurgery.passes.symbolize.plan import plan_symbolize
-from onnxsurgery.passes.symbolize.sizes import Divisions, size_steps
+from onnxsurgery.passes.symbolize.sizes import Divisions, check_sizes, size_steps
 from onnxsurgery.validation.runtime import run_model
 
 CPU = onnxsurgery.PassContext(provider="cpu")

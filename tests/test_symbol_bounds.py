@@ -20,7 +20,7 @@ from onnxsurgery.cli import app
 from onnxsurgery.errors import PassError, ValidationMismatch
 from onnxsurgery.model.bounds import read_bounds
 from onnxsurgery.passes.symbolize import Symbolize
-from onnxsurgery.passes.symbolize.check import check_sizes
+from onnxsurgery.passes.symbolize.sizes import check_sizes
 from onnxsurgery.pipeline.chain import parse_passes
 from onnxsurgery.validation.references import Case, save_case
 

@@ -2,7 +2,7 @@
 
 A strided convolution or pool divides a size (``(height - 8)//8 + 1``), a stack of them divides
 it again and again (ConvNeXt's stem and three 2x2 downsamplings: 32 in all). Two things follow
-for the sizes the check picks (:func:`~.check.check_sizes`):
+for the sizes the check picks (:func:`check_sizes`):
 
 - a size that leaves a later stage with less than its kernel is no input of the model at all
   (torch refuses it as ONNX Runtime does: ``Invalid input shape: {1,2}``), so running it would
@@ -18,14 +18,14 @@ never off names or known architectures.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
 from onnxsurgery.shapes.analysis import ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.solver import Solution
 
-__all__ = ["Divisions", "size_steps"]
+__all__ = ["Divisions", "check_sizes", "size_steps"]
 
 #: The largest multiple of the first step tried for keeping every remainder.
 _MAX_MULTIPLE = 64
@@ -129,3 +129,75 @@ def _reads_through(sym: str, divisions: Divisions) -> bool:
         if (num.atoms() | den.atoms()) & reach:
             reach.add(atom)
     return len(reach) > 1
+
+
+def check_sizes(
+    traced: Mapping[str, int],
+    fixed: Set[str] = frozenset(),
+    steps: Mapping[str, int] | None = None,
+    relations: Mapping[str, Dim] | None = None,
+    *,
+    bounds: Mapping[str, int] | None = None,
+    divisions: Divisions | None = None,
+) -> list[dict[str, int]]:
+    """The traced size, then two other values for each symbol not in ``fixed`` (others traced).
+
+    The other values are ``traced + step`` and ``traced - step`` (or ``+ 2*step`` when that is
+    too small, or is no input the model takes: a stage left smaller than its kernel, as
+    ``divisions`` tell, :meth:`Divisions.accepts`); ``steps`` defaults to 1, and is
+    larger for symbols that strided convolutions or pools divide, so the sizes keep the traced
+    size's remainder at every division (a padding computed for an even height is baked into the
+    graph; :func:`size_steps`). A symbol in ``relations`` (``total`` = ``past + seq``)
+    is never varied itself: every size computes it from the others, so the sizes respect what
+    the graph requires. A symbol in ``bounds`` (``seq<=8``) stays within its bound: the values
+    over it are replaced by smaller ones (``traced - 2*step``), none under 2.
+    """
+    relations = relations or {}
+    sizes = [dict(traced)]
+    for sym in traced:
+        if sym in fixed or sym in relations:
+            continue
+        step = (steps or {}).get(sym, 1)
+        bound = (bounds or {}).get(sym)
+        for s in _others(traced, sym, step, bound, relations, divisions):
+            if s not in sizes:
+                sizes.append(s)
+    return sizes
+
+
+def _others(
+    traced: Mapping[str, int],
+    sym: str,
+    step: int,
+    bound: int | None,
+    relations: Mapping[str, Dim],
+    divisions: Divisions | None,
+) -> list[dict[str, int]]:
+    """Two sizes with ``sym`` moved off its traced value: up a step, then down one (two up
+    where down is under 2 or no input the model takes); within ``bound``, the values over it
+    give way to ones further down."""
+    v = traced[sym]
+    values = [v + step, v - step, v + 2 * step]
+    if bound is not None:
+        values = [o for o in (*values, v - 2 * step) if o <= bound]
+    chosen: list[dict[str, int]] = []
+    for o in values:
+        size = _varied(traced, sym, o, relations)
+        lower = o < v
+        if lower and (o < 2 or (divisions is not None and not divisions.accepts(size))):
+            continue
+        chosen.append(size)
+        if len(chosen) == 2:
+            break
+    return chosen
+
+
+def _varied(
+    traced: Mapping[str, int], sym: str, value: int, relations: Mapping[str, Dim]
+) -> dict[str, int]:
+    """The traced size with ``sym`` at ``value`` and every related symbol computed from it."""
+    s = dict(traced)
+    s[sym] = value
+    for _ in relations:  # relations may chain
+        s.update({d: rel.evaluate(s) for d, rel in relations.items()})
+    return s
