@@ -15,8 +15,10 @@ The pass reads as stages, each a module that only reads what the one before it p
     wording.py          how blockers spell dims, axes and fixes in the input symbols
     readings.py         the rewrites reference cases choose between where the graph cannot tell
     rewrite.py          apply the plan to a copy of the graph
+    graph_edits.py      names a node reads, stable topological order, orphans, stale value infos
     check.py            run the result on ONNX Runtime at the traced size and at other sizes
-    sizes.py            the sizes the check may run at (inputs the model takes, remainders kept)
+    sizes.py            the sizes the check runs at (inputs the model takes, remainders, bounds)
+    bounds.py           symbols bounded at a size (seq<=traced): the bounds, a size's largest value
     row_checks.py       the check's evidence that a batch's rows are independent
     reference_cases.py  the --ref cases in the check: which the model claims, running them
     ort_failure.py      an ONNX Runtime failure in the check, naming the model's node

@@ -19,13 +19,13 @@ import onnx
 from onnx import helper, numpy_helper
 
 from onnxsurgery.passes.symbolize.baked import GridTable
-from onnxsurgery.passes.symbolize.rewrite import (
+from onnxsurgery.passes.symbolize.graph_edits import (
     drop_value_info,
     outer_names,
     remove_orphans,
-    safe_name,
     toposort_graph,
 )
+from onnxsurgery.passes.symbolize.rewrite import safe_name
 
 __all__ = ["same_padding", "resize_tables", "GRID_RESIZES"]
 

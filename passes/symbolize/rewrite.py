@@ -15,7 +15,6 @@ propagated shapes (cleared where they are not expressible in the symbols), stale
 
 from __future__ import annotations
 
-import heapq
 import re
 
 import numpy as np
@@ -24,19 +23,16 @@ from numpy.typing import DTypeLike
 from onnx import helper, numpy_helper
 
 from onnxsurgery.model.dtypes import elem_type_of
-from onnxsurgery.model.io import IR_INITIALIZERS_AS_INPUTS, sync_initializer_inputs
-from onnxsurgery.model.walk import graphs_by_path, subgraphs
+from onnxsurgery.model.io import sync_initializer_inputs
+from onnxsurgery.model.walk import graphs_by_path
 from onnxsurgery.passes.symbolize.generators import Generator
+from onnxsurgery.passes.symbolize.graph_edits import drop_value_info, remove_orphans, toposort_graph
 from onnxsurgery.passes.symbolize.plan import Change, SymbolizePlan
 from onnxsurgery.shapes.dims import Dim, const_ints
 from onnxsurgery.shapes.rules import op_traits
 
 __all__ = [
     "apply_plan",
-    "toposort_graph",
-    "outer_names",
-    "remove_orphans",
-    "drop_value_info",
     "safe_name",
 ]
 
@@ -515,88 +511,6 @@ def _set_dims(vi: onnx.ValueInfoProto, dims_out: list[str | int | None] | None) 
             d.dim_value = new
         elif isinstance(new, str):
             d.dim_param = new
-
-
-def drop_value_info(graph: onnx.GraphProto) -> None:
-    del graph.value_info[:]
-    for node in graph.node:
-        for sub in subgraphs(node):
-            drop_value_info(sub)
-
-
-def outer_names(node: onnx.NodeProto) -> set[str]:
-    """Names a node reads, including those its subgraphs read from the enclosing scope."""
-    names = {i for i in node.input if i}
-    for g in subgraphs(node):
-        inner = {i.name for i in g.input} | {i.name for i in g.initializer}
-        for n in g.node:
-            inner.update(o for o in n.output if o)
-        for n in g.node:
-            names.update(x for x in outer_names(n) if x not in inner)
-        names.update(o.name for o in g.output if o.name not in inner)
-    return names
-
-
-def toposort_graph(nodes: list[onnx.NodeProto], available: set[str]) -> list[onnx.NodeProto]:
-    """Stable topological order: among ready nodes, the earliest in ``nodes`` goes first."""
-    producer: dict[str, int] = {}
-    for i, n in enumerate(nodes):
-        for o in n.output:
-            if o:
-                producer[o] = i
-    deps: list[set[int]] = []
-    users: dict[int, list[int]] = {i: [] for i in range(len(nodes))}
-    for i, n in enumerate(nodes):
-        d = {
-            producer[x]
-            for x in outer_names(n)
-            if x in producer and x not in available and producer[x] != i
-        }
-        deps.append(d)
-        for p in d:
-            users[p].append(i)
-    count = [len(d) for d in deps]
-    ready = [i for i, c in enumerate(count) if c == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(nodes[i])
-        for u in users[i]:
-            count[u] -= 1
-            if count[u] == 0:
-                heapq.heappush(ready, u)
-    if len(order) != len(nodes):
-        stuck = [nodes[i].name or nodes[i].output[0] for i, c in enumerate(count) if c > 0]
-        raise ValueError(f"the rewritten graph has a cycle through {', '.join(stuck[:5])}")
-    return order
-
-
-def remove_orphans(model: onnx.ModelProto, candidates: set[str]) -> None:
-    used: set[str] = set()
-
-    def walk(g: onnx.GraphProto) -> None:
-        for n in g.node:
-            used.update(outer_names(n))
-        used.update(o.name for o in g.output)
-
-    walk(model.graph)
-    g = model.graph
-    dead = {c for c in candidates if c not in used}
-    keep = [i for i in g.initializer if i.name not in dead]
-    if len(keep) != len(g.initializer):
-        dropped = {i.name for i in g.initializer} - {i.name for i in keep}
-        del g.initializer[:]
-        g.initializer.extend(keep)
-        # IR < 4 lists initializers as graph inputs too: a dropped one would become a required input
-        inputs = [i for i in g.input if i.name not in dropped]
-        if model.ir_version < IR_INITIALIZERS_AS_INPUTS and len(inputs) != len(g.input):
-            del g.input[:]
-            g.input.extend(inputs)
-    nodes = [n for n in g.node if not (n.op_type == "Constant" and n.output[0] in dead)]
-    if len(nodes) != len(g.node):
-        del g.node[:]
-        g.node.extend(nodes)
 
 
 def apply_plan(model: onnx.ModelProto, plan: SymbolizePlan) -> onnx.ModelProto:
