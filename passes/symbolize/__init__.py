@@ -14,6 +14,7 @@ The pass reads as stages, each a module that only reads what the one before it p
     coincident.py       sizes a symbol and a fixed value both fit (kept ones blocked, hinted ambiguous)
     wording.py          how blockers spell dims, axes and fixes in the input symbols
     readings.py         the rewrites reference cases choose between where the graph cannot tell
+    by_references.py    the reference cases choosing among readings (coincident sizes, readings.py)
     rewrite.py          apply the plan to a copy of the graph
     graph_edits.py      names a node reads, stable topological order, orphans, stale value infos
     check.py            run the result on ONNX Runtime at the traced size and at other sizes
@@ -82,8 +83,7 @@ Rules (symbolic shape propagation with provenance, decided by structure, not by 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from functools import partial
+from collections.abc import Mapping
 from typing import Any
 
 import onnx
@@ -92,6 +92,7 @@ from onnxsurgery.errors import OnnxSurgeryError
 from onnxsurgery.model.bounds import record_bounds
 from onnxsurgery.passes.symbolize.batch_indices import mixed_batches
 from onnxsurgery.passes.symbolize.blockers import blocker_summary, group_blockers
+from onnxsurgery.passes.symbolize.by_references import Reading, decide_coincidences, decide_readings
 from onnxsurgery.passes.symbolize.check import (
     LEVELS,
     CheckRequest,
@@ -101,8 +102,6 @@ from onnxsurgery.passes.symbolize.check import (
 )
 from onnxsurgery.passes.symbolize.feeds import shape_inputs
 from onnxsurgery.passes.symbolize.plan import SymbolizePlan, normalize_axes, plan_symbolize
-from onnxsurgery.passes.symbolize.readings import GRID_RESIZES, resize_tables, same_padding
-from onnxsurgery.passes.symbolize.reference_cases import reference_mismatch
 from onnxsurgery.passes.symbolize.rewrite import apply_plan
 from onnxsurgery.passes.symbolize.sizes import Divisions, size_steps
 from onnxsurgery.passes.symbolize.wording import traced_words
@@ -112,9 +111,6 @@ from onnxsurgery.validation.references import load_cases
 from onnxsurgery.validation.runtime import goes_by_path
 
 __all__ = ["Symbolize"]
-
-#: A rewrite reference cases may choose where the graph cannot (None: it does not apply).
-Reading = Callable[[onnx.ModelProto], onnx.ModelProto | None]
 
 _AXIS_KEY = re.compile(r"^(?P<input>\*|[^:]+):(?P<axis>-?\d+)$")
 #: ``NAME`` or ``NAME<=BOUND`` (``traced`` or a number): an axis's symbol and its upper bound
@@ -328,7 +324,7 @@ class Symbolize(Pass):
         ctx: PassContext,
     ) -> tuple[SymbolizePlan, list[Diagnostic], Reading | None]:
         """The plan, its diagnostics, and the rewrite the reference cases chose where the graph
-        could not (:meth:`_decide_by_references`); fails listing the blockers when strict."""
+        could not (:mod:`.by_references`); fails listing the blockers when strict."""
         ctx.stage("planning")
         self._check_keep(model)
         try:
@@ -338,10 +334,15 @@ class Symbolize(Pass):
         except ValueError as exc:
             self.fail(str(exc))
         diagnostics = [Diagnostic.warning(n) for n in plan.notes]
-        plan, decided = self._decide_coincidences(model, bare, plan, ctx)
+        def references() -> list:  # the --ref cases, loaded where they could decide
+            return self._references(ctx) if self.check else []
+
+        plan, decided = decide_coincidences(
+            model, bare, plan, references, ctx, rows=self.rows, keep=self.keep, bounds=self.bounds
+        )
         reading: Reading | None = None
         if decided is None:
-            decided, reading = self._decide_by_references(model, bare, plan, ctx)
+            decided, reading = decide_readings(model, bare, plan, references, ctx)
         if decided is not None:
             diagnostics.append(Diagnostic.info(decided))
         diagnostics += [
@@ -432,98 +433,6 @@ class Symbolize(Pass):
             )
         )
 
-    def _decide_by_references(
-        self, model: onnx.ModelProto, bare: onnx.ModelProto, plan: SymbolizePlan, ctx: PassContext
-    ) -> tuple[str | None, Reading | None]:
-        """Where every blocker is one the graph cannot decide but a rewrite could fix, and the run
-        has reference cases, let them decide between the readings (:func:`_readings`): the one
-        that alone matches every case is kept and the blockers go. Returns (what was decided,
-        the rewrite to apply after the plan's), or (None, None) with the blockers left as they
-        are, told why if cases were given.
-        """
-        choice = _readings(plan) if plan.blockers and self.check else None
-        references = self._references(ctx) if choice is not None else []
-        if choice is None or not references:
-            return None, None
-        what, readings = choice
-        base = apply_plan(model if goes_by_path(bare) else bare, plan)
-        candidates = {label: rewrite(base) for label, rewrite in readings.items()}
-        passed = self._matching(model, bare, plan, candidates, references, ctx)
-        if passed is None:
-            return None, None
-        plan.blockers = []
-        others = ", ".join(label for label in readings if label != passed)
-        return f"{what}: {passed} matches the reference cases, {others} not", readings[passed]
-
-    def _decide_coincidences(
-        self, model: onnx.ModelProto, bare: onnx.ModelProto, plan: SymbolizePlan, ctx: PassContext
-    ) -> tuple[SymbolizePlan, str | None]:
-        """Where every blocker is a size kept at a traced value a symbol fits too
-        (:mod:`.coincident`) and the run has reference cases, let them choose: the plan as it is
-        (the sizes fixed, its blockers gone) or the plan with those sizes following their
-        symbols, whichever alone matches every case. Returns (the plan to go on with, what was
-        decided or None)."""
-        if not plan.blockers or not self.check or any(
-            b.kind != "coincident-size" for b in plan.blockers
-        ):
-            return plan, None
-        references = self._references(ctx)
-        if not references:
-            return plan, None
-        kept = self.keep | {n for c in plan.coincidences for n in c.nodes()}
-        fixed_plan = plan_symbolize(
-            model, plan.axes, self.rows, bare=bare, keep=kept, bounds=self.bounds
-        )
-        general = plan_symbolize(
-            model, plan.axes, self.rows, bare=bare, keep=self.keep, generalize=True,
-            bounds=self.bounds,
-        )  # fmt: skip
-        if general.blockers or fixed_plan.blockers:
-            return plan, None
-        root = model if goes_by_path(bare) else bare
-        fixed, following = "the sizes fixed as traced", "the sizes following their symbols"
-        candidates = {fixed: apply_plan(root, fixed_plan), following: apply_plan(root, general)}
-        passed = self._matching(model, bare, plan, candidates, references, ctx)
-        if passed is None:
-            return plan, None
-        nodes = ", ".join(sorted({b.node for b in plan.blockers}))
-        other = following if passed == fixed else fixed
-        text = f"sizes of {nodes}: {passed} match the reference cases, {other} not"
-        return (fixed_plan if passed == fixed else general), text
-
-    def _matching(
-        self,
-        model: onnx.ModelProto,
-        bare: onnx.ModelProto,
-        plan: SymbolizePlan,
-        candidates: Mapping[str, onnx.ModelProto | None],
-        references: list,
-        ctx: PassContext,
-    ) -> str | None:
-        """The one candidate rewrite that alone matches every reference case; None (each of
-        ``plan``'s blockers told why) where none or several do."""
-        mapping = ctx.map_outputs if ctx.output_maps else None
-        verdict = {
-            label: "cannot be rewritten"
-            if candidate is None
-            else reference_mismatch(
-                model, candidate, plan.axes, plan.symbols, references, ctx.provider, mapping,
-                bare=bare,
-            )
-            for label, candidate in candidates.items()
-        }  # fmt: skip
-        passed = [label for label, why in verdict.items() if why is None]
-        if len(passed) == 1:
-            return passed[0]
-        why = (
-            f"match {' and '.join(passed)} alike (add cases at other sizes)"
-            if passed
-            else "match no reading: " + "; ".join(f"{k}: {v}" for k, v in verdict.items())
-        )
-        for blocker in plan.blockers:
-            blocker.why += f"; the reference cases given {why}"
-        return None
-
     def _check_keep(self, model: onnx.ModelProto) -> None:
         """Every node ``keep=`` names is in the graph."""
         names = {n.name for n in model.graph.node}
@@ -593,28 +502,6 @@ def _node_names(keep: str | list[str] | None) -> frozenset[str]:
     ):
         raise ValueError(f"keep must name nodes (several: a+b), got {keep!r}")
     return frozenset(n.strip() for n in names)
-
-
-def _readings(plan: SymbolizePlan) -> tuple[str, dict[str, Reading]] | None:
-    """What the reference cases could decide, and the readings to choose between, where every
-    blocker is one the graph cannot decide but a rewrite could fix: the plan's
-    ``same_padding`` (fixed pads as exported, or ``auto_pad=SAME_UPPER``) or its
-    ``grid_tables`` (the table resized to the grid bicubically or bilinearly); else None."""
-    nodes = {b.node for b in plan.blockers}
-    if nodes <= plan.same_padding.keys():
-        ops = [plan.same_padding[n] for n in sorted(nodes)]
-        return f"padding of {len(ops)} op(s)", {
-            "the fixed pads as exported": lambda m: m,
-            "'same' padding (auto_pad=SAME_UPPER)": lambda m: same_padding(m, ops),
-        }
-    if nodes <= plan.grid_tables.keys():
-        tables = [plan.grid_tables[n] for n in sorted(nodes)]
-        arrays = {t.tensor: plan.analysis.consts[t.tensor] for t in tables}
-        return f"{len(tables)} table(s) over a patch grid", {
-            f"resized {how} to the grid": partial(resize_tables, tables=tables, how=how, arrays=arrays)
-            for how in GRID_RESIZES
-        }
-    return None
 
 
 def _size_steps(plan: SymbolizePlan, divisions: Divisions) -> dict[str, int]:
