@@ -9,7 +9,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-import onnxsurgery.validation.arrays as compare_mod
+import onnxsurgery.validation.array_stats as stats_mod
 from onnxsurgery.validation.arrays import OutputComparison, compare_arrays, format_number
 from onnxsurgery.validation.tolerances import DEFAULT_ATOL, DEFAULT_RTOL
 
@@ -223,7 +223,7 @@ def test_chunked_walk_matches_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     a[30, 7] = np.nan
     e[3, 2] = a[3, 2] = np.inf
     whole = compare_arrays(a, e)
-    monkeypatch.setattr(compare_mod, "CHUNK", 64)
+    monkeypatch.setattr(stats_mod, "CHUNK", 64)
     chunked = compare_arrays(a, e)
     w, c = whole.to_dict(), chunked.to_dict()
     assert w.pop("mean_abs") == pytest.approx(c.pop("mean_abs"), rel=1e-12)  # summation order
@@ -240,7 +240,7 @@ def test_chunked_walk_matches_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_worst_element_found_in_a_later_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(compare_mod, "CHUNK", 10)
+    monkeypatch.setattr(stats_mod, "CHUNK", 10)
     e = np.zeros(95, np.float32)
     a = e.copy()
     a[4] = 0.001
@@ -332,7 +332,7 @@ def _oracle(a: np.ndarray, e: np.ndarray, atol: float, rtol: float) -> dict:
 @pytest.mark.parametrize("chunk", [7, None])
 def test_statistics_match_numpy_in_float64(monkeypatch, dtype, chunk) -> None:
     if chunk is not None:
-        monkeypatch.setattr(compare_mod, "CHUNK", chunk)
+        monkeypatch.setattr(stats_mod, "CHUNK", chunk)
     rng = np.random.default_rng(7)
     shape = (5, 13)
     kind = np.dtype(dtype).kind
@@ -388,7 +388,7 @@ def test_shapes_that_would_broadcast_are_still_a_mismatch() -> None:
 
 
 def test_non_contiguous_outputs_compare_like_their_copies(monkeypatch) -> None:
-    monkeypatch.setattr(compare_mod, "CHUNK", 5)
+    monkeypatch.setattr(stats_mod, "CHUNK", 5)
     rng = np.random.default_rng(3)
     e = rng.standard_normal((6, 8)).astype(np.float32)
     a = e + np.float32(3e-3)
@@ -467,9 +467,9 @@ def test_near_zero_walk_gives_the_whole_chunk_figures(monkeypatch, dtype) -> Non
     """The walk that measures only small-reference elements after the first chunk gives the
     figures, bit for bit, of measuring every element (the fast path switched off), and the worst
     element, max_rel and count of numpy's arithmetic over the whole array at once."""
-    monkeypatch.setattr(compare_mod, "CHUNK", 256)
+    monkeypatch.setattr(stats_mod, "CHUNK", 256)
     taken = []
-    near_zero_only = compare_mod._Stats._near_zero_only
+    near_zero_only = stats_mod.ElementStats._near_zero_only
 
     def counting(self, *args):  # type: ignore[no-untyped-def]
         taken.append(near_zero_only(self, *args))
@@ -477,9 +477,9 @@ def test_near_zero_walk_gives_the_whole_chunk_figures(monkeypatch, dtype) -> Non
 
     for name, a, e, atol, rtol, walks in _patterns(dtype, np.random.default_rng(11)):
         taken.clear()
-        monkeypatch.setattr(compare_mod._Stats, "_near_zero_only", counting)
+        monkeypatch.setattr(stats_mod.ElementStats, "_near_zero_only", counting)
         fast = compare_arrays(a, e, atol=atol, rtol=rtol)
-        monkeypatch.setattr(compare_mod._Stats, "_near_zero_only", lambda *args: False)
+        monkeypatch.setattr(stats_mod.ElementStats, "_near_zero_only", lambda *args: False)
         every = compare_arrays(a, e, atol=atol, rtol=rtol)
         assert fast.to_dict() == every.to_dict(), name
         if walks:  # the first chunk sets what later ones must beat

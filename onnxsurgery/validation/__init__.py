@@ -9,7 +9,8 @@
     recording.py           recording cases from a torch module; importing the user's module
     feeds.py               the one random-input maker
     tolerances.py          default tolerances, exact dtypes, per-output overrides, ``--tol`` text
-    arrays.py              one output against its reference: statistics, NaN/Inf, pass/fail
+    arrays.py              one output against its reference: pass/fail and how it is worded
+    array_stats.py         the chunked pass that gathers a comparison's statistics
     report.py              ValidationReport and CaseResult: tables and JSON
     case_runner.py         one session, every case: the runner both comparisons share
     against_references.py  validate(): a model against stored cases
@@ -44,6 +45,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         ),
     },
     modules=(
+        "array_stats",
         "against_model",
         "against_references",
         "arrays",
