@@ -17,12 +17,6 @@ def input_symbols(a: ShapeAnalysis, sol: Solution, atoms: set[str]) -> set[str]:
     """The input-axis symbols behind ``atoms``: symbols themselves, what the solver made an
     unknown, and the dims a strided op divides for a run-time division (``$o1`` =
     ``(height - 8) // 8 + 1`` is height's)."""
-    divides: dict[str, str] = {}
-    for (num_text, den_text, _), d in a.floors.items():
-        for atom in d.atoms():
-            divides[atom] = f"{num_text} {den_text}"
-    for atom, num, den, _ in a.pending_floors:
-        divides[atom] = f"{num} {den}"
     found: set[str] = set()
     todo, seen = list(atoms), set()
     while todo:
@@ -34,8 +28,9 @@ def input_symbols(a: ShapeAnalysis, sol: Solution, atoms: set[str]) -> set[str]:
             found.add(atom)
         elif atom in sol.values:
             todo += sol.values[atom].atoms()
-        elif atom in divides:
-            todo += re.findall(r"[$\w]+", divides[atom])
+        elif atom in a.floor_parts:  # a run-time division: what it divides, by what
+            num, den, _ = a.floor_parts[atom]
+            todo += num.atoms() | den.atoms()
     return found
 
 
