@@ -338,7 +338,8 @@ class Symbolize(Pass):
             return self._references(ctx) if self.check else []
 
         plan, decided = decide_coincidences(
-            model, bare, plan, references, ctx, rows=self.rows, keep=self.keep, bounds=self.bounds
+            model, bare, plan, references, ctx, rows=self.rows, keep=self.keep, bounds=self.bounds,
+            by_rows=self.check,
         )
         reading: Reading | None = None
         if decided is None:

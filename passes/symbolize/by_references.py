@@ -2,7 +2,10 @@
 the one that alone matches every case is taken, and the blockers it answers go.
 
 - :func:`decide_coincidences`: sizes kept at a traced value a symbol fits too
-  (:mod:`.coincident`): fixed as traced, or following their symbols;
+  (:mod:`.coincident`): fixed as traced, or following their symbols; where they read as a
+  batch whose rows the graph shows independent, the original model run on each traced-many
+  rows alone at two larger batches is an oracle too (:func:`~.row_checks.row_cases`), with no
+  cases given (the symbol is then verified ``rows``, not ``references``);
 - :func:`decide_readings`: 'same' padding baked at the traced size, or a table over a patch grid
   (:mod:`.readings`): the rewrite that matches.
 
@@ -20,6 +23,7 @@ from onnxsurgery.passes.symbolize.plan import SymbolizePlan, plan_symbolize
 from onnxsurgery.passes.symbolize.readings import GRID_RESIZES, resize_tables, same_padding
 from onnxsurgery.passes.symbolize.reference_cases import reference_mismatch
 from onnxsurgery.passes.symbolize.rewrite import apply_plan
+from onnxsurgery.passes.symbolize.row_checks import ROW_CASE_MULTIPLES, row_cases
 from onnxsurgery.pipeline.contract import PassContext
 from onnxsurgery.validation.runtime import goes_by_path
 
@@ -67,16 +71,19 @@ def decide_coincidences(
     rows: set[str] | None,
     keep: frozenset[str],
     bounds: Mapping[str, int | None],
+    by_rows: bool = True,
 ) -> tuple[SymbolizePlan, str | None]:
     """Where every blocker is a size kept at a traced value a symbol fits too
-    (:mod:`.coincident`) and the run has reference cases, let them choose: the plan as it is
-    (the sizes fixed, its blockers gone) or the plan with those sizes following their
-    symbols, whichever alone matches every case. Returns (the plan to go on with, what was
-    decided or None)."""
+    (:mod:`.coincident`), let the run's reference cases choose: the plan as it is (the sizes
+    fixed, its blockers gone) or the plan with those sizes following their symbols, whichever
+    alone matches every case. Without cases, where every such size reads as one batch whose
+    rows the graph shows independent, the original model run row by row at two larger batches
+    (:func:`_row_oracle`) chooses instead, unless ``by_rows`` is false (no check runs).
+    Returns (the plan to go on with, what was decided or None)."""
     if not plan.blockers or any(b.kind != "coincident-size" for b in plan.blockers):
         return plan, None
     cases = references()
-    if not cases:
+    if not cases and (not by_rows or _row_batch(plan) is None):
         return plan, None
     kept = keep | {n for c in plan.coincidences for n in c.nodes()}
     fixed_plan = plan_symbolize(model, plan.axes, rows, bare=bare, keep=kept, bounds=bounds)
@@ -85,16 +92,60 @@ def decide_coincidences(
     )
     if general.blockers or fixed_plan.blockers:
         return plan, None
+    oracle = "the reference cases"
+    if not cases:
+        oracle, cases = _row_oracle(model, bare, plan, (fixed_plan, general), ctx)
+        if not cases:
+            return plan, None
     root = model if goes_by_path(bare) else bare
     fixed, following = "the sizes fixed as traced", "the sizes following their symbols"
     candidates = {fixed: apply_plan(root, fixed_plan), following: apply_plan(root, general)}
-    passed = _matching(model, bare, plan, candidates, cases, ctx)
+    passed = _matching(model, bare, plan, candidates, cases, ctx, oracle)
     if passed is None:
         return plan, None
     nodes = ", ".join(sorted({b.node for b in plan.blockers}))
     other = following if passed == fixed else fixed
-    text = f"sizes of {nodes}: {passed} match the reference cases, {other} not"
+    text = f"sizes of {nodes}: {passed} match {oracle}, {other} not"
     return (fixed_plan if passed == fixed else general), text
+
+
+def _row_batch(plan: SymbolizePlan) -> str | None:
+    """The batch every blocked coincident size reads as, where it is one symbol whose rows
+    the graph shows independent (``plan.rows``); else None."""
+    blocked = {b.node for b in plan.blockers}
+    readings = {c.reading for c in plan.coincidences if c.nodes() & blocked}
+    if len(readings) != 1:
+        return None
+    reading = next(iter(readings))
+    sym = next(iter(reading.atoms()), None) if reading.is_atom() else None
+    return sym if sym in plan.rows else None
+
+
+def _row_oracle(
+    model: onnx.ModelProto,
+    bare: onnx.ModelProto,
+    plan: SymbolizePlan,
+    readings: tuple[SymbolizePlan, ...],
+    ctx: PassContext,
+) -> tuple[str, list]:
+    """Cases the original model gives row by row (:func:`~.row_checks.row_cases`) for the
+    batch the coincident sizes read as (:func:`_row_batch`), and the oracle's name; none where
+    an output does not carry the batch on one axis, the same in every reading (rows cannot be
+    put together), or the outputs are mapped."""
+    sym = _row_batch(plan)
+    if sym is None or ctx.output_maps:
+        return "", []
+    out_axis: dict[str, int] = {}
+    for name in plan.outputs:
+        places = {
+            tuple(i for i, d in enumerate(p.outputs.get(name) or []) if d == sym) for p in readings
+        }
+        if len(places) != 1 or len(axis := next(iter(places))) != 1:
+            return "", []
+        out_axis[name] = axis[0]
+    cases = row_cases(model, plan.axes, plan.symbols, sym, out_axis, ctx.provider, bare=bare)
+    sizes = " and ".join(str(k * plan.symbols[sym]) for k in ROW_CASE_MULTIPLES)
+    return f"the original model run row by row at {sym}={sizes}", cases
 
 
 def _matching(
@@ -104,9 +155,10 @@ def _matching(
     candidates: Mapping[str, onnx.ModelProto | None],
     references: list,
     ctx: PassContext,
+    oracle: str = "the reference cases",
 ) -> str | None:
-    """The one candidate rewrite that alone matches every reference case; None (each of
-    ``plan``'s blockers told why) where none or several do."""
+    """The one candidate rewrite that alone matches every reference case (from ``oracle``);
+    None (each of ``plan``'s blockers told why) where none or several do."""
     mapping = ctx.map_outputs if ctx.output_maps else None
     verdict = {
         label: "cannot be rewritten"
@@ -120,13 +172,15 @@ def _matching(
     passed = [label for label, why in verdict.items() if why is None]
     if len(passed) == 1:
         return passed[0]
+    given = oracle == "the reference cases"
     why = (
-        f"match {' and '.join(passed)} alike (add cases at other sizes)"
+        f"match {' and '.join(passed)} alike"
+        + (" (add cases at other sizes)" if given else " (the readings give the same values there)")
         if passed
         else "match no reading: " + "; ".join(f"{k}: {v}" for k, v in verdict.items())
     )
     for blocker in plan.blockers:
-        blocker.why += f"; the reference cases given {why}"
+        blocker.why += f"; {oracle} given {why}" if given else f"; {oracle}: {why}"
     return None
 
 

@@ -7,6 +7,8 @@ For a symbol whose rows are independent (the evidence checks
 that row run alone (:func:`rows_alone`, :func:`rows_differ`); and the first traced-many rows
 equal the original model on those rows (:func:`head_rows`, :func:`first_differs`; where a
 larger batch begins with the traced run's inputs, :func:`begin_with`, those are the traced run's).
+Where the graph fits a constant fixed or following the batch, the original model run on each
+traced-many rows alone gives cases at larger batches that choose (:func:`row_cases`).
 
 Every comparison is validation's :func:`~onnxsurgery.validation.arrays.compare_arrays`
 (:func:`compare`; across batch sizes :func:`agree`, at :data:`ROWS_SLACK` times the tolerance),
@@ -26,6 +28,7 @@ from onnxsurgery.passes.symbolize.ort_failure import ort_failure
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.validation.arrays import OutputComparison, compare_arrays
 from onnxsurgery.validation.references import Case
+from onnxsurgery.validation.runtime import create_session, run_many
 from onnxsurgery.validation.tolerances import tolerance_for
 
 __all__ = [
@@ -38,6 +41,7 @@ __all__ = [
     "head_rows",
     "new_row_zero",
     "original_rows_independent",
+    "row_cases",
     "rows_alone",
     "rows_differ",
 ]
@@ -265,3 +269,63 @@ def rows_differ(
                     f"still carries the traced {sym} (a mask or an index that reads one row)"
                 )
     return None
+
+
+#: The batches, in multiples of the traced one, at which :func:`row_cases` runs the original
+#: model row by row: two larger sizes, so a reading that holds at one alone is told apart.
+ROW_CASE_MULTIPLES = (2, 3)
+
+
+def row_cases(
+    model: onnx.ModelProto,
+    axes: Mapping[str, Mapping[int, str]],
+    traced: Mapping[str, int],
+    sym: str,
+    out_axis: Mapping[str, int],
+    provider: str,
+    bare: onnx.ModelProto | None = None,
+) -> list[Case]:
+    """Cases at larger ``sym`` batches (:data:`ROW_CASE_MULTIPLES` times the traced size, the
+    other symbols at theirs) whose outputs are the original model run on each traced-many rows
+    alone, put together along each output's ``sym`` axis (``out_axis``, which must name every
+    output): what a model whose ``sym`` rows are independent gives there. An oracle only for a
+    batch the graph shows independent (the caller's to know); none where the rows of every
+    input are alike (nothing to tell apart) or the original fails on a group of rows."""
+    n = traced[sym]
+    in_axis = {name: a for name, spec in axes.items() for a, s in spec.items() if s == sym}
+    cases: list[Case] = []
+    session = None
+    for k in ROW_CASE_MULTIPLES:
+        size = {**traced, sym: k * n}
+        inputs = check_feeds(model, axes, size, 100 + k, {sym})
+        groups = [
+            {
+                name: (
+                    np.take(arr, range(g * n, (g + 1) * n), axis=in_axis[name])
+                    if name in in_axis
+                    else arr
+                )
+                for name, arr in inputs.items()
+            }
+            for g in range(k)
+        ]
+        if not any(
+            not np.array_equal(group[name], groups[0][name])
+            for group in groups[1:]
+            for name in in_axis
+            if name in inputs
+        ):
+            return []
+        if session is None:
+            session = create_session(
+                model, provider, threads=1, prepack=False, bare=bare, mapped=True
+            )
+        said = run_many(session, groups)
+        if any(isinstance(s, Exception) or set(s) != set(out_axis) for s in said):
+            return []
+        outputs = {
+            name: np.concatenate([s[name] for s in said], axis=axis)  # type: ignore[index]
+            for name, axis in out_axis.items()
+        }
+        cases.append(Case(name=f"{sym}={k * n} row by row", inputs=inputs, outputs=outputs))
+    return cases

@@ -1,0 +1,81 @@
+"""symbolize where a constant's size equals the batch's traced size and the graph fits both
+readings, fixed as traced or following the batch (issue 30).
+
+Without reference cases, a batch whose rows the graph shows independent has an oracle of its
+own: the original model run on each traced-many rows alone. At two larger batches with
+distinct rows, the reading that alone gives those rows is taken; where both do (or neither),
+symbolize still refuses, saying why.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.parser
+import onnxruntime as ort
+import pytest
+
+import onnxsurgery
+from onnxsurgery.errors import PassError
+from onnxsurgery.passes.symbolize import Symbolize
+
+HEAD = '<ir_version: 8, opset_import: ["" : 17]>'
+
+
+def windows(batch: int) -> onnx.ModelProto:
+    """``x.unfold(1, 2, 2).mean(-1)`` as dynamo exports it at batch 2 (Granite Speech's
+    pooling): a Gather along time with a constant [4, 2] grid of windows, whose 2 (the window)
+    equals the traced batch; nothing in the graph says which it is."""
+    return onnx.parser.parse_model(f"""{HEAD}
+agraph (float[{batch}, 8, 4] x) => (float[{batch}, 4, 4] y) {{
+    idx = Constant <value = int64[4, 2] {{0, 1, 2, 3, 4, 5, 6, 7}}> ()
+    g = Gather <axis = 1> (x, idx)
+    y = ReduceMean <axes = [2], keepdims = 0> (g)
+}}""")
+
+
+def _run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]
+
+
+def _named(model: onnx.ModelProto) -> onnx.ModelProto:
+    for k, node in enumerate(model.graph.node):
+        node.name = node.name or f"{node.op_type}_{k}"
+    return model
+
+
+def test_a_window_the_size_of_the_batch_is_decided_by_the_rows_of_the_original() -> None:
+    """Traced at batch 2, the windows' 2 fits the batch too: symbolize refused ("the graph fits
+    both"). Following the batch, a row's windows would change with how many rows run with it;
+    the original model run on each pair of rows alone at batch 4 and 6 shows the windows stay
+    2 wide, and the model equals the graph written at batch 5."""
+    result = Symbolize(**{"x:0": "batch"})(
+        _named(windows(2)), onnxsurgery.PassContext(provider="cpu")
+    )
+    said = [d.message for d in result.diagnostics]
+    assert any(
+        "the sizes fixed as traced match the original model run row by row at batch=4 and 6, "
+        "the sizes following their symbols not" in m
+        for m in said
+    ), said
+    assert any("verified: rows" in m for m in said), said
+    x = np.random.default_rng(0).standard_normal((5, 8, 4)).astype(np.float32)
+    np.testing.assert_allclose(_run(result.model, x), _run(windows(5), x), rtol=1e-6, atol=1e-6)
+
+
+def test_without_the_check_the_rows_decide_nothing() -> None:
+    """check=false runs nothing on ONNX Runtime: the coincident size stays a blocker."""
+    with pytest.raises(PassError, match="the graph fits both"):
+        Symbolize(**{"x:0": "batch"}, check=False)(
+            _named(windows(2)), onnxsurgery.PassContext(provider="cpu")
+        )
+
+
+def test_a_symbol_not_shown_a_batch_gets_no_row_oracle() -> None:
+    """rows= (no symbol has independent rows): the original's rows are no oracle, and the
+    coincident size stays a blocker."""
+    with pytest.raises(PassError, match="the graph fits both"):
+        Symbolize(**{"x:0": "batch"}, rows="")(
+            _named(windows(2)), onnxsurgery.PassContext(provider="cpu")
+        )
