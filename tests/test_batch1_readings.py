@@ -79,3 +79,44 @@ def test_a_symbol_not_shown_a_batch_gets_no_row_oracle() -> None:
         Symbolize(**{"x:0": "batch"}, rows="")(
             _named(windows(2)), onnxsurgery.PassContext(provider="cpu")
         )
+
+
+def rotary(batch: int, join: str = "Mul") -> onnx.ModelProto:
+    """CodeGen's and GPT-J's rotary table as TorchScript exports them at batch 1: position ids
+    [1, 4] gather the table, whose rows are tiled (``repeat_interleave``: the Tile's 1 makes
+    the batch dim a product) and then meet x [batch, 4, 2, 4] in a ``join`` (Mul: a broadcast;
+    Concat on axis 0: none)."""
+    table = ", ".join(str((i % 7) / 10) for i in range(24))
+    attrs = " <axis = 0>" if join == "Concat" else ""
+    out = 2 * batch if join == "Concat" else batch
+    return _named(
+        onnx.parser.parse_model(f"""{HEAD}
+agraph (float[{batch}, 4, 2, 4] x) => (float[{out}, 4, 2, 4] y) {{
+    pos = Constant <value = int64[1, 4] {{0, 1, 2, 3}}> ()
+    table = Constant <value = float[6, 4] {{{table}}}> ()
+    g = Gather <axis = 0> (table, pos)
+    axes = Constant <value = int64[1] {{2}}> ()
+    u = Unsqueeze (g, axes)
+    reps = Constant <value = int64[4] {{1, 1, 2, 1}}> ()
+    t = Tile (u, reps)
+    y = {join}{attrs} (x, t)
+}}""")
+    )
+
+
+def test_a_tiled_row_of_position_ids_broadcasts_over_a_batch_traced_at_1() -> None:
+    """The index constant's 1 reaches the Mul as a factor of ``1 * repeats``, which the
+    broadcast records did not follow: symbolize refused ("the graph fits both"), though the one
+    row broadcasts over the batch as GPT-2's does. Now it stays 1, and the model equals the
+    graph written at batch 3."""
+    result = Symbolize(**{"x:0": "batch"})(rotary(1), onnxsurgery.PassContext(provider="cpu"))
+    assert any("verified: rows" in d.message for d in result.diagnostics)
+    x = np.random.default_rng(1).standard_normal((3, 4, 2, 4)).astype(np.float32)
+    np.testing.assert_allclose(_run(result.model, x), _run(rotary(3), x), rtol=1e-6, atol=1e-6)
+
+
+def test_a_row_that_meets_the_batch_in_no_broadcast_is_still_refused() -> None:
+    """Concatenated with x along the batch, the tiled row meets no batch in a broadcast:
+    whether it is one row or the batch's rows, the graph cannot say, and symbolize refuses."""
+    with pytest.raises(PassError, match="the graph fits both"):
+        Symbolize(**{"x:0": "batch"})(rotary(1, "Concat"), onnxsurgery.PassContext(provider="cpu"))

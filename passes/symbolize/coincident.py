@@ -38,6 +38,7 @@ import onnx
 
 from onnxsurgery.shapes.analysis import Constraint, ConstUse, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.shapes.rules import op_traits
 from onnxsurgery.shapes.solver import Solution, solve
 
 __all__ = [
@@ -233,6 +234,32 @@ def _broadcast_row(
     return value == 1 and met is not None and bool(met.atoms()) and met.atoms() <= rows
 
 
+def _met_in_broadcast(
+    a: ShapeAnalysis, sol: Solution, atom: str, value: int, rows: Set[str]
+) -> bool:
+    """:func:`_broadcast_row` for a 1 that reaches the broadcast as a factor of a dim whose
+    other factors are 1 too (a Tile or a Reshape by 1 of the row, which the broadcast records
+    do not follow): at some broadcasting node that dim meets a batch of ``rows`` traced at 1
+    on the same axis. CodeGen's and GPT-J's ``position_ids`` [1, seq] gather the rotary table,
+    whose rows are tiled (``repeat_interleave``) and multiplied with [batch, seq, heads, d]."""
+    if value != 1:
+        return False
+    one = Dim.const(1)
+    for node in a.model.graph.node:
+        if not op_traits(node.domain, node.op_type).broadcasts:
+            continue
+        infos = [a.tensors.get(x) for x in node.input if x]
+        shapes = [i.shape for i in infos if i is not None and i.shape is not None]
+        for k in range(1, max((len(s) for s in shapes), default=0) + 1):
+            dims = [s[-k] for s in shapes if len(s) >= k]
+            if not any(atom in d.atoms() and sol.resolve(d) == one for d in dims):
+                continue
+            met = [sol.resolve(d) for d in dims if atom not in d.atoms()]
+            if any(m.is_atom() and m.atoms() <= rows for m in met):
+                return True
+    return False
+
+
 def _sized(model: onnx.ModelProto, use: ConstUse) -> tuple[str, str] | None:
     """The op and node whose size ``use`` sets: the reader itself, or the first size-setting op
     its output reaches through shape arithmetic (a Concat building a Resize's sizes); None where
@@ -338,7 +365,10 @@ def find_coincidences(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[C
             value = a.atoms[atom].traced
             if _slice_over_fixed_axis(a, sol, use, index) or _broadcast_one(use, value, sets):
                 continue
-            if use.kind == "data" and _broadcast_row(a, sol, atom, value, rows):
+            if use.kind == "data" and (
+                _broadcast_row(a, sol, atom, value, rows)
+                or _met_in_broadcast(a, sol, atom, value, rows)
+            ):
                 continue
             within = _within_rows(a, sol, use, index, rows)
             within |= _within_rows_reached(a, sol, use, atom, rows)
