@@ -120,3 +120,56 @@ def test_a_row_that_meets_the_batch_in_no_broadcast_is_still_refused() -> None:
     whether it is one row or the batch's rows, the graph cannot say, and symbolize refuses."""
     with pytest.raises(PassError, match="the graph fits both"):
         Symbolize(**{"x:0": "batch"})(rotary(1, "Concat"), onnxsurgery.PassContext(provider="cpu"))
+
+
+def causal_attention(batch: int, show_band: bool = False) -> onnx.ModelProto:
+    """GPT-Neo's attention as TorchScript exports it at ``batch``: heads split by Reshapes of
+    constants written from ``batch``, the scores masked by a causal band [1, 1, 4, 4] that
+    comes first in a Where, and the heads merged back by a Reshape [batch, 4, 4]. At batch 1
+    every operand of the Where is 1 on axis 0, and its output followed the band's 1
+    (``show_band``: the band is an output of the graph too)."""
+    band = ", ".join(str(int(j <= i)) for i in range(4) for j in range(4))
+    shown = ", bool[1, 1, 4, 4] band" if show_band else ""
+    return _named(
+        onnx.parser.parse_model(f"""{HEAD}
+agraph (float[{batch}, 4, 4] x) => (float[{batch}, 4, 4] y{shown}) {{
+    qs = Constant <value = int64[4] {{{batch}, 4, 2, 2}}> ()
+    r = Reshape (x, qs)
+    q = Transpose <perm = [0, 2, 1, 3]> (r)
+    k = Transpose <perm = [0, 2, 3, 1]> (r)
+    scores = MatMul (q, k)
+    band = Constant <value = bool[1, 1, 4, 4] {{{band}}}> ()
+    low = Constant <value = float {{-1000000000.0}}> ()
+    w = Where (band, scores, low)
+    p = Softmax <axis = -1> (w)
+    o = MatMul (p, q)
+    t = Transpose <perm = [0, 2, 1, 3]> (o)
+    ys = Constant <value = int64[3] {{{batch}, 4, 4}}> ()
+    y = Reshape (t, ys)
+}}""")
+    )
+
+
+def test_a_band_a_broadcast_followed_reads_as_the_batch_its_sibling_became() -> None:
+    """The Where's output followed the band's 1 (kept at 1), while the scores' 1 it dropped
+    became the batch (the Reshape splitting the heads): the Reshape merging them stayed
+    [1, 4, 4], and the check failed on ONNX Runtime at batch 2. Now the band's 1 reads as the
+    batch too (its one row repeated), and the model equals the graph written at batch 3."""
+    result = Symbolize(**{"x:0": "batch"})(
+        causal_attention(1), onnxsurgery.PassContext(provider="cpu")
+    )
+    assert any("verified: rows" in d.message for d in result.diagnostics)
+    x = np.random.default_rng(3).standard_normal((3, 4, 4)).astype(np.float32)
+    np.testing.assert_allclose(
+        _run(result.model, x), _run(causal_attention(3), x), rtol=1e-5, atol=1e-6
+    )
+
+
+def test_a_band_that_is_also_an_output_keeps_its_one_row() -> None:
+    """Where the band is also an output of the graph, repeating its row over the batch would
+    show there: it is left at 1, and the rewrite fails the check as before (refused, never a
+    model whose band output changes with the batch)."""
+    with pytest.raises(PassError, match="check at batch=2: the plan's rewrite broke Reshape"):
+        Symbolize(**{"x:0": "batch"})(
+            causal_attention(1, show_band=True), onnxsurgery.PassContext(provider="cpu")
+        )

@@ -253,14 +253,23 @@ def attention_pool(batch: int, folded: bool) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("folded", [False, True], ids=["expanded-query", "folded-query"])
-def test_a_query_that_broadcasts_over_the_batch_is_refused_from_batch_1(folded: bool) -> None:
-    """Traced at batch 1, the query's 1 and the keys' batch both read 1 where they broadcast: the
-    MatMul's batch dim follows the query's 1, so the Reshape merging the heads stays [1, 1, 4].
-    Letting sizes read from constants lead such a broadcast passed this model, but made make
-    fuzz's templates 94, 106, 221 and 256 come out wrong (the batch fixed at 1, below), so it was
-    taken back: the check fails on ONNX Runtime at batch 2 and symbolize refuses, naming it."""
-    with pytest.raises(PassError, match="check at batch=2: ONNX Runtime failed"):
-        Symbolize(**{"x:0": "batch"})(attention_pool(1, folded), onnxsurgery.PassContext(provider="cpu"))
+def test_a_query_that_broadcasts_over_the_batch_follows_it_from_batch_1(folded: bool) -> None:
+    """Traced at batch 1, the query's 1 and the keys' batch both read 1 where they broadcast:
+    the MatMul's batch dim follows the query's 1, so the Reshape merging the heads stayed
+    [1, 1, 4] and ONNX Runtime failed at batch 2 (letting sizes read from constants lead such
+    a broadcast passed this model but made make fuzz's templates 94, 106, 221 and 256 wrong,
+    below). Now the query's 1 that the broadcast followed reads as the batch the keys' dim it
+    dropped became (its one row repeated), and the model equals the head written at batch 3."""
+    result = Symbolize(**{"x:0": "batch"})(
+        attention_pool(1, folded), onnxsurgery.PassContext(provider="cpu")
+    )
+    x = np.random.default_rng(2).standard_normal((3, 3, 4)).astype(np.float32)
+    runs = [
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        for m in (result.model, attention_pool(3, folded))
+    ]
+    got, want = (s.run(None, {"x": x})[0] for s in runs)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
 def test_a_batch_traced_at_1_never_follows_a_constant_1_in_a_broadcast() -> None:

@@ -388,6 +388,70 @@ def find_coincidences(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[C
             taken[value] = k + int(not batch)
             reading = batch[0] if batch else fitting[k % len(fitting)]
             found.append(Coincidence(atom, use, index, value, reading, sets, bool(batch)))
+    seen = {c.atom for c in found}
+    found += [c for c in _broadcast_partners(a, sol, rows, conflicts) if c.atom not in seen]
+    return found
+
+
+#: Ops a constant may pass through on its way to a broadcast, keeping its axes.
+_PASSING = ("Cast", "Identity", "Slice")
+
+
+def _only_broadcast(model: onnx.ModelProto, tensor: str, axis: int, rank: int) -> bool:
+    """Whether every node reading axis ``axis`` of ``tensor`` (of rank ``rank``) broadcasts it
+    (a Where, an Add; a MatMul's batch axes), or passes it on (:data:`_PASSING`: a band cut
+    from a buffer) only to nodes that do: a row repeated there gives what the one row gave,
+    and nothing else sees the repeat."""
+    todo, seen = [tensor], set()
+    outputs = {o.name for o in model.graph.output}
+    while todo:
+        name = todo.pop()
+        if name in outputs:
+            return False  # its rows would show
+        readers = [n for n in model.graph.node if name in n.input]
+        for node in readers:
+            if node.name in seen:
+                continue
+            seen.add(node.name)
+            if node.op_type in _PASSING and node.input[0] == name:
+                todo.extend(node.output)
+            elif node.op_type == "MatMul":
+                if axis >= rank - 2:
+                    return False
+            elif not op_traits(node.domain, node.op_type).broadcasts:
+                return False
+    return True
+
+
+def _broadcast_partners(
+    a: ShapeAnalysis, sol: Solution, rows: Set[str], conflicts: int
+) -> list[Coincidence]:
+    """Dims a broadcast followed (every operand traced at 1) that the solver kept at 1 where
+    one it dropped for them (``dropped_ones``) became a batch of ``rows``: at that batch the
+    broadcast's output is the batch, not 1, so the kept dim reads as the batch too (its rows
+    repeat the one row, which is what broadcasting it gives). GPT-Neo's causal band
+    [1, 1, seq, seq] meets the scores [batch, heads, seq, seq] in a Where first, and the
+    heads merged back by a Reshape [1, seq, C] followed the band's 1, while the Reshapes
+    splitting the heads followed the batch: ONNX Runtime failed at batch 2."""
+    found: list[Coincidence] = []
+    one = Dim.const(1)
+    for dropped, kept in a.dropped_ones.items():
+        atom = next(iter(kept.atoms())) if kept.is_atom() else None
+        if atom is None or sol.how.get(atom) != "kept" or sol.resolve(kept) != one:
+            continue
+        reading = sol.resolve(Dim.sym(dropped))
+        if not reading.is_atom() or not reading.atoms() <= rows:
+            continue
+        for use in a.uses:
+            if atom not in use.atoms or use.kind != "data" or use.graph:
+                continue
+            axis = use.atoms.index(atom)
+            if not _only_broadcast(a.model, use.tensor, axis, use.array.ndim):
+                continue
+            if _fits(a, atom, reading, conflicts):
+                sets = _sized(a.model, use) or (use.op, use.node)
+                found.append(Coincidence(atom, use, axis, 1, reading, sets, True))
+                break
     return found
 
 
