@@ -516,9 +516,30 @@ def match_generator(
         if gen is not None:
             return gen
     gen = _tile(arr, axes, blocks or {})
+    return gen or _position_table(arr, axes, starts)
+
+
+def _position_table(arr: np.ndarray, axes: list[int], starts: tuple[int, ...]) -> Generator | None:
+    """A cos/sin position table along one axis: from each of ``starts`` (:func:`_trig_from`,
+    then :func:`_sinusoid`), then any sinusoid. Where the other symbolic axes were traced at 1
+    (a table folded with a leading axis of 1, read as a batch traced at 1), the table is matched
+    along the one longer axis, tried last: ``axes[0]`` is then the positions, the others follow
+    as broadcasts (:func:`evidence_gap` takes their one row only along a batch, whose rows
+    repeat; the rebuilt table is expanded over them)."""
+    gen = None
     for start in starts:
         gen = gen or _trig_from(arr, axes, start) or _sinusoid(arr, axes, start)
-    return gen or _sinusoid(arr, axes)
+    gen = gen or _sinusoid(arr, axes)
+    along = [k for k in axes if arr.shape[k] > 1]
+    if gen is not None or len(axes) < 2 or len(along) != 1:
+        return gen
+    gen = _trig(arr, along)
+    for start in starts:
+        gen = gen or _trig_from(arr, along, start) or _sinusoid(arr, along, start)
+    gen = gen or _sinusoid(arr, along)
+    if gen is not None:
+        gen.axes = along + [k for k in axes if k not in along]
+    return gen
 
 
 def flat_strides(arr: np.ndarray, dims: list[Dim]) -> dict[int, Dim]:
@@ -544,6 +565,8 @@ def evidence_gap(
     for k in gen.axes:
         n = arr.shape[k]
         moving = gen.kind != "affine" or (k in gen.steps and bool(np.any(gen.steps[k] != 0)))
+        if gen.kind in ("cos", "sin"):
+            moving = k == gen.axes[0]  # the positions; the other axes repeat their one row
         if gen.kind == "band" and gen.band is not None:
             moving = k in gen.band[:2]
         if gen.kind == "tile":

@@ -1,0 +1,105 @@
+"""symbolize on rotary and sinusoidal tables in more of the forms exporters leave (issue 30).
+
+- A table folded with a leading axis of 1 that the solver reads as the batch traced at 1
+  (dynamo's rotary ``cos``/``sin`` table ``[1, seq, d]`` joined with the batch's rows, CodeGen's
+  and GPT-J's ``sincos`` at batch 1; at batch 2 the same axis stays 1): matched along its one
+  longer axis, the positions, and expanded over the batch, whose rows repeat. One row along an
+  axis that is no batch shows nothing and stays a blocker.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.parser
+import onnxruntime as ort
+import pytest
+
+import onnxsurgery
+from onnxsurgery.errors import PassError
+from onnxsurgery.passes.symbolize import Symbolize
+from onnxsurgery.passes.symbolize.generators import evidence_gap, match_generator
+
+HEAD = '<ir_version: 8, opset_import: ["" : 17]>'
+SEQ, PAST, DIM = 4, 5, 8
+AXES = {"x": {0: "batch", 1: "seq"}, "past": {0: "batch", 1: "past"}}
+
+
+def floats(arr: np.ndarray) -> str:
+    return ", ".join(repr(float(v)) for v in arr.ravel())
+
+
+def symbolize(model: onnx.ModelProto, axes: dict | None = None):
+    ctx = onnxsurgery.PassContext(provider="cpu")
+    return Symbolize(dynamic_axes=axes or AXES)(model, ctx)
+
+
+def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def inv_freq(dim: int, base: float = 10000.0) -> np.ndarray:
+    return (1.0 / base ** (np.arange(0, dim, 2, dtype=np.float32) / dim)).astype(np.float32)
+
+
+def sincos(start: int, n: int) -> np.ndarray:
+    """GPT-J's and CodeGen's folded ``sincos`` (``[sin | cos]`` of each frequency twice, rotary
+    dim 4 of a head of 8) at positions ``start .. start + n - 1``."""
+    ang = (start + np.arange(n, dtype=np.float32))[:, None] * inv_freq(4)[None, :]
+    return np.concatenate(
+        [np.repeat(np.sin(ang), 2, axis=1), np.repeat(np.cos(ang), 2, axis=1)], axis=1
+    ).astype(np.float32)
+
+
+def joined_with_the_batch(table: np.ndarray) -> onnx.ModelProto:
+    """``x [1, seq, 8]`` traced at batch 1 joined on its last axis with a folded table
+    ``[1, seq, 8]``: the Concat makes the solver read the table's axis 0 as the batch; a cache
+    ``past`` (a Concat grows it to ``present``) is the length the positions may start at."""
+    m = onnx.parser.parse_model(f"""{HEAD}
+    g (float[1, 4, 8] x, float[1, 5, 8] past) => (float[1, 4, 16] y, float[1, 9, 8] present) {{
+      h = Relu (x)
+      present = Concat <axis = 1> (past, h)
+      t = Constant <value = float[1, 4, 8] {{{floats(table)}}}> ()
+      y = Concat <axis = 2> (x, t)
+    }}""")
+    onnx.checker.check_model(m)
+    return m
+
+
+@pytest.mark.parametrize("start", [0, PAST], ids=["from-0", "from-past"])
+def test_a_rotary_table_with_a_leading_axis_read_as_the_batch_traced_at_1(start):
+    """Before: 'its values follow no pattern' (the cos/sin generators took one axis only, and
+    the batch axis of 1 made two). Now: matched along seq, expanded over the batch."""
+    model = joined_with_the_batch(sincos(start, SEQ)[None])
+    result = symbolize(model)
+    text = "\n".join(d.message for d in result.diagnostics)
+    pos = "(Range + past)" if start else "Range"
+    assert f"float32[batch, seq, 8] (Sin({pos} * freq + phase) on axis 1)" in text
+    rng = np.random.default_rng(3)
+    for b, s, p in [(3, 7, 2), (2, 1, 9), (1, 12, 0)]:
+        x = rng.standard_normal((b, s, DIM)).astype(np.float32)
+        past = rng.standard_normal((b, p, DIM)).astype(np.float32)
+        y, _ = run(result.model, {"x": x, "past": past})
+        table = np.broadcast_to(sincos(p if start else 0, s), (b, s, DIM))
+        np.testing.assert_allclose(y, np.concatenate([x, table], axis=2), rtol=1e-5, atol=2e-6)
+
+
+def test_one_row_of_a_position_table_repeats_only_along_a_batch():
+    """The axis traced at 1 is taken as one row repeated only where its symbol is a batch: along
+    any other axis one row shows no pattern (evidence_gap names it)."""
+    table = sincos(0, SEQ)[None]
+    gen = match_generator(table, [0, 1])
+    assert gen is not None and gen.kind == "sin" and gen.axes == [1, 0]
+    assert evidence_gap(gen, table, rows={0}) is None
+    gap = evidence_gap(gen, table, rows=set())
+    assert gap is not None and "axis 0 was traced at size 1" in gap
+
+
+def test_a_table_that_is_no_sinusoid_along_its_positions_stays_a_blocker():
+    """The one longer axis must still hold a position table: a sinusoid at different starts
+    per column is refused with the batch axis as without it."""
+    ang = (np.arange(SEQ, dtype=np.float32))[:, None] * inv_freq(DIM)[None, :]
+    table = np.concatenate([np.sin(ang + 0.3), np.cos(ang)], axis=1).astype(np.float32)
+    with pytest.raises(PassError, match="follow no pattern"):
+        symbolize(joined_with_the_batch(table[None]))
