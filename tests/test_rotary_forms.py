@@ -103,3 +103,103 @@ def test_a_table_that_is_no_sinusoid_along_its_positions_stays_a_blocker():
     table = np.concatenate([np.sin(ang + 0.3), np.cos(ang)], axis=1).astype(np.float32)
     with pytest.raises(PassError, match="follow no pattern"):
         symbolize(joined_with_the_batch(table[None]))
+
+
+# ------------------------------------------------------------------------------------------------
+# a rotary table traced at 2 positions (Moonshine's encoder: 2 frames at the traced length)
+
+
+def rope(n: int, dim: int, interleave: bool, scale: np.ndarray | None = None):
+    """HF's rotary ``cos``, ``sin`` at positions 0 .. n-1 (``dim // 2`` frequencies, each twice:
+    ``cat`` halves or ``repeat_interleave``; ``scale`` divides them per frequency)."""
+    freq = inv_freq(dim) / (np.float32(1) if scale is None else scale.astype(np.float32))
+    ang = np.arange(n, dtype=np.float32)[:, None] * freq[None, :]
+    ang = np.repeat(ang, 2, axis=1) if interleave else np.concatenate([ang, ang], axis=1)
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+def two_positions(tables: list[np.ndarray]) -> onnx.ModelProto:
+    """``x [3, 2, 8]`` (seq traced at 2) times each folded ``[2, 8]`` table, summed."""
+    names = [f"t{i}" for i in range(len(tables))]
+    body = "\n".join(
+        f"      {n} = Constant <value = float[2, 8] {{{floats(t)}}}> ()\n      m{n} = Mul (x, {n})"
+        for n, t in zip(names, tables, strict=True)
+    )
+    total = f"m{names[0]}"
+    for n in names[1:]:
+        body += f"\n      s{n} = Add ({total}, m{n})"
+        total = f"s{n}"
+    m = onnx.parser.parse_model(f"""{HEAD}
+    g (float[3, 2, 8] x) => (float[3, 2, 8] y) {{
+{body}
+      y = Identity ({total})
+    }}""")
+    onnx.checker.check_model(m)
+    return m
+
+
+SEQ_AXES = {"x": {0: "batch", 1: "seq"}}
+
+
+@pytest.mark.parametrize("interleave", [False, True], ids=["cat", "repeat-interleave"])
+def test_a_rotary_pair_at_2_positions_is_pinned_by_its_frequencies(interleave):
+    """cos and sin tables at positions 0 and 1 whose frequencies are rotary's geometric
+    progression (4 of them): rebuilt as Cos/Sin(Range * freq) and right at lengths never
+    traced. Before: refused, '2 point(s) fit a line'."""
+    cos, sin = rope(2, DIM, interleave)
+    result = symbolize(two_positions([cos, sin]), SEQ_AXES)
+    text = "\n".join(d.message for d in result.diagnostics)
+    assert "(Cos(Range * freq) on axis 0)" in text and "(Sin(Range * freq) on axis 0)" in text
+    rng = np.random.default_rng(4)
+    for b, s in [(1, 9), (2, 1), (3, 40)]:
+        x = rng.standard_normal((b, s, DIM)).astype(np.float32)
+        (y,) = run(result.model, {"x": x})
+        c, si = rope(s, DIM, interleave)
+        np.testing.assert_allclose(y, x * c + x * si, rtol=1e-4, atol=1e-5)
+
+
+def test_sin_and_cos_halves_of_one_table_at_2_positions():
+    """``[sin | cos]`` in one table (GPT-J's ``sincos`` at position 0 and 1): the twin is the
+    other half."""
+    ang = np.arange(2, dtype=np.float32)[:, None] * inv_freq(DIM)[None, :]
+    table = np.concatenate([np.sin(ang), np.cos(ang)], axis=1).astype(np.float32)
+    result = symbolize(two_positions([table]), SEQ_AXES)
+    x = np.random.default_rng(5).standard_normal((2, 6, DIM)).astype(np.float32)
+    (y,) = run(result.model, {"x": x})
+    ang = np.arange(6, dtype=np.float32)[:, None] * inv_freq(DIM)[None, :]
+    np.testing.assert_allclose(
+        y, x * np.concatenate([np.sin(ang), np.cos(ang)], axis=1), rtol=1e-4, atol=1e-5
+    )
+
+
+def refused_at_2(tables: list[np.ndarray]) -> None:
+    with pytest.raises(PassError, match=r"traced at size 2: 2 point\(s\) fit"):
+        symbolize(two_positions(tables), SEQ_AXES)
+
+
+def test_two_frequencies_at_2_positions_are_refused():
+    """Moonshine's tiny rotary (2 frequencies): any two numbers are a geometric progression,
+    so nothing shows the table is one; refused as before."""
+    cos, sin = rope(2, 4, interleave=True)
+    refused_at_2([np.tile(cos, (1, 2)), np.tile(sin, (1, 2))])
+
+
+def test_a_cos_table_alone_at_2_positions_is_refused():
+    """Without its sin, a cos at 2 positions shows no angle: refused."""
+    cos, _ = rope(2, DIM, interleave=False)
+    refused_at_2([cos])
+
+
+def test_scaled_frequencies_that_are_no_progression_are_refused_at_2_positions():
+    """llama3-like scaling (each frequency divided by its own factor): no geometric
+    progression, so 2 positions do not pin the table; refused."""
+    cos, sin = rope(2, DIM, interleave=False, scale=np.array([1.0, 1.0, 3.0, 8.0]))
+    refused_at_2([cos, sin])
+
+
+def test_a_pair_on_the_unit_circle_but_not_at_position_0_is_refused():
+    """Rows at positions 3 and 4 (an offset the trace cannot show): row 0 is no cos 0 / sin 0;
+    refused."""
+    freq = np.concatenate([inv_freq(DIM)] * 2)
+    ang = np.array([3.0, 4.0], dtype=np.float32)[:, None] * freq[None, :]
+    refused_at_2([np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)])

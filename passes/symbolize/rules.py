@@ -178,7 +178,11 @@ class ConstRead:
                 if mono and coef > 1:
                     blocks[k] = coef
         starts = self.context.starts
-        gen = match_generator(self.use.array, self.symbolic_axes, blocks, tuple(starts))
+        arr = self.use.array
+        twins = []  # a rotary table traced at 2 positions needs its sin or cos twin
+        if arr.dtype.kind == "f" and any(arr.shape[k] == 2 for k in self.symbolic_axes):
+            twins = [u.array for u in self.context.analysis.uses if u.array.shape == arr.shape]
+        gen = match_generator(arr, self.symbolic_axes, blocks, tuple(starts), twins)
         if gen is not None and gen.phase is not None:
             gen.offset = ("phase", Dim.sym(starts[gen.phase]), gen.phase)
         if gen is not None and gen.kind == "affine" and self.flat_index:
