@@ -5,6 +5,13 @@
   and GPT-J's ``sincos`` at batch 1; at batch 2 the same axis stays 1): matched along its one
   longer axis, the positions, and expanded over the batch, whose rows repeat. One row along an
   axis that is no batch shows nothing and stays a blocker.
+- A rotary table traced at 2 positions (Moonshine's encoder, 2 frames at the traced length):
+  2 points fit any line, so it is taken only where more shows what it is: its sin and cos
+  together on the unit circle with 3 or more frequencies in rotary's geometric progression, or
+  the first 2 rows, bit for bit, of a longer table that its own positions pin down (the
+  decoder's, from the same ``inv_freq``). Two frequencies alone, a cos alone, frequencies that
+  are no progression, rows that are not positions 0 and 1, or the prefix of a table that is no
+  sinusoid: refused as before.
 """
 
 from __future__ import annotations
@@ -203,3 +210,60 @@ def test_a_pair_on_the_unit_circle_but_not_at_position_0_is_refused():
     freq = np.concatenate([inv_freq(DIM)] * 2)
     ang = np.array([3.0, 4.0], dtype=np.float32)[:, None] * freq[None, :]
     refused_at_2([np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)])
+
+
+def encoder_decoder(enc: list[np.ndarray], dec: list[np.ndarray]) -> onnx.ModelProto:
+    """``x [3, 2, 8]`` (seq traced at 2) times each ``enc`` table ``[2, 8]``, summed, and
+    ``z [3, 4, 8]`` (tgt traced at 4) times each ``dec`` table ``[4, 8]``, summed."""
+    lines, outs = [], []
+    for inp, n, tables in (("x", 2, enc), ("z", 4, dec)):
+        terms = []
+        for i, t in enumerate(tables):
+            lines.append(f"{inp}t{i} = Constant <value = float[{n}, 8] {{{floats(t)}}}> ()")
+            lines.append(f"{inp}m{i} = Mul ({inp}, {inp}t{i})")
+            terms.append(f"{inp}m{i}")
+        lines.append(f"{inp}y = Sum ({', '.join(terms)})")
+        outs.append(f"{inp}y")
+    body = "\n      ".join(lines)
+    m = onnx.parser.parse_model(f"""{HEAD}
+    g (float[3, 2, 8] x, float[3, 4, 8] z) => (float[3, 2, 8] xy, float[3, 4, 8] zy) {{
+      {body}
+    }}""")
+    onnx.checker.check_model(m)
+    return m
+
+
+ENC_DEC = {"x": {0: "batch", 1: "seq"}, "z": {0: "batch", 1: "tgt"}}
+
+
+def tiny_rope(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Moonshine's tiny rotary (2 frequencies, interleaved) over a head of 8."""
+    cos, sin = rope(n, 4, interleave=True)
+    return np.tile(cos, (1, 2)), np.tile(sin, (1, 2))
+
+
+def test_a_pair_at_2_positions_that_begins_a_longer_pinned_table_takes_its_generator():
+    """Moonshine: the encoder's rotary tables traced at 2 frames, the decoder's from the same
+    ``inv_freq`` at 4 tokens; the encoder's are bit for bit the decoder's first 2 rows, which
+    4 positions pin down. Before: refused ('2 point(s) fit a line'); now rebuilt as the
+    decoder's Cos/Sin(Range * freq) and right at other lengths."""
+    model = encoder_decoder(list(tiny_rope(2)), list(tiny_rope(4)))
+    result = symbolize(model, ENC_DEC)
+    text = "\n".join(d.message for d in result.diagnostics)
+    assert "float32[2, 8] -> float32[seq, 8] (Cos(Range * freq) on axis 0)" in text
+    rng = np.random.default_rng(6)
+    for b, s, t in [(1, 7, 3), (2, 1, 9)]:
+        x = rng.standard_normal((b, s, DIM)).astype(np.float32)
+        z = rng.standard_normal((b, t, DIM)).astype(np.float32)
+        xy, zy = run(result.model, {"x": x, "z": z})
+        np.testing.assert_allclose(xy, x * sum(tiny_rope(s)), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(zy, z * sum(tiny_rope(t)), rtol=1e-4, atol=1e-5)
+
+
+def test_a_prefix_of_a_longer_table_that_is_no_sinusoid_is_refused():
+    """The longer table begins with the same 2 rows but its later rows are no cos/sin: it pins
+    nothing, and the 2-row tables stay refused."""
+    cos4, sin4 = tiny_rope(4)
+    cos4[2:], sin4[2:] = cos4[2:] * 0.5, sin4[2:] + 0.25
+    with pytest.raises(PassError, match=r"traced at size 2: 2 point\(s\) fit"):
+        symbolize(encoder_decoder(list(tiny_rope(2)), [cos4, sin4]), ENC_DEC)

@@ -34,7 +34,8 @@ axis whose symbols have independent rows (a batch) repeats its one traced row, a
 along it can only enumerate the rows (an index: the check then runs rows alone), shown by two
 points or by the graph (:mod:`.batch_indices`). One more is structural in the values: a rotary
 cos/sin pair at positions 0 and 1 whose angles are one geometric progression of 3 or more
-frequencies (:func:`_two_positions`): its frequencies, not its positions, pin it down.
+frequencies, or one that is the first 2 rows of a longer table pinned by its own positions
+(:func:`_two_positions`): its frequencies, not its positions, pin it down.
 """
 
 from __future__ import annotations
@@ -507,7 +508,7 @@ def match_generator(
     axes: list[int],
     blocks: dict[int, int] | None = None,
     starts: tuple[int, ...] = (),
-    twins: Sequence[np.ndarray] = (),
+    tables: Sequence[np.ndarray] = (),
 ) -> Generator | None:
     """The generator that reproduces ``arr`` along its symbolic ``axes``, or None.
 
@@ -515,11 +516,12 @@ def match_generator(
     block of ``c`` (a per-head table tiled over ``batch*heads``). ``starts``: positions a
     cos/sin table may start from (the traced cache lengths, from the plan), tried last; then any
     sinusoidal table (:func:`_sinusoid`), from each of ``starts`` first, then from a fixed lead.
-    ``twins``: the other constants of ``arr``'s shape, where a rotary table traced at 2
-    positions may find its sin or cos (:func:`_two_positions`), tried first.
+    ``tables``: the model's other constants of ``arr``'s rank, where a rotary table traced at 2
+    positions may find its sin or cos twin or the longer table it begins (:func:`_two_positions`),
+    tried first.
     """
     axes = sorted(axes)
-    gen = _two_positions(arr, axes, twins)
+    gen = _two_positions(arr, axes, tables)
     if gen is not None:
         return gen
     for finder in (_affine, _trig, _band):
@@ -552,46 +554,76 @@ def _position_table(arr: np.ndarray, axes: list[int], starts: tuple[int, ...]) -
 
 
 def _two_positions(
-    arr: np.ndarray, axes: list[int], twins: Sequence[np.ndarray]
+    arr: np.ndarray, axes: list[int], tables: Sequence[np.ndarray]
 ) -> Generator | None:
-    """A rotary ``cos`` or ``sin`` table traced at 2 positions (0 and 1), taken only where its
-    frequencies show what it is; then :func:`evidence_gap` takes its 2 points (``pinned``).
+    """A rotary ``cos`` or ``sin`` table traced at 2 positions (0 and 1), taken only where more
+    than its 2 rows show what it is; then :func:`evidence_gap` takes its 2 points (``pinned``).
 
     Two points fit a line, or any table, so a table of 2 rows alone shows nothing. A rotary
     table ``cos(p * f_i)`` / ``sin(p * f_i)`` is pinned by its frequencies instead: at position
     0 it holds exactly 1 / 0, at position 1 ``cos(f_i)`` / ``sin(f_i)``, and with both tables
-    (``arr`` and a twin of its shape, or ``[sin | cos]`` halves of one table) each ``f_i`` is
-    one angle, ``atan2(sin, cos)``, whose ``cos(p f)``, ``sin(p f)`` at every integer position
-    ``p`` follow whatever turn it was traced on. What the values must then show, and a table
-    not made so would not: ``sin^2 + cos^2 = 1`` in every column (the two tables hold one angle
-    each) and the frequencies ``f_0 r^j`` of rotary's ``base^(-2j/d)``, a geometric progression
-    of 3 or more distinct frequencies (any two numbers are one; a scaled rotary whose
-    frequencies are no progression, llama3's or YaRN's, is refused). Never one table alone: a
-    sin of 2 points cannot tell ``f`` from ``pi - f``, a cos alone not that it is one."""
+    (``arr`` and a twin of its shape among ``tables``, or ``[sin | cos]`` halves of one table)
+    each ``f_i`` is one angle, ``atan2(sin, cos)``, whose ``cos(p f)``, ``sin(p f)`` at every
+    integer position ``p`` follow whatever turn it was traced on. What the values must then
+    show, and a table not made so would not: ``sin^2 + cos^2 = 1`` in every column (the two
+    tables hold one angle each) and the frequencies ``f_0 r^j`` of rotary's ``base^(-2j/d)``, a
+    geometric progression of 3 or more distinct frequencies (any two numbers are one; a scaled
+    rotary whose frequencies are no progression, llama3's or YaRN's, is refused). Never one
+    table alone: a sin of 2 points cannot tell ``f`` from ``pi - f``, a cos alone not that it
+    is one. Or (:func:`_prefix_of`) the table is, bit for bit, the first 2 rows of another of
+    ``tables`` that its own 3 or more positions pin down as a cos/sin (an encoder's and a
+    decoder's rotary tables from one ``inv_freq``, the decoder's traced longer).
+
+    What no trace shows, at 2 positions as at more: positions that are no integer count
+    (``linspace(0, 1, n)``) or a frequency that changes with the length (dynamic NTK)."""
     along = [k for k in axes if arr.shape[k] > 1]
     if arr.dtype.kind != "f" or len(along) != 1 or arr.shape[along[0]] != 2:
         return None
     k = along[0]
+    gen = _prefix_of(arr, k, tables) or _pair_at_two(arr, k, tables) or _halves_at_two(arr, k)
+    return None if gen is None else _broadcast_rest(gen, axes, pinned=True)
+
+
+def _prefix_of(arr: np.ndarray, k: int, tables: Sequence[np.ndarray]) -> Generator | None:
+    """The cos/sin generator of the first of ``tables`` whose first 2 rows along ``k`` are
+    ``arr`` exactly and whose 3 or more rows fit it from position 0 (:func:`_trig`)."""
+    for table in tables:
+        if table.ndim != arr.ndim or table.dtype != arr.dtype or table.shape[k] < 3:
+            continue
+        if any(table.shape[j] != n for j, n in enumerate(arr.shape) if j != k):
+            continue
+        if np.array_equal(np.take(table, [0, 1], axis=k), arr):
+            gen = _trig(table, [k])
+            if gen is not None:
+                return gen
+    return None
+
+
+def _pair_at_two(arr: np.ndarray, k: int, tables: Sequence[np.ndarray]) -> Generator | None:
+    """A cos (sin) table at positions 0 and 1 with its sin (cos) twin among ``tables``: one
+    rotary angle per column (:func:`_rotary_angles`)."""
     x = np.moveaxis(arr.astype(np.float64), k, 0)
-    if np.all(x[0] == 1) or np.all(x[0] == 0):
-        kind = "cos" if np.all(x[0] == 1) else "sin"
-        for twin in twins:
-            y = np.moveaxis(np.asarray(twin, dtype=np.float64), k, 0)
-            if twin.shape != arr.shape or not np.all(y[0] == (1 if kind == "sin" else 0)):
-                continue
-            sin1, cos1 = (y[1], x[1]) if kind == "cos" else (x[1], y[1])
-            freq = _rotary_angles(sin1, cos1)
-            if freq is not None:
-                gen = Generator(kind, [k], steps={k: np.moveaxis(freq[None], 0, k)})
-                gen.amp = np.ones_like(gen.steps[k]).astype(arr.dtype) if kind == "cos" else None
-                return _broadcast_rest(gen, axes, pinned=True)
+    if not (np.all(x[0] == 1) or np.all(x[0] == 0)):
         return None
-    return _halves_at_two(arr, axes, k)
+    kind = "cos" if np.all(x[0] == 1) else "sin"
+    for twin in tables:
+        if twin.shape != arr.shape:
+            continue
+        y = np.moveaxis(twin.astype(np.float64), k, 0)
+        if not np.all(y[0] == (1 if kind == "sin" else 0)):
+            continue
+        sin1, cos1 = (y[1], x[1]) if kind == "cos" else (x[1], y[1])
+        freq = _rotary_angles(sin1, cos1)
+        if freq is not None:
+            steps = np.moveaxis(freq[None], 0, k)
+            amp = np.ones_like(steps).astype(arr.dtype) if kind == "cos" else None
+            return Generator(kind, [k], steps={k: steps}, amp=amp)
+    return None
 
 
-def _halves_at_two(arr: np.ndarray, axes: list[int], k: int) -> Generator | None:
+def _halves_at_two(arr: np.ndarray, k: int) -> Generator | None:
     """``[sin | cos]`` (or ``[cos | sin]``) halves of one rotary table along its last axis,
-    traced at 2 positions: :func:`_two_positions` with the twin in the table itself."""
+    traced at 2 positions: :func:`_pair_at_two` with the twin in the table itself."""
     x = np.moveaxis(arr.astype(np.float64), k, 0)
     if x.ndim < 2 or x.shape[-1] % 2 or k == arr.ndim - 1:
         return None
@@ -603,16 +635,13 @@ def _halves_at_two(arr: np.ndarray, axes: list[int], k: int) -> Generator | None
         freq = _rotary_angles(sin[1], cos[1])
         if freq is None:
             return None
-        steps = np.concatenate([freq, freq], axis=-1)[None]
-        shift = np.concatenate(
-            [np.full_like(freq, phase[0]), np.full_like(freq, phase[1])], axis=-1
-        )[None]
-        gen = Generator(
-            "sin", [k], steps={k: np.moveaxis(steps, 0, k).astype(np.float32)},
-            amp=np.ones_like(np.moveaxis(steps, 0, k)).astype(arr.dtype),
-            shift=np.moveaxis(shift, 0, k).astype(np.float32),
+        steps = np.moveaxis(np.concatenate([freq, freq], axis=-1)[None], 0, k)
+        shift = np.concatenate([np.full_like(freq, phase[0]), np.full_like(freq, phase[1])], -1)
+        return Generator(
+            "sin", [k], steps={k: steps.astype(np.float32)},
+            amp=np.ones_like(steps).astype(arr.dtype),
+            shift=np.moveaxis(shift[None], 0, k).astype(np.float32),
         )  # fmt: skip
-        return _broadcast_rest(gen, axes, pinned=True)
     return None
 
 

@@ -179,10 +179,10 @@ class ConstRead:
                     blocks[k] = coef
         starts = self.context.starts
         arr = self.use.array
-        twins = []  # a rotary table traced at 2 positions needs its sin or cos twin
+        tables = []  # a rotary table traced at 2 positions: its twin or a longer one it begins
         if arr.dtype.kind == "f" and any(arr.shape[k] == 2 for k in self.symbolic_axes):
-            twins = [u.array for u in self.context.analysis.uses if u.array.shape == arr.shape]
-        gen = match_generator(arr, self.symbolic_axes, blocks, tuple(starts), twins)
+            tables = [u.array for u in self.context.analysis.uses if u.array.ndim == arr.ndim]
+        gen = match_generator(arr, self.symbolic_axes, blocks, tuple(starts), tables)
         if gen is not None and gen.phase is not None:
             gen.offset = ("phase", Dim.sym(starts[gen.phase]), gen.phase)
         if gen is not None and gen.kind == "affine" and self.flat_index:
