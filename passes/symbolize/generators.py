@@ -32,11 +32,15 @@ frequency) and a ``band`` (its values and bounds) need 3 points; a broadcast or 
 2 (one traced row repeats nothing). The exceptions are structural, never from the values: an
 axis whose symbols have independent rows (a batch) repeats its one traced row, and what counts
 along it can only enumerate the rows (an index: the check then runs rows alone), shown by two
-points or by the graph (:mod:`.batch_indices`).
+points or by the graph (:mod:`.batch_indices`). One more is structural in the values: a rotary
+cos/sin pair at positions 0 and 1 whose angles are one geometric progression of 3 or more
+frequencies, or one that is the first 2 rows of a longer table pinned by its own positions
+(:func:`_two_positions`): its frequencies, not its positions, pin it down.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,6 +80,8 @@ class Generator:
     shift: np.ndarray | None = None
     #: sin with a ``shift``: the fixed position the table counts from (past any cache length)
     lead: int = 0
+    #: cos/sin traced at 2 positions whose frequencies pin the table down (:func:`_two_positions`)
+    pinned: bool = False
 
     @property
     def base_array(self) -> np.ndarray:
@@ -502,6 +508,7 @@ def match_generator(
     axes: list[int],
     blocks: dict[int, int] | None = None,
     starts: tuple[int, ...] = (),
+    tables: Sequence[np.ndarray] = (),
 ) -> Generator | None:
     """The generator that reproduces ``arr`` along its symbolic ``axes``, or None.
 
@@ -509,16 +516,166 @@ def match_generator(
     block of ``c`` (a per-head table tiled over ``batch*heads``). ``starts``: positions a
     cos/sin table may start from (the traced cache lengths, from the plan), tried last; then any
     sinusoidal table (:func:`_sinusoid`), from each of ``starts`` first, then from a fixed lead.
+    ``tables``: the model's other constants of ``arr``'s rank, where a rotary table traced at 2
+    positions may find its sin or cos twin or the longer table it begins (:func:`_two_positions`),
+    tried first.
     """
     axes = sorted(axes)
+    gen = _two_positions(arr, axes, tables)
+    if gen is not None:
+        return gen
     for finder in (_affine, _trig, _band):
         gen = finder(arr, axes)
         if gen is not None:
             return gen
     gen = _tile(arr, axes, blocks or {})
+    return gen or _position_table(arr, axes, starts)
+
+
+def _position_table(arr: np.ndarray, axes: list[int], starts: tuple[int, ...]) -> Generator | None:
+    """A cos/sin position table along one axis: from each of ``starts`` (:func:`_trig_from`,
+    then :func:`_sinusoid`), then any sinusoid. Where the other symbolic axes were traced at 1
+    (a table folded with a leading axis of 1, read as a batch traced at 1), the table is matched
+    along the one longer axis, tried last: ``axes[0]`` is then the positions, the others follow
+    as broadcasts (:func:`evidence_gap` takes their one row only along a batch, whose rows
+    repeat; the rebuilt table is expanded over them)."""
+    gen = None
     for start in starts:
         gen = gen or _trig_from(arr, axes, start) or _sinusoid(arr, axes, start)
-    return gen or _sinusoid(arr, axes)
+    gen = gen or _sinusoid(arr, axes)
+    along = [k for k in axes if arr.shape[k] > 1]
+    if gen is not None or len(axes) < 2 or len(along) != 1:
+        return gen
+    gen = _trig(arr, along)
+    for start in starts:
+        gen = gen or _trig_from(arr, along, start) or _sinusoid(arr, along, start)
+    gen = gen or _sinusoid(arr, along)
+    return None if gen is None else _broadcast_rest(gen, axes)
+
+
+def _two_positions(
+    arr: np.ndarray, axes: list[int], tables: Sequence[np.ndarray]
+) -> Generator | None:
+    """A rotary ``cos`` or ``sin`` table traced at 2 positions (0 and 1), taken only where more
+    than its 2 rows show what it is; then :func:`evidence_gap` takes its 2 points (``pinned``).
+
+    Two points fit a line, or any table, so a table of 2 rows alone shows nothing. A rotary
+    table ``cos(p * f_i)`` / ``sin(p * f_i)`` is pinned by its frequencies instead: at position
+    0 it holds exactly 1 / 0, at position 1 ``cos(f_i)`` / ``sin(f_i)``, and with both tables
+    (``arr`` and a twin of its shape among ``tables``, or ``[sin | cos]`` halves of one table)
+    each ``f_i`` is one angle, ``atan2(sin, cos)``, whose ``cos(p f)``, ``sin(p f)`` at every
+    integer position ``p`` follow whatever turn it was traced on. What the values must then
+    show, and a table not made so would not: ``sin^2 + cos^2 = 1`` in every column (the two
+    tables hold one angle each) and the frequencies ``f_0 r^j`` of rotary's ``base^(-2j/d)``, a
+    geometric progression of 3 or more distinct frequencies (any two numbers are one; a scaled
+    rotary whose frequencies are no progression, llama3's or YaRN's, is refused). Never one
+    table alone: a sin of 2 points cannot tell ``f`` from ``pi - f``, a cos alone not that it
+    is one. Or (:func:`_prefix_of`) the table is, bit for bit, the first 2 rows of another of
+    ``tables`` that its own 3 or more positions pin down as a cos/sin (an encoder's and a
+    decoder's rotary tables from one ``inv_freq``, the decoder's traced longer).
+
+    What no trace shows, at 2 positions as at more: positions that are no integer count
+    (``linspace(0, 1, n)``) or a frequency that changes with the length (dynamic NTK)."""
+    along = [k for k in axes if arr.shape[k] > 1]
+    if arr.dtype.kind != "f" or len(along) != 1 or arr.shape[along[0]] != 2:
+        return None
+    k = along[0]
+    gen = _prefix_of(arr, k, tables) or _pair_at_two(arr, k, tables) or _halves_at_two(arr, k)
+    return None if gen is None else _broadcast_rest(gen, axes, pinned=True)
+
+
+def _prefix_of(arr: np.ndarray, k: int, tables: Sequence[np.ndarray]) -> Generator | None:
+    """The cos/sin generator of the first of ``tables`` whose first 2 rows along ``k`` are
+    ``arr`` exactly and whose 3 or more rows fit it from position 0 (:func:`_trig`)."""
+    for table in tables:
+        if table.ndim != arr.ndim or table.dtype != arr.dtype or table.shape[k] < 3:
+            continue
+        if any(table.shape[j] != n for j, n in enumerate(arr.shape) if j != k):
+            continue
+        if np.array_equal(np.take(table, [0, 1], axis=k), arr):
+            gen = _trig(table, [k])
+            if gen is not None:
+                return gen
+    return None
+
+
+def _pair_at_two(arr: np.ndarray, k: int, tables: Sequence[np.ndarray]) -> Generator | None:
+    """A cos (sin) table at positions 0 and 1 with its sin (cos) twin among ``tables``: one
+    rotary angle per column (:func:`_rotary_angles`)."""
+    x = np.moveaxis(arr.astype(np.float64), k, 0)
+    if not (np.all(x[0] == 1) or np.all(x[0] == 0)):
+        return None
+    kind = "cos" if np.all(x[0] == 1) else "sin"
+    for twin in tables:
+        if twin.shape != arr.shape:
+            continue
+        y = np.moveaxis(twin.astype(np.float64), k, 0)
+        if not np.all(y[0] == (1 if kind == "sin" else 0)):
+            continue
+        sin1, cos1 = (y[1], x[1]) if kind == "cos" else (x[1], y[1])
+        freq = _rotary_angles(sin1, cos1)
+        if freq is not None:
+            steps = np.moveaxis(freq[None], 0, k)
+            amp = np.ones_like(steps).astype(arr.dtype) if kind == "cos" else None
+            return Generator(kind, [k], steps={k: steps}, amp=amp)
+    return None
+
+
+def _halves_at_two(arr: np.ndarray, k: int) -> Generator | None:
+    """``[sin | cos]`` (or ``[cos | sin]``) halves of one rotary table along its last axis,
+    traced at 2 positions: :func:`_pair_at_two` with the twin in the table itself."""
+    x = np.moveaxis(arr.astype(np.float64), k, 0)
+    if x.ndim < 2 or x.shape[-1] % 2 or k == arr.ndim - 1:
+        return None
+    half = x.shape[-1] // 2
+    first, second = x[..., :half], x[..., half:]
+    for sin, cos, phase in ((first, second, (0.0, np.pi / 2)), (second, first, (np.pi / 2, 0.0))):
+        if not (np.all(sin[0] == 0) and np.all(cos[0] == 1)):
+            continue
+        freq = _rotary_angles(sin[1], cos[1])
+        if freq is None:
+            return None
+        steps = np.moveaxis(np.concatenate([freq, freq], axis=-1)[None], 0, k)
+        shift = np.concatenate([np.full_like(freq, phase[0]), np.full_like(freq, phase[1])], -1)
+        return Generator(
+            "sin", [k], steps={k: steps.astype(np.float32)},
+            amp=np.ones_like(steps).astype(arr.dtype),
+            shift=np.moveaxis(shift[None], 0, k).astype(np.float32),
+        )  # fmt: skip
+    return None
+
+
+#: how closely the ratios of consecutive rotary frequencies must agree (float32 angles)
+RATIO_RTOL = 1e-3
+
+
+def _rotary_angles(sin1: np.ndarray, cos1: np.ndarray) -> np.ndarray | None:
+    """The angle of each (sin, cos) pair at position 1, where every pair is one angle on the
+    unit circle and the angles are a geometric progression of 3 or more distinct frequencies
+    (each repeated any number of times, in any order: interleaved or half-split); else None."""
+    if not np.allclose(sin1 * sin1 + cos1 * cos1, 1.0, rtol=0, atol=1e-5):
+        return None
+    freq = np.arctan2(sin1, cos1)
+    if not np.all(freq > 0):
+        return None  # a pass-through column (0) or an angle past pi: no rotary frequency
+    distinct: list[float] = []
+    for f in sorted(freq.reshape(-1).tolist(), reverse=True):
+        if not distinct or f < distinct[-1] * (1 - RATIO_RTOL):
+            distinct.append(f)
+    if len(distinct) < 3:
+        return None
+    ratios = np.array(distinct[1:]) / np.array(distinct[:-1])
+    if not np.allclose(ratios, ratios[0], rtol=RATIO_RTOL, atol=0):
+        return None
+    return freq.astype(np.float32)
+
+
+def _broadcast_rest(gen: Generator, axes: list[int], pinned: bool = False) -> Generator:
+    """``gen`` along its one axis, the other symbolic ``axes`` (traced at 1) following it as
+    broadcasts (:func:`_position_table`)."""
+    gen.axes = gen.axes + [k for k in axes if k not in gen.axes]
+    gen.pinned = pinned
+    return gen
 
 
 def flat_strides(arr: np.ndarray, dims: list[Dim]) -> dict[int, Dim]:
@@ -544,6 +701,8 @@ def evidence_gap(
     for k in gen.axes:
         n = arr.shape[k]
         moving = gen.kind != "affine" or (k in gen.steps and bool(np.any(gen.steps[k] != 0)))
+        if gen.kind in ("cos", "sin"):
+            moving = k == gen.axes[0]  # the positions; the other axes repeat their one row
         if gen.kind == "band" and gen.band is not None:
             moving = k in gen.band[:2]
         if gen.kind == "tile":
@@ -562,6 +721,8 @@ def evidence_gap(
                     "length from one row repeated"
                 )
             continue
+        if n == 2 and gen.pinned:
+            continue  # a rotary table pinned by its frequencies (:func:`_two_positions`)
         if n < 3:
             what = "a line" if gen.kind == "affine" else f"a {gen.describe()}"
             return (

@@ -337,7 +337,8 @@ class _Rewriter:
             )
         if arr.dtype != np.float32:
             acc = self.node("Cast", [acc], f"{tag}/cast", to=elem_type_of(arr))
-        return acc, set(range(arr.ndim))
+        # axes after the positions hold one row (a batch traced at 1): expanded over them
+        return acc, set(range(arr.ndim)) - set(gen.axes[1:])
 
     def band(
         self, gen: Generator, arr: np.ndarray, dims: list[Dim], tag: str

@@ -178,7 +178,11 @@ class ConstRead:
                 if mono and coef > 1:
                     blocks[k] = coef
         starts = self.context.starts
-        gen = match_generator(self.use.array, self.symbolic_axes, blocks, tuple(starts))
+        arr = self.use.array
+        tables = []  # a rotary table traced at 2 positions: its twin or a longer one it begins
+        if arr.dtype.kind == "f" and any(arr.shape[k] == 2 for k in self.symbolic_axes):
+            tables = [u.array for u in self.context.analysis.uses if u.array.ndim == arr.ndim]
+        gen = match_generator(arr, self.symbolic_axes, blocks, tuple(starts), tables)
         if gen is not None and gen.phase is not None:
             gen.offset = ("phase", Dim.sym(starts[gen.phase]), gen.phase)
         if gen is not None and gen.kind == "affine" and self.flat_index:
