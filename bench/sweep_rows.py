@@ -607,3 +607,57 @@ def architecture(row: Row, name: str) -> Architecture:
 
 
 BuilderFor = Callable[[Row, str], Architecture]
+
+
+# --------------------------------------------------------------------------------------------
+# a stored torch reference case, as a user following symbolize's "--ref" advice records one
+
+
+def reference_size(arch: Architecture, traced: dict[str, int]) -> dict[str, int]:
+    """The size of the one reference case the sweep gives ``--ref``: a size the scoring never
+    checks, so the held-out sizes stay held out. ``batch`` is the least batch of 2 or more that
+    neither the traced sizes nor the check sizes use (4 for text); every other symbol is of the
+    other parity than traced and under it (so it is within a ``seq<=traced`` bound too), about
+    a quarter less, stepping down by 2 past any value a check size or another symbol uses
+    (seq 8 -> 7; tgt 8 -> 7, checked, -> 5; height 32 -> 25 and width -> 23, other patch
+    grids; 1600 samples -> 1201): what coincides at the traced size differs here."""
+    sizes = [*map(dict, arch.traced), *map(dict, arch.checks)]
+    out: dict[str, int] = {}
+    for sym, value in traced.items():
+        used = {s[sym] for s in sizes if sym in s}
+        if sym == "batch":
+            out[sym] = next(b for b in range(2, 100) if b not in used)
+            continue
+        pick = value - max(1, value // 4)
+        pick += (pick - value) % 2 == 0  # the other parity
+        while (pick in used or pick in out.values()) and pick > 3:
+            pick -= 2
+        out[sym] = pick if pick not in used and pick >= 2 else value + 1
+    return out
+
+
+def write_reference(
+    arch: Architecture, model_path: Path, sizes: dict[str, int], folder: Path
+) -> Path:
+    """Torch eager at ``sizes`` (the harness's cached :func:`~corpus.harness.reference`) as one
+    reference case ``folder/test_data_set_0`` in the layout ``--ref`` reads, keyed by the ONNX
+    model's input and output names; returns ``folder``."""
+    import shutil
+
+    import onnx
+    from corpus.harness import reference
+
+    from onnxsurgery.validation.references import Case, save_case
+
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    inits = {i.name for i in graph.initializer}
+    inputs, outputs = reference(arch, sizes)
+    names = [i.name for i in graph.input if i.name not in inits]
+    case = Case(
+        name=f"torch eager at {sizes}",
+        inputs={n: inputs[n] for n in names},
+        outputs=dict(zip([o.name for o in graph.output], outputs, strict=True)),
+    )
+    shutil.rmtree(folder, ignore_errors=True)
+    save_case(case, folder, index=0)
+    return folder
