@@ -64,7 +64,7 @@ from sweep_rows import (  # noqa: E402
     Row,
     architecture,
     enumerate_rows,
-    reference_size,
+    reference_sizes,
     row_key,
     write_reference,
 )
@@ -230,24 +230,46 @@ def symbolize_by_cli(
     return result
 
 
+def _reference(
+    arch: Any, static: Path, traced: dict[str, int]
+) -> tuple[Path | None, dict[str, int], str]:
+    """(the folder of one torch reference case beside ``static``, its sizes, "") at the first
+    of :func:`sweep_rows.reference_sizes` torch eager takes, else (None, {}, why not)."""
+    why = ""
+    for sizes in reference_sizes(arch, traced):
+        folder = static.with_name(f"reference-{sizes_label(sizes)}")
+        try:
+            return write_reference(arch, static, sizes, folder), sizes, ""
+        except Exception as exc:  # torch eager refuses the size (a grid it reshapes)
+            why += f"; torch eager at {sizes_label(sizes)}: {_last_line(str(exc))}"
+    return None, {}, why[2:402]
+
+
 def follow_advice(
     arch: Any, static: Path, traced: dict[str, int], timeout: float, advice: Sequence[str]
 ) -> dict[str, dict[str, Any]]:
     """symbolize as a user who follows a refusal's ``advice`` runs it again: ``symbolize+ref``
-    with one torch reference case (``--ref``) at :func:`sweep_rows.reference_size`, never a
-    checked size; ``symbolize+bound`` with every symbol but batch bounded at its traced size
-    (and that reference too where it was advised as well), where the refusal, or the one
-    after the reference, names a bound. Each is scored against torch as plain symbolize is."""
+    with one torch reference case (``--ref``) at the first of
+    :func:`sweep_rows.reference_sizes` torch eager takes, never a checked size;
+    ``symbolize+bound`` with every symbol but batch bounded at its traced size (and that
+    reference too where it was advised as well and is within the bound), where the refusal, or
+    the one after the reference, names a bound. Each is scored as plain symbolize is."""
     out: dict[str, dict[str, Any]] = {}
     ref = None
     if "ref" in advice:
-        sizes = reference_size(arch, traced)
-        ref = write_reference(arch, static, sizes, static.with_name(f"reference-{sizes_label(sizes)}"))
-        out["symbolize+ref"] = symbolize_by_cli(arch, static, traced, timeout, ref=ref)
-        out["symbolize+ref"]["reference"] = sizes
-        advice = [*advice, *out["symbolize+ref"].get("advice", ())]
-    if "bound" in advice:
-        out["symbolize+bound"] = symbolize_by_cli(arch, static, traced, timeout, bound=True, ref=ref)
+        ref, sizes, why = _reference(arch, static, traced)
+        if ref is None:  # torch eager takes none of the sizes: no reference to follow it with
+            out["symbolize+ref"] = {"status": "no reference", "exit": None, "message": why}
+        else:
+            out["symbolize+ref"] = symbolize_by_cli(arch, static, traced, timeout, ref=ref)
+            out["symbolize+ref"]["reference"] = sizes
+            advice = [*advice, *out["symbolize+ref"].get("advice", ())]
+    if "bound" in advice:  # with the reference where it is within the bound
+        sizes = out.get("symbolize+ref", {}).get("reference", {})
+        within = ref is not None and all(v <= traced[k] for k, v in sizes.items() if k != "batch")
+        out["symbolize+bound"] = symbolize_by_cli(
+            arch, static, traced, timeout, bound=True, ref=ref if within else None
+        )
     return out
 
 

@@ -613,26 +613,31 @@ BuilderFor = Callable[[Row, str], Architecture]
 # a stored torch reference case, as a user following symbolize's "--ref" advice records one
 
 
-def reference_size(arch: Architecture, traced: dict[str, int]) -> dict[str, int]:
-    """The size of the one reference case the sweep gives ``--ref``: a size the scoring never
-    checks, so the held-out sizes stay held out. ``batch`` is the least batch of 2 or more that
-    neither the traced sizes nor the check sizes use (4 for text); every other symbol is of the
-    other parity than traced and under it (so it is within a ``seq<=traced`` bound too), about
-    a quarter less, stepping down by 2 past any value a check size or another symbol uses
-    (seq 8 -> 7; tgt 8 -> 7, checked, -> 5; height 32 -> 25 and width -> 23, other patch
-    grids; 1600 samples -> 1201): what coincides at the traced size differs here."""
+def reference_sizes(arch: Architecture, traced: dict[str, int]) -> list[dict[str, int]]:
+    """Sizes for the one reference case the sweep gives ``--ref``, the first torch eager takes
+    to be used: sizes the scoring never checks, so the held-out sizes stay held out. ``batch``
+    is the least batch of 2 or more that neither the traced sizes nor the check sizes use (4 for
+    text); every other symbol differs from every value a check size or another symbol uses:
+    what coincides at the traced size differs here. Under the traced value first (so within a
+    ``seq<=traced`` bound too): of the other parity, about a quarter less, stepping down by 2
+    (seq 8 -> 7; tgt 8 -> 7, checked, -> 5; height 32 -> 25 and width -> 23, other patch grids;
+    1600 samples -> 1201); then in steps of a quarter, for a model that takes only whole patches
+    (height 32 -> 24, width -> 16; seq 8 -> 6); then the same two over the traced value
+    (height 32 -> 41, width -> 43; 32 -> 40, width -> 56), for a model that takes no smaller."""
     sizes = [*map(dict, arch.traced), *map(dict, arch.checks)]
-    out: dict[str, int] = {}
-    for sym, value in traced.items():
-        used = {s[sym] for s in sizes if sym in s}
-        if sym == "batch":
-            out[sym] = next(b for b in range(2, 100) if b not in used)
-            continue
-        pick = value - max(1, value // 4)
-        pick += (pick - value) % 2 == 0  # the other parity
-        while (pick in used or pick in out.values()) and pick > 3:
-            pick -= 2
-        out[sym] = pick if pick not in used and pick >= 2 else value + 1
+    batch = next(b for b in range(2, 100) if b not in {s["batch"] for s in sizes if "batch" in s})
+    out: list[dict[str, int]] = []
+    for sign, odd in ((-1, True), (-1, False), (1, True), (1, False)):
+        size: dict[str, int] = {"batch": batch} if "batch" in traced else {}
+        for sym, value in traced.items():
+            used = {s[sym] for s in sizes if sym in s} | set(size.values())
+            step = max(1, value // 4)
+            pick = value + sign * step + (odd and step % 2 == 0)
+            while pick in used and (sign > 0 or pick > 1 + (2 if odd else step)):
+                pick += sign * (2 if odd else step)
+            size.setdefault(sym, pick if pick not in used else value + 1)
+        if size not in out:
+            out.append(size)
     return out
 
 
