@@ -193,6 +193,15 @@ def test_the_reference_case_is_at_a_size_no_check_uses_and_within_a_bound():
     assert (quarter["height"], quarter["width"]) == (24, 16)  # whole patches of 8
 
 
+def test_a_symbol_that_is_the_sum_of_two_others_is_their_sum_in_the_reference():
+    rows, _ = sweep_rows.enumerate_rows()
+    [row] = sweep.select(rows, only=["gpt2.causal-lm-kv"])  # the mask's total = past + seq
+    arch = sweep_rows.architecture(row, "gpt2-kv-probe")
+    for ref in sweep_rows.reference_sizes(arch, arch.traced[-1]):
+        assert ref["total"] == ref["past"] + ref["seq"], ref
+        assert ref["seq"] != arch.traced[-1]["seq"] and ref["past"] != arch.traced[-1]["past"]
+
+
 def _same_padded():
     """transformers' tf_padding: a stride-2 Conv padded 'same' from the input's size, which a
     static export bakes as the traced size's pads (0, 1): symbolize cannot tell them from fixed
