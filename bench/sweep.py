@@ -41,6 +41,7 @@ import json
 import multiprocessing
 import os
 import platform
+import re
 import resource
 import signal
 import subprocess
@@ -227,6 +228,9 @@ def symbolize_by_cli(
     }
     if result["status"] == "refused" and advised(stderr):
         result["advice"] = advised(stderr)
+    said = re.search(r"the reference cases given [^;\[]*", stderr) if ref is not None else None
+    if said:  # why the reference did not decide, past where the message is cut
+        result["references"] = said.group(0).strip()
     return result
 
 
