@@ -382,7 +382,9 @@ def score_row(
     (a case may run symbolize three times: plainly, and after each advice)."""
     folder = sweep_root() / "results"
     folder.mkdir(parents=True, exist_ok=True)
-    sink = folder / f"{row.name}.jsonl"
+    # this sweep's own file: build/sweep/ is shared (a link to one cache for several checkouts),
+    # and two sweeps scoring one row must not read each other's cases
+    sink = folder / f"{row.name}.{os.getpid()}.jsonl"
     sink.unlink(missing_ok=True)
     start = time.perf_counter()
     budget = 60 + timeout * (5 if advice else 3) * len(exporters) * len(batches)
@@ -395,6 +397,7 @@ def score_row(
         proc.kill()
         proc.join()
     entries = [json.loads(ln) for ln in sink.read_text().splitlines()] if sink.exists() else []
+    sink.unlink(missing_ok=True)
     result: dict[str, Any] = {
         **asdict(row),
         "name": row.name,

@@ -284,3 +284,40 @@ def test_a_refusal_that_advises_a_bound_is_scored_within_it_and_over_it(tmp_path
     assert "symbolize+bound" not in sweep.score_case(
         _tiny(tmp_path, "positions"), "torchscript", 2, 120, advice=False
     )
+
+
+def _tagged_worker(row, exporters, batches, sink, *args):
+    """A stand-in for the sweep's worker: two cases tagged with its sweep's process id."""
+    import json
+    import os
+    import time
+
+    for batch in (2, 1):
+        with open(sink, "a") as f:
+            f.write(json.dumps({"case": {"batch": batch, "sweep": os.getppid()}}) + "\n")
+        time.sleep(0.3)
+
+
+def _score_tagged(row, out):
+    result = sweep.score_row(row, ["torchscript"], [2, 1], timeout=5, memory_gb=8)
+    out.put([c["sweep"] for c in result["cases"]])
+
+
+def test_two_sweeps_scoring_one_row_at_once_read_only_their_own_cases(tmp_path, monkeypatch):
+    """build/sweep/ is one cache shared by several checkouts: each sweep reads only its worker."""
+    import multiprocessing
+
+    monkeypatch.setattr(sweep, "sweep_root", lambda: tmp_path)
+    monkeypatch.setattr(sweep, "_worker", _tagged_worker)
+    row = sweep_rows.Row("transformers", "bert", "base", "encoder", "BertModel")
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    sweeps = [ctx.Process(target=_score_tagged, args=(row, out)) for _ in range(2)]
+    for p in sweeps:
+        p.start()
+    got = sorted([out.get(timeout=60), out.get(timeout=60)])
+    for p in sweeps:
+        p.join()
+    assert sorted(p.pid for p in sweeps) == sorted(tags[0] for tags in got)
+    assert all(tags == [tags[0]] * 2 for tags in got), got
+    assert not list((tmp_path / "results").iterdir())  # read, then removed
