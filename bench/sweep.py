@@ -21,6 +21,13 @@ on ONNX Runtime at the traced size and three other sizes against torch eager (at
 - ``re-export`` with dynamic axes (TorchScript ``dynamic_axes``, dynamo ``dynamic_shapes``);
 - ``update_model_dims`` (``onnx.tools.update_model_dims``).
 
+A refused symbolize is then run again as a user who follows its advice (:func:`follow_advice`;
+``--no-advice`` skips it), beside ``symbolize`` in the results, scored the same way:
+``symbolize+ref`` where the refusal advises reference cases (``--ref``: one torch eager case
+recorded in the layout ``--ref`` reads, at a size no check uses), ``symbolize+bound`` where it
+advises a bound (``seq<=traced``, as ``--bound`` below). The table counts the cases symbolize
+passes plainly or after the advice (``+ref``, ``+bound``: cumulative), and totals by kind.
+
 Each row runs in a forked worker with a time limit and an address-space cap; its exports,
 references and probed signature are cached under ``build/sweep/`` keyed by a hash of the row, so
 a re-run only scores. Results merge into ``bench/sweep.json`` (rows of this run replace the same
@@ -74,6 +81,8 @@ __all__ = [
     "ADVICE",
     "SYMBOLIZE_STATUSES",
     "advised",
+    "after_advice",
+    "by_kind",
     "classify",
     "follow_advice",
     "main",
@@ -536,7 +545,8 @@ def by_kind(rows: Sequence[dict[str, Any]]) -> list[str]:
                 if case["static"]["status"] == "ok" and "symbolize" in case:
                     done = after_advice(case)
                     again = case.get("re-export", {}).get("status") == "pass"
-                    counts = [a + b for a, b in zip(counts, (1, done["pass"], done["+bound"], again), strict=True)]
+                    these = (1, done["pass"], done["+bound"], again)
+                    counts = [a + b for a, b in zip(counts, these, strict=True)]
         if counts[0]:
             lines.append(f"| {kind} | " + " | ".join(map(str, counts)) + " |")
             total = [a + b for a, b in zip(total, counts, strict=True)]
