@@ -321,3 +321,25 @@ def test_two_sweeps_scoring_one_row_at_once_read_only_their_own_cases(tmp_path, 
     assert sorted(p.pid for p in sweeps) == sorted(tags[0] for tags in got)
     assert all(tags == [tags[0]] * 2 for tags in got), got
     assert not list((tmp_path / "results").iterdir())  # read, then removed
+
+
+def test_a_refusal_advising_both_is_followed_with_the_reference_within_the_bound(monkeypatch):
+    """Both advised: the bounded run gets the reference too, where it is within the bound; a
+    reference over the traced size (a model torch takes no smaller) is left out of it; a bound
+    the run with the reference advises is followed too."""
+    runs = []
+
+    def fake_symbolize(arch, static, traced, timeout, bound=False, ref=None):
+        runs.append((bound, ref))
+        return {"status": "refused", "exit": 2, "message": "", "advice": ["bound"]}
+
+    monkeypatch.setattr(sweep, "symbolize_by_cli", fake_symbolize)
+    for sizes, within in (({"batch": 4, "seq": 7}, True), ({"batch": 4, "seq": 11}, False)):
+        monkeypatch.setattr(sweep, "_reference", lambda *a, s=sizes: (Path("refs"), s, ""))
+        runs.clear()
+        out = sweep.follow_advice(None, Path("m.onnx"), {"batch": 2, "seq": 8}, 1, ["ref", "bound"])
+        assert runs == [(False, Path("refs")), (True, Path("refs") if within else None)]
+        assert out["symbolize+ref"]["reference"] == sizes and "symbolize+bound" in out
+        runs.clear()
+        sweep.follow_advice(None, Path("m.onnx"), {"batch": 2, "seq": 8}, 1, ["ref"])
+        assert [bound for bound, _ in runs] == [False, True]  # advised after the reference
