@@ -21,6 +21,13 @@ on ONNX Runtime at the traced size and three other sizes against torch eager (at
 - ``re-export`` with dynamic axes (TorchScript ``dynamic_axes``, dynamo ``dynamic_shapes``);
 - ``update_model_dims`` (``onnx.tools.update_model_dims``).
 
+A refused symbolize is then run again as a user who follows its advice (:func:`follow_advice`;
+``--no-advice`` skips it), beside ``symbolize`` in the results, scored the same way:
+``symbolize+ref`` where the refusal advises reference cases (``--ref``: one torch eager case
+recorded in the layout ``--ref`` reads, at a size no check uses), ``symbolize+bound`` where it
+advises a bound (``seq<=traced``, as ``--bound`` below). The table counts the cases symbolize
+passes plainly or after the advice (``+ref``, ``+bound``: cumulative), and totals by kind.
+
 Each row runs in a forked worker with a time limit and an address-space cap; its exports,
 references and probed signature are cached under ``build/sweep/`` keyed by a hash of the row, so
 a re-run only scores. Results merge into ``bench/sweep.json`` (rows of this run replace the same
@@ -41,6 +48,7 @@ import json
 import multiprocessing
 import os
 import platform
+import re
 import resource
 import signal
 import subprocess
@@ -58,9 +66,30 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from corpus.harness import cache_root, check_sizes, evaluate, sizes_label  # noqa: E402
 from corpus_report import static_status  # noqa: E402
-from sweep_rows import KINDS, BuildError, Row, architecture, enumerate_rows, row_key  # noqa: E402
+from sweep_rows import (  # noqa: E402
+    KINDS,
+    BuildError,
+    Row,
+    architecture,
+    enumerate_rows,
+    reference_sizes,
+    row_key,
+    write_reference,
+)
 
-__all__ = ["SYMBOLIZE_STATUSES", "classify", "main", "score_rows", "select", "table"]
+__all__ = [
+    "ADVICE",
+    "SYMBOLIZE_STATUSES",
+    "advised",
+    "after_advice",
+    "by_kind",
+    "classify",
+    "follow_advice",
+    "main",
+    "score_rows",
+    "select",
+    "table",
+]
 
 EXPORTERS = ("torchscript", "dynamo")
 BATCHES = (2, 1)
@@ -102,11 +131,23 @@ def select(
 # scoring one case
 
 
-def classify(exit_code: int | None, mismatch: str | None) -> str:
-    """symbolize's status from its exit code and, when it exited 0, the check against torch."""
+def classify(exit_code: int | None, mismatch: str | None, *, validated: bool = False) -> str:
+    """symbolize's status from its exit code and, when it exited 0, the check against torch.
+    ``validated``: the run had reference cases (``--ref``), so exit 1 (its model did not match
+    them, nothing written) is a refusal too."""
     if exit_code == 0:
         return "wrong" if mismatch else "pass"
-    return "refused" if exit_code == 2 else "crash"
+    return "refused" if exit_code == 2 or (validated and exit_code == 1) else "crash"
+
+
+#: What a refusal advises that the sweep can follow, and the words that say it
+#: (``passes/symbolize/wording.py``: FIX's "pass reference cases (--ref)", BOUND_HINT's bound).
+ADVICE = {"ref": "reference cases (--ref)", "bound": "<=traced"}
+
+
+def advised(text: str) -> list[str]:
+    """The advice (:data:`ADVICE`) a refusal's text gives, in the order the sweep follows it."""
+    return [kind for kind, words in ADVICE.items() if words in text]
 
 
 def _last_line(text: str) -> str:
@@ -134,10 +175,17 @@ def _over_bound(model: Any, arch: Any, traced: dict[str, int]) -> str:
 
 
 def symbolize_by_cli(
-    arch: Any, static: Path, traced: dict[str, int], timeout: float, bound: bool = False
+    arch: Any,
+    static: Path,
+    traced: dict[str, int],
+    timeout: float,
+    bound: bool = False,
+    ref: Path | None = None,
 ) -> dict[str, Any]:
     """``onnxsurgery run --passes symbolize(...)`` on the static export, then checked vs torch
-    (``bound``: every symbol but batch bounded at its traced size, scored within it)."""
+    (``bound``: every symbol but batch bounded at its traced size, scored within it; ``ref``:
+    the run gets these reference cases, ``--ref``). A refusal lists the :func:`advised` steps
+    its full text gives (``advice``)."""
     import onnx
 
     names = {i.name for i in onnx.load(str(static), load_external_data=False).graph.input}
@@ -147,9 +195,10 @@ def symbolize_by_cli(
         if inp in names
         for axis, sym in chosen.items()
     ]
-    out = static.with_name(static.stem + ".symbolize.onnx")
+    out = static.with_name(static.stem + (".symbolize-ref.onnx" if ref else ".symbolize.onnx"))
     out.unlink(missing_ok=True)
-    rel = [str(p.relative_to(REPO)) if p.is_relative_to(REPO) else str(p) for p in (static, out)]
+    paths = (static, out) if ref is None else (static, out, ref)
+    rel = [str(p.relative_to(REPO)) if p.is_relative_to(REPO) else str(p) for p in paths]
     cmd = [
         str(ONNXSURGERY),
         "run",
@@ -161,10 +210,13 @@ def symbolize_by_cli(
         "cpu",
         "--passes",
         f"symbolize({', '.join(axes)})",
+        *(["--ref", rel[2]] if ref is not None else []),
     ]
+    stderr = ""
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
-        code, message = proc.returncode, _last_line(proc.stderr)
+        code, stderr = proc.returncode, proc.stderr
+        message = _last_line(stderr)
     except subprocess.TimeoutExpired:
         code, message = None, f"took longer than {timeout:g} s"
     mismatch = None
@@ -177,18 +229,73 @@ def symbolize_by_cli(
         message = mismatch or f"{len(sizes)} sizes ok ({', '.join(sizes_label(s.sizes) for s in sizes)})"
         if bound:
             message += "; " + _over_bound(model, arch, traced)
-    return {
-        "status": classify(code, mismatch),
+    result = {
+        "status": classify(code, mismatch, validated=ref is not None),
         "exit": code,
         "message": message,
         "command": " ".join(cmd[1:]),
     }
+    if result["status"] == "refused" and advised(stderr):
+        result["advice"] = advised(stderr)
+    said = re.search(r"the reference cases given [^;\[]*", stderr) if ref is not None else None
+    if said:  # why the reference did not decide, past where the message is cut
+        result["references"] = said.group(0).strip()
+    return result
+
+
+def _reference(
+    arch: Any, static: Path, traced: dict[str, int]
+) -> tuple[Path | None, dict[str, int], str]:
+    """(the folder of one torch reference case beside ``static``, its sizes, "") at the first
+    of :func:`sweep_rows.reference_sizes` torch eager takes, else (None, {}, why not)."""
+    why = ""
+    for sizes in reference_sizes(arch, traced):
+        folder = static.with_name(f"reference-{sizes_label(sizes)}")
+        try:
+            return write_reference(arch, static, sizes, folder), sizes, ""
+        except Exception as exc:  # torch eager refuses the size (a grid it reshapes)
+            why += f"; torch eager at {sizes_label(sizes)}: {_last_line(str(exc))}"
+    return None, {}, why[2:402]
+
+
+def follow_advice(
+    arch: Any, static: Path, traced: dict[str, int], timeout: float, advice: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """symbolize as a user who follows a refusal's ``advice`` runs it again: ``symbolize+ref``
+    with one torch reference case (``--ref``) at the first of
+    :func:`sweep_rows.reference_sizes` torch eager takes, never a checked size;
+    ``symbolize+bound`` with every symbol but batch bounded at its traced size (and that
+    reference too where it was advised as well and is within the bound), where the refusal, or
+    the one after the reference, names a bound. Each is scored as plain symbolize is."""
+    out: dict[str, dict[str, Any]] = {}
+    ref = None
+    if "ref" in advice:
+        ref, sizes, why = _reference(arch, static, traced)
+        if ref is None:  # torch eager takes none of the sizes: no reference to follow it with
+            out["symbolize+ref"] = {"status": "no reference", "exit": None, "message": why}
+        else:
+            out["symbolize+ref"] = symbolize_by_cli(arch, static, traced, timeout, ref=ref)
+            out["symbolize+ref"]["reference"] = sizes
+            advice = [*advice, *out["symbolize+ref"].get("advice", ())]
+    if "bound" in advice:  # with the reference where it is within the bound
+        sizes = out.get("symbolize+ref", {}).get("reference", {})
+        within = ref is not None and all(v <= traced[k] for k, v in sizes.items() if k != "batch")
+        out["symbolize+bound"] = symbolize_by_cli(
+            arch, static, traced, timeout, bound=True, ref=ref if within else None
+        )
+    return out
 
 
 def score_case(
-    arch: Any, exporter: str, batch: int, timeout: float, bound: bool = False
+    arch: Any,
+    exporter: str,
+    batch: int,
+    timeout: float,
+    bound: bool = False,
+    advice: bool = True,
 ) -> dict[str, Any]:
-    """One (row, exporter, traced batch): the static export, then the three methods."""
+    """One (row, exporter, traced batch): the static export, then the three methods, and
+    (``advice``) symbolize again as a refusal advises (:func:`follow_advice`)."""
     traced = next(t for t in arch.traced if t["batch"] == batch)
     case: dict[str, Any] = {
         "exporter": exporter,
@@ -203,6 +310,8 @@ def score_case(
     case["symbolize"] = symbolize_by_cli(arch, static, traced, timeout, bound)
     if bound:  # the other methods are scored without a bound: the plain sweep has them
         return case
+    if advice and case["symbolize"].get("advice"):
+        case.update(follow_advice(arch, static, traced, timeout, case["symbolize"]["advice"]))
     for method in ("re-export", "update_model_dims"):
         result = evaluate(arch, exporter, batch, method, axes="all")
         case[method] = {"status": result.status, "message": result.reason}
@@ -226,6 +335,7 @@ def _worker(
     timeout: float,
     memory_gb: float,
     bound: bool = False,
+    advice: bool = True,
 ) -> None:
     limit = int(memory_gb * 2**30)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -253,7 +363,7 @@ def _worker(
     for exporter in exporters:
         for batch in batches:
             try:
-                write({"case": score_case(arch, exporter, batch, timeout, bound)})
+                write({"case": score_case(arch, exporter, batch, timeout, bound, advice)})
             except Exception as exc:  # the sweep's own failure on one case: say so, go on
                 write(
                     {
@@ -275,16 +385,20 @@ def score_row(
     timeout: float,
     memory_gb: float,
     bound: bool = False,
+    advice: bool = True,
 ) -> dict[str, Any]:
-    """Run one row in a forked worker; what it finished before a time limit or a crash counts."""
+    """Run one row in a forked worker; what it finished before a time limit or a crash counts
+    (a case may run symbolize three times: plainly, and after each advice)."""
     folder = sweep_root() / "results"
     folder.mkdir(parents=True, exist_ok=True)
-    sink = folder / f"{row.name}.jsonl"
+    # this sweep's own file: build/sweep/ is shared (a link to one cache for several checkouts),
+    # and two sweeps scoring one row must not read each other's cases
+    sink = folder / f"{row.name}.{os.getpid()}.jsonl"
     sink.unlink(missing_ok=True)
     start = time.perf_counter()
-    budget = 60 + timeout * 3 * len(exporters) * len(batches)
+    budget = 60 + timeout * (5 if advice else 3) * len(exporters) * len(batches)
     proc = multiprocessing.get_context("fork").Process(
-        target=_worker, args=(row, exporters, batches, str(sink), timeout, memory_gb, bound)
+        target=_worker, args=(row, exporters, batches, str(sink), timeout, memory_gb, bound, advice)
     )
     proc.start()
     proc.join(budget)
@@ -292,6 +406,7 @@ def score_row(
         proc.kill()
         proc.join()
     entries = [json.loads(ln) for ln in sink.read_text().splitlines()] if sink.exists() else []
+    sink.unlink(missing_ok=True)
     result: dict[str, Any] = {
         **asdict(row),
         "name": row.name,
@@ -317,6 +432,8 @@ def score_row(
 # --------------------------------------------------------------------------------------------
 # the table
 
+#: symbolize run again as a refusal advised (:func:`follow_advice`), in the order followed
+ADVICE_METHODS = ("symbolize+ref", "symbolize+bound")
 COLUMNS = (
     "rows",
     "not built",
@@ -324,9 +441,26 @@ COLUMNS = (
     "unfinished",
     "scored",
     *SYMBOLIZE_STATUSES,
+    "+ref",
+    "+bound",
+    "advice wrong",
     "re-export",
     "update_model_dims",
 )
+
+
+def after_advice(case: dict[str, Any]) -> dict[str, bool]:
+    """Whether symbolize passes ``case`` plainly (``pass``), plainly or after the reference
+    (``+ref``), or plainly or after any advice (``+bound``: cumulative); ``advice wrong``: a
+    run after the advice gave a model that differs from torch, or crashed."""
+    plain = case["symbolize"]["status"] == "pass"
+    ref, bound = (case.get(m, {}).get("status") for m in ADVICE_METHODS)
+    return {
+        "pass": plain,
+        "+ref": plain or ref == "pass",
+        "+bound": plain or ref == "pass" or bound == "pass",
+        "advice wrong": bool({ref, bound} & {"wrong", "crash"}),
+    }
 
 
 def _cell_counts(rows: Sequence[dict[str, Any]], exporter: str, batch: int) -> dict[str, int]:
@@ -347,6 +481,8 @@ def _cell_counts(rows: Sequence[dict[str, Any]], exporter: str, batch: int) -> d
         else:
             counts["scored"] += 1
             counts[case["symbolize"]["status"]] += 1
+            for column, passed in after_advice(case).items():
+                counts[column] += passed and column != "pass"
             for method in ("re-export", "update_model_dims"):  # not scored under --bound
                 counts[method] += case.get(method, {}).get("status") == "pass"
     return counts
@@ -360,7 +496,10 @@ def table(data: dict[str, Any]) -> str:
         f"Sweep of {meta['rows_scored']} of the {meta['rows_in_registries']} rows the registries give"
         f"{' (partial)' if meta['partial'] else ''}; torch {meta['torch']}, transformers {meta['transformers']}, "
         f"onnxruntime {meta['onnxruntime']}. symbolize: pass / refused (exit 2) / wrong (exit 0, differs from "
-        "torch) / crash; re-export and update_model_dims: passes. Each checked against torch eager at the "
+        "torch) / crash; +ref, +bound: symbolize passes plainly or after following the refusal's advice "
+        "(cumulative: +ref with one stored torch reference case, --ref, at a size never checked; +bound "
+        "also with seq<=traced, checked within the bound); advice wrong: a run after the advice wrong or "
+        "crashed; re-export and update_model_dims: passes. Each checked against torch eager at the "
         "traced size and three others.",
         "",
         "| kind | exporter | traced | " + " | ".join(COLUMNS) + " |",
@@ -380,6 +519,7 @@ def table(data: dict[str, Any]) -> str:
                     + " | ".join(str(counts[c]) for c in COLUMNS)
                     + " |"
                 )
+    lines += ["", *by_kind(rows)]
     if meta.get("sources_missing"):
         lines += [
             "",
@@ -388,6 +528,29 @@ def table(data: dict[str, Any]) -> str:
             + ".",
         ]
     return "\n".join(lines) + "\n"
+
+
+def by_kind(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The totals by kind over both exporters and traced batches: cases scored, symbolize's
+    passes, its passes plainly or after the advice, re-export's passes."""
+    lines = [
+        "| kind | scored | symbolize | symbolize after advice | re-export |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    total = [0, 0, 0, 0]
+    for kind in KINDS:
+        counts = [0, 0, 0, 0]
+        for row in rows:
+            for case in row["cases"] if row["kind"] == kind and row["build"] == "ok" else ():
+                if case["static"]["status"] == "ok" and "symbolize" in case:
+                    done = after_advice(case)
+                    again = case.get("re-export", {}).get("status") == "pass"
+                    these = (1, done["pass"], done["+bound"], again)
+                    counts = [a + b for a, b in zip(counts, these, strict=True)]
+        if counts[0]:
+            lines.append(f"| {kind} | " + " | ".join(map(str, counts)) + " |")
+            total = [a + b for a, b in zip(total, counts, strict=True)]
+    return [*lines, "| all | " + " | ".join(map(str, total)) + " |"]
 
 
 BEGIN, END = "<!-- sweep table: bench/sweep.py --readme -->", "<!-- end of sweep table -->"
@@ -408,11 +571,13 @@ def problems(data: dict[str, Any]) -> list[str]:
     out = []
     for row in data["rows"]:
         for case in row["cases"]:
-            sym = case.get("symbolize")
-            if sym and sym["status"] != "pass":
-                out.append(
-                    f"{row['name']} {case['exporter']} b{case['batch']}: {sym['status']} (exit {sym['exit']}): {sym['message']}"
-                )
+            for method in ("symbolize", *ADVICE_METHODS):
+                sym = case.get(method)
+                if sym and sym["status"] != "pass":
+                    what = "" if method == "symbolize" else f" {method}"
+                    out.append(
+                        f"{row['name']} {case['exporter']} b{case['batch']}{what}: {sym['status']} (exit {sym['exit']}): {sym['message']}"
+                    )
     return out
 
 
@@ -504,6 +669,13 @@ def _parser() -> argparse.ArgumentParser:
         help="symbolize with every symbol but batch bounded at its traced size (seq<=traced), "
         "scored within the bound and once over it",
     )
+    parser.add_argument(
+        "--no-advice",
+        dest="advice",
+        action="store_false",
+        help="score plain symbolize only: do not run it again as a refusal advises "
+        "(symbolize+ref with a torch reference case, symbolize+bound)",
+    )
     return parser
 
 
@@ -516,16 +688,28 @@ def score_rows(
     memory_gb: float,
     save: Callable[[list[dict[str, Any]]], Any] | None = None,
     bound: bool = False,
+    advice: bool = True,
 ) -> list[dict[str, Any]]:
     """Every row in its worker, one after another, with a line per row on stderr; ``save`` gets
     the results so far after each row (an interrupted sweep keeps what it scored)."""
     results: list[dict[str, Any]] = []
     for i, row in enumerate(rows, 1):
         result = score_row(
-            row, exporters, batches, timeout=timeout, memory_gb=memory_gb, bound=bound
+            row,
+            exporters,
+            batches,
+            timeout=timeout,
+            memory_gb=memory_gb,
+            bound=bound,
+            advice=advice,
         )
         statuses = [
-            c["symbolize"]["status"] if "symbolize" in c else c["static"]["status"]
+            "".join(
+                [c["symbolize"]["status"]]
+                + [f"{m[9:]}:{c[m]['status']}" for m in ADVICE_METHODS if m in c]
+            )
+            if "symbolize" in c
+            else c["static"]["status"]
             for c in result["cases"]
         ]
         what = ", ".join(statuses) if result["build"] == "ok" else f"not built: {result['build']}"
@@ -581,7 +765,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return data
 
     exporters, batches = args.exporter or EXPORTERS, args.batch or BATCHES
-    kwargs = {"timeout": args.timeout, "memory_gb": args.memory_gb, "save": save, "bound": args.bound}
+    kwargs = {
+        "timeout": args.timeout,
+        "memory_gb": args.memory_gb,
+        "save": save,
+        "bound": args.bound,
+        "advice": args.advice and not args.bound,
+    }
     results = score_rows(rows, exporters, batches, **kwargs)
     data = save(results)
     print(table(data))

@@ -607,3 +607,81 @@ def architecture(row: Row, name: str) -> Architecture:
 
 
 BuilderFor = Callable[[Row, str], Architecture]
+
+
+# --------------------------------------------------------------------------------------------
+# a stored torch reference case, as a user following symbolize's "--ref" advice records one
+
+
+def reference_sizes(arch: Architecture, traced: dict[str, int]) -> list[dict[str, int]]:
+    """Sizes for the one reference case the sweep gives ``--ref``, the first torch eager takes
+    to be used: sizes the scoring never checks, so the held-out sizes stay held out. ``batch``
+    is the least batch of 2 or more that neither the traced sizes nor the check sizes use (4 for
+    text); every other symbol differs from every value a check size or another symbol uses:
+    what coincides at the traced size differs here. Under the traced value first (so within a
+    ``seq<=traced`` bound too): of the other parity, about a quarter less, stepping down by 2
+    (seq 8 -> 7; tgt 8 -> 7, checked, -> 5; height 32 -> 25 and width -> 23, other patch grids;
+    1600 samples -> 1201); then in steps of a quarter, for a model that takes only whole patches
+    (height 32 -> 24, width -> 16; seq 8 -> 6); then the same two over the traced value
+    (height 32 -> 41, width -> 43; 32 -> 40, width -> 56), for a model that takes no smaller.
+    A symbol that is the sum of two others at every traced and check size (a mask's total =
+    past + seq) is their sum here too."""
+    sizes = [*map(dict, arch.traced), *map(dict, arch.checks)]
+    batch = next(b for b in range(2, 100) if b not in {s["batch"] for s in sizes if "batch" in s})
+    sums = _sums(sizes, [k for k in traced if k != "batch"])
+    out: list[dict[str, int]] = []
+    for sign, odd in ((-1, True), (-1, False), (1, True), (1, False)):
+        size: dict[str, int] = {"batch": batch} if "batch" in traced else {}
+        for sym, value in traced.items():
+            if sym in sums:
+                continue
+            used = {s[sym] for s in sizes if sym in s} | set(size.values())
+            step = max(1, value // 4)
+            pick = value + sign * step + (odd and step % 2 == 0)
+            while pick in used and (sign > 0 or pick > 1 + (2 if odd else step)):
+                pick += sign * (2 if odd else step)
+            size.setdefault(sym, pick if pick not in used else value + 1)
+        size.update({sym: size[a] + size[b] for sym, (a, b) in sums.items()})
+        size = {k: size[k] for k in traced}
+        if size not in out:
+            out.append(size)
+    return out
+
+
+def _sums(sizes: list[dict[str, int]], symbols: list[str]) -> dict[str, tuple[str, str]]:
+    """{symbol: (a, b)} for each symbol equal to a + b, two others, at every size of ``sizes``."""
+    out: dict[str, tuple[str, str]] = {}
+    for sym in symbols:
+        others = [k for k in symbols if k != sym and k not in out]
+        pairs = [(a, b) for i, a in enumerate(others) for b in others[i + 1 :]]
+        found = [p for p in pairs if all(s[sym] == s[p[0]] + s[p[1]] for s in sizes)]
+        if found:
+            out[sym] = found[0]
+    return out
+
+
+def write_reference(
+    arch: Architecture, model_path: Path, sizes: dict[str, int], folder: Path
+) -> Path:
+    """Torch eager at ``sizes`` (the harness's cached :func:`~corpus.harness.reference`) as one
+    reference case ``folder/test_data_set_0`` in the layout ``--ref`` reads, keyed by the ONNX
+    model's input and output names; returns ``folder``."""
+    import shutil
+
+    import onnx
+    from corpus.harness import reference
+
+    from onnxsurgery.validation.references import Case, save_case
+
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    inits = {i.name for i in graph.initializer}
+    inputs, outputs = reference(arch, sizes)
+    names = [i.name for i in graph.input if i.name not in inits]
+    case = Case(
+        name=f"torch eager at {sizes}",
+        inputs={n: inputs[n] for n in names},
+        outputs=dict(zip([o.name for o in graph.output], outputs, strict=True)),
+    )
+    shutil.rmtree(folder, ignore_errors=True)
+    save_case(case, folder, index=0)
+    return folder

@@ -70,12 +70,14 @@ def test_a_symbolize_run_is_pass_refused_wrong_or_crash(exit_code, mismatch, sta
     assert sweep.classify(exit_code, mismatch) == status
 
 
-def _case(exporter, batch, symbolize="pass", static="ok"):
+def _case(exporter, batch, symbolize="pass", static="ok", **advice):
     case = {"exporter": exporter, "batch": batch, "static": {"status": static}}
     if static == "ok":
         case["symbolize"] = {"status": symbolize, "exit": 0, "message": ""}
         case["re-export"] = {"status": "pass"}
         case["update_model_dims"] = {"status": "fail"}
+    for method, status in advice.items():  # ref="pass": "symbolize+ref" passed
+        case[f"symbolize+{method}"] = {"status": status, "exit": 0, "message": ""}
     return case
 
 
@@ -85,18 +87,29 @@ def test_the_table_counts_each_kind_exporter_and_traced_batch():
         {"name": "a.base", "kind": "encoder", "build": "ok", "asked": asked,
          "cases": [_case("torchscript", 2), _case("torchscript", 1, "wrong")]},
         {"name": "b.base", "kind": "encoder", "build": "ok", "asked": asked,
-         "cases": [_case("torchscript", 2, "refused"), _case("torchscript", 1, static="export failed")]},
+         "cases": [_case("torchscript", 2, "refused", ref="pass"), _case("torchscript", 1, static="export failed")]},
         {"name": "c.base", "kind": "encoder", "build": "no such class", "asked": asked, "cases": []},
         {"name": "d.base", "kind": "encoder", "build": "ok", "asked": asked, "cases": [_case("torchscript", 2, "crash")]},
+        {"name": "e.base", "kind": "decoder", "build": "ok", "asked": asked,
+         "cases": [_case("torchscript", 2, "refused", ref="refused", bound="pass"),
+                   _case("torchscript", 1, "refused", ref="wrong", bound="refused")]},
     ]  # fmt: skip
     meta = {"rows_scored": 4, "rows_in_registries": 10, "partial": True, "torch": "t",
             "transformers": "x", "onnxruntime": "o"}  # fmt: skip
     text = sweep.table({"meta": meta, "rows": rows})
-    # rows, not built, static failed, unfinished, scored, pass, refused, wrong, crash, re-export, umd
-    assert "| encoder | torchscript | b2 | 4 | 1 | 0 | 0 | 3 | 1 | 1 | 0 | 1 | 3 | 0 |" in text
-    assert "| encoder | torchscript | b1 | 4 | 1 | 1 | 1 | 1 | 0 | 0 | 1 | 0 | 1 | 0 |" in text
+    # rows, not built, static failed, unfinished, scored, pass, refused, wrong, crash,
+    # +ref, +bound (passes plainly or after the advice), advice wrong, re-export, umd
+    assert "| encoder | torchscript | b2 | 4 | 1 | 0 | 0 | 3 | 1 | 1 | 0 | 1 | 2 | 2 | 0 | 3 | 0 |" in text
+    assert "| encoder | torchscript | b1 | 4 | 1 | 1 | 1 | 1 | 0 | 0 | 1 | 0 | 0 | 0 | 0 | 1 | 0 |" in text
+    assert "| decoder | torchscript | b2 | 1 | 0 | 0 | 0 | 1 | 0 | 1 | 0 | 0 | 0 | 1 | 0 | 1 | 0 |" in text
+    assert "| decoder | torchscript | b1 | 1 | 0 | 0 | 0 | 1 | 0 | 1 | 0 | 0 | 0 | 0 | 1 | 1 | 0 |" in text
     assert "dynamo" not in text and "4 of the 10 rows" in text and "(partial)" in text
-    assert sweep.problems({"rows": rows})[0].startswith("a.base torchscript b1: wrong (exit 0)")
+    # by kind: scored, symbolize, symbolize after advice, re-export (both traced batches)
+    assert "| encoder | 4 | 1 | 2 | 4 |" in text and "| decoder | 2 | 0 | 1 | 2 |" in text
+    assert "| all | 6 | 1 | 3 | 6 |" in text
+    problems = sweep.problems({"rows": rows})
+    assert problems[0].startswith("a.base torchscript b1: wrong (exit 0)")
+    assert "e.base torchscript b1 symbolize+ref: wrong (exit 0): " in problems
 
 
 def test_the_readme_block_is_replaced_and_the_rest_kept(tmp_path):
@@ -138,3 +151,195 @@ def test_the_wrapped_model_names_its_inputs_so_dynamo_dynamic_shapes_match_them(
     [row] = sweep.select(rows, only=["bert.base"])
     arch = sweep_rows.architecture(row, "bert-probe")
     assert list(inspect.signature(arch.build().forward).parameters) == arch.input_names
+
+
+# --------------------------------------------------------------------------------------------
+# symbolize as a user who follows its refusal's advice (--ref, a bound)
+
+
+def test_the_advice_the_sweep_follows_is_found_in_symbolize_s_own_words():
+    from onnxsurgery.passes.symbolize.wording import BOUND_HINT, FIX
+
+    coincident = FIX["coincident-size"].format(syms="seq", readings="seq", node="n")
+    padding = FIX["tf-padding"].format(syms="height", axes="x:2")
+    bound = BOUND_HINT.format(syms="seq", example="seq")
+    assert sweep.advised(f"error: symbolize: ...; {coincident}re-export") == ["ref"]
+    assert sweep.advised(padding) == ["ref"]
+    assert sweep.advised(f"...; {bound}export with TorchScript; {padding}") == ["ref", "bound"]
+    assert sweep.advised("error: symbolize: needs 1 == batch; re-export with dynamic axes") == []
+
+
+def test_a_run_with_reference_cases_that_do_not_match_is_a_refusal_not_a_crash():
+    assert sweep.classify(1, None, validated=True) == "refused"
+    assert sweep.classify(1, None) == "crash"  # without --ref, exit 1 is not symbolize's
+    assert sweep.classify(0, "batch3: y: max abs err 1", validated=True) == "wrong"
+
+
+def test_the_reference_case_is_at_a_size_no_check_uses_and_within_a_bound():
+    rows, _ = sweep_rows.enumerate_rows()
+    for name in ("t5.base", "wavlm.base", "mobilenet_v2.base"):
+        [row] = sweep.select(rows, only=[name])
+        arch = sweep_rows.architecture(row, f"{name}-probe")
+        for traced in arch.traced:
+            sizes = sweep_rows.reference_sizes(arch, traced)
+            odd, quarter, *over = sizes
+            for ref in sizes:
+                assert ref not in [*arch.traced, *arch.checks]
+                for sym, value in ref.items():
+                    assert value not in {s[sym] for s in (*arch.traced, *arch.checks)}, (name, sym)
+                    assert sym == "batch" or (value < traced[sym]) == (ref not in over)
+            assert all(v % 2 != traced[k] % 2 for k, v in odd.items() if k != "batch")
+    assert odd["height"] != odd["width"]  # mobilenet_v2: what coincides when traced differs
+    assert (quarter["height"], quarter["width"]) == (24, 16)  # whole patches of 8
+
+
+def test_a_symbol_that_is_the_sum_of_two_others_is_their_sum_in_the_reference():
+    rows, _ = sweep_rows.enumerate_rows()
+    [row] = sweep.select(rows, only=["gpt2.causal-lm-kv"])  # the mask's total = past + seq
+    arch = sweep_rows.architecture(row, "gpt2-kv-probe")
+    for ref in sweep_rows.reference_sizes(arch, arch.traced[-1]):
+        assert ref["total"] == ref["past"] + ref["seq"], ref
+        assert ref["seq"] != arch.traced[-1]["seq"] and ref["past"] != arch.traced[-1]["past"]
+
+
+def _same_padded():
+    """transformers' tf_padding: a stride-2 Conv padded 'same' from the input's size, which a
+    static export bakes as the traced size's pads (0, 1): symbolize cannot tell them from fixed
+    pads and advises reference cases at a size of the other parity."""
+    import torch
+
+    class SamePadded(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, stride=2)
+
+        def forward(self, x):
+            h, w = int(x.shape[-2]), int(x.shape[-1])
+            ph, pw = (max((-(-n // 2) - 1) * 2 + 3 - n, 0) for n in (h, w))
+            x = torch.nn.functional.pad(x, (pw // 2, pw - pw // 2, ph // 2, ph - ph // 2))
+            return (self.conv(x),)
+
+    return SamePadded()
+
+
+def _positions():
+    """Learned positions 0..seq-1 added to the input: a static export folds the table's first
+    seq rows into a constant, and symbolize advises a bound (seq<=traced)."""
+    import torch
+
+    class Positions(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pos = torch.nn.Embedding(32, 8)
+
+        def forward(self, x):
+            return (x + self.pos(torch.arange(int(x.shape[1]))),)
+
+    return Positions()
+
+
+def _tiny(tmp_path, name):
+    from corpus.architectures import Architecture, InputSpec, OutputSpec
+
+    if name == "same-padded":
+        inputs = (InputSpec("x", ("batch", 3, "height", "width")),)
+        outputs = (OutputSpec("y", ("batch", 4, "y_2", "y_3")),)
+        traced = ({"batch": 2, "height": 16, "width": 16},)
+        checks = ({"batch": 3, "height": 15, "width": 21}, {"batch": 1, "height": 20, "width": 9})
+        builder = _same_padded
+    else:
+        inputs = (InputSpec("x", ("batch", "seq", 8)),)
+        outputs = (OutputSpec("y", ("batch", "seq", 8)),)
+        traced = ({"batch": 2, "seq": 8},)
+        checks = ({"batch": 3, "seq": 5}, {"batch": 1, "seq": 6})
+        builder = _positions
+    return Architecture(name, "encoder", builder, inputs, outputs, traced, checks, cache=tmp_path)
+
+
+def test_a_refusal_that_advises_reference_cases_is_scored_again_with_one(tmp_path):
+    """Plain symbolize is refused (the pads could be fixed or 'same'); with one torch reference
+    case at a size of the other parity that no check uses, it passes at every check size."""
+    case = sweep.score_case(_tiny(tmp_path, "same-padded"), "torchscript", 2, timeout=120)
+    assert case["symbolize"]["status"] == "refused" and case["symbolize"]["advice"] == ["ref"]
+    ref = case["symbolize+ref"]
+    assert ref["reference"] == {"batch": 4, "height": 13, "width": 11}
+    assert ref["status"] == "pass", ref
+    assert "--ref" in ref["command"] and "symbolize+bound" not in case
+    assert sweep.after_advice(case) == {
+        "pass": False, "+ref": True, "+bound": True, "advice wrong": False
+    }  # fmt: skip
+    assert "--ref" not in case["symbolize"]["command"]  # plain symbolize is scored as before
+
+
+def test_a_refusal_that_advises_a_bound_is_scored_within_it_and_over_it(tmp_path):
+    case = sweep.score_case(_tiny(tmp_path, "positions"), "torchscript", 2, timeout=120)
+    assert case["symbolize"]["status"] == "refused" and "bound" in case["symbolize"]["advice"]
+    bound = case["symbolize+bound"]
+    assert bound["status"] == "pass", bound
+    assert "seq<=traced" in bound["command"] and "; over: batch2_seq9 " in bound["message"]
+    assert sweep.after_advice(case)["+bound"] and not sweep.after_advice(case)["pass"]
+    assert sweep.score_case(_tiny(tmp_path, "positions"), "torchscript", 2, 120, advice=False)[
+        "symbolize"
+    ] == {k: v for k, v in case["symbolize"].items()}  # the same plain result either way
+    assert "symbolize+bound" not in sweep.score_case(
+        _tiny(tmp_path, "positions"), "torchscript", 2, 120, advice=False
+    )
+
+
+def _tagged_worker(row, exporters, batches, sink, *args):
+    """A stand-in for the sweep's worker: two cases tagged with its sweep's process id."""
+    import json
+    import os
+    import time
+
+    for batch in (2, 1):
+        with open(sink, "a") as f:
+            f.write(json.dumps({"case": {"batch": batch, "sweep": os.getppid()}}) + "\n")
+        time.sleep(0.3)
+
+
+def _score_tagged(row, out):
+    result = sweep.score_row(row, ["torchscript"], [2, 1], timeout=5, memory_gb=8)
+    out.put([c["sweep"] for c in result["cases"]])
+
+
+def test_two_sweeps_scoring_one_row_at_once_read_only_their_own_cases(tmp_path, monkeypatch):
+    """build/sweep/ is one cache shared by several checkouts: each sweep reads only its worker."""
+    import multiprocessing
+
+    monkeypatch.setattr(sweep, "sweep_root", lambda: tmp_path)
+    monkeypatch.setattr(sweep, "_worker", _tagged_worker)
+    row = sweep_rows.Row("transformers", "bert", "base", "encoder", "BertModel")
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    sweeps = [ctx.Process(target=_score_tagged, args=(row, out)) for _ in range(2)]
+    for p in sweeps:
+        p.start()
+    got = sorted([out.get(timeout=60), out.get(timeout=60)])
+    for p in sweeps:
+        p.join()
+    assert sorted(p.pid for p in sweeps) == sorted(tags[0] for tags in got)
+    assert all(tags == [tags[0]] * 2 for tags in got), got
+    assert not list((tmp_path / "results").iterdir())  # read, then removed
+
+
+def test_a_refusal_advising_both_is_followed_with_the_reference_within_the_bound(monkeypatch):
+    """Both advised: the bounded run gets the reference too, where it is within the bound; a
+    reference over the traced size (a model torch takes no smaller) is left out of it; a bound
+    the run with the reference advises is followed too."""
+    runs = []
+
+    def fake_symbolize(arch, static, traced, timeout, bound=False, ref=None):
+        runs.append((bound, ref))
+        return {"status": "refused", "exit": 2, "message": "", "advice": ["bound"]}
+
+    monkeypatch.setattr(sweep, "symbolize_by_cli", fake_symbolize)
+    for sizes, within in (({"batch": 4, "seq": 7}, True), ({"batch": 4, "seq": 11}, False)):
+        monkeypatch.setattr(sweep, "_reference", lambda *a, s=sizes: (Path("refs"), s, ""))
+        runs.clear()
+        out = sweep.follow_advice(None, Path("m.onnx"), {"batch": 2, "seq": 8}, 1, ["ref", "bound"])
+        assert runs == [(False, Path("refs")), (True, Path("refs") if within else None)]
+        assert out["symbolize+ref"]["reference"] == sizes and "symbolize+bound" in out
+        runs.clear()
+        sweep.follow_advice(None, Path("m.onnx"), {"batch": 2, "seq": 8}, 1, ["ref"])
+        assert [bound for bound, _ in runs] == [False, True]  # advised after the reference
