@@ -74,6 +74,9 @@ Rules (symbolic shape propagation with provenance, decided by structure, not by 
   dynamo: torch interpolates it at other resolutions, in code the export skipped): reference
   cases at another grid choose a bicubic or bilinear resize of its grid rows (torch's
   ``F.interpolate(..., align_corners=False)``), whichever alone matches them.
+- a Resize to a patch grid whose sizes the export folded at the traced grid (YOLOS by
+  TorchScript: a table interpolated to ``(height // 16, width // 16)`` in Python ints), where the
+  graph needs its output's rows to be the grid's ``h*w``, follows the grid axis by axis.
 
     x[4,3,32,32] ─ ... ─ Reshape(shape=[4, -1]) ─ Gemm
     =>
