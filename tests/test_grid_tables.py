@@ -103,3 +103,46 @@ def test_references_that_contradict_the_grid_reading_keep_a_refusal(tmp_path):
     ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path / "refs")
     with pytest.raises(PassError):
         Symbolize(**SPATIAL)(model, ctx)
+
+
+class NearestTable(nn.Module):
+    """TimeSformer's embeddings: 8x8 patches, a class token, and a learned table for a 2x2 grid,
+    added as is where the token count is the table's (TorchScript records that branch) and
+    else resized to the grid with torch's 'nearest' (``floor(i * old / new)``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, 6, 8, stride=8)
+        self.cls = nn.Parameter(torch.randn(1, 1, 6))
+        self.pos = nn.Parameter(torch.randn(1, 1 + 2 * 2, 6))
+
+    def forward(self, x):  # noqa: ANN001
+        patches = self.patch(x)
+        width = patches.shape[3]
+        tokens = patches.flatten(2).transpose(1, 2)
+        tokens = torch.cat([self.cls.expand(x.shape[0], -1, -1), tokens], dim=1)
+        if tokens.size(1) == self.pos.size(1):
+            return tokens + self.pos
+        grid = self.pos[:, 1:].transpose(1, 2).reshape(1, 6, 2, 2)
+        grid = F.interpolate(grid, size=(tokens.size(1) // width, width), mode="nearest")
+        return tokens + torch.cat([self.pos[:, :1], grid.flatten(2).transpose(1, 2)], 1)
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # the branch, on purpose
+def test_references_at_another_grid_choose_a_nearest_resize(tmp_path):
+    """The table exported as is at the traced grid: a reference case at another grid matches
+    its nearest resize alone (not bicubic, not bilinear), and the model then matches torch at
+    grids it never saw."""
+    torch.manual_seed(0)
+    module = NearestTable().eval()
+    model = export(module, (2, 3, 16, 16), tmp_path / "m.onnx")
+    x = np.random.default_rng(2).standard_normal((1, 3, 24, 40)).astype(np.float32)  # 3x5
+    save_case(Case("case0", {"x": x}, {"y": eager(module, x)}), tmp_path / "refs", index=0)
+    ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path / "refs")
+    result = Symbolize(**SPATIAL)(model, ctx)
+    said = " ".join(d.message for d in result.diagnostics)
+    assert "resized nearest to the grid matches the reference cases" in said
+    for shape in ((3, 3, 40, 24), (2, 3, 16, 56), (1, 3, 56, 48)):  # grids 5x3, 2x7, 7x6
+        xs = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+        got = run_model(result.model, {"x": xs}, "cpu")["y"]
+        np.testing.assert_allclose(got, eager(module, xs), atol=1e-4, rtol=1e-3)
