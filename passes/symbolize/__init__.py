@@ -72,8 +72,11 @@ Rules (symbolic shape propagation with provenance, decided by structure, not by 
   matches them (MobileNetV2 with one case at 48x64 then matches torch at 40x24);
 - likewise a learned [1, lead + h*w, dim] table added whole over a patch grid (DINOv2 by
   dynamo: torch interpolates it at other resolutions, in code the export skipped): reference
-  cases at another grid choose a bicubic or bilinear resize of its grid rows (torch's
-  ``F.interpolate(..., align_corners=False)``), whichever alone matches them.
+  cases at another grid choose a bicubic, bilinear or nearest resize of its grid rows (torch's
+  ``F.interpolate``; TimeSformer's is 'nearest'), whichever alone matches them.
+- a Resize to a patch grid whose sizes the export folded at the traced grid (YOLOS by
+  TorchScript: a table interpolated to ``(height // 16, width // 16)`` in Python ints), where the
+  graph needs its output's rows to be the grid's ``h*w``, follows the grid axis by axis.
 
     x[4,3,32,32] ─ ... ─ Reshape(shape=[4, -1]) ─ Gemm
     =>

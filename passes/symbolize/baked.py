@@ -2,9 +2,10 @@
 that symbolize refuses it by name, or lets reference cases decide: TensorFlow 'same' padding
 (a Pad before a strided window op, or uneven pads folded into it), a learned table over a patch
 grid (DINOv2's position embeddings), and tables that depend only on j - i (a relative-position
-bias folded by the exporter). The 'same' padding blocker is the rule
-:class:`~.graph_blockers.SamePadding`, made of :func:`window`, :func:`baked_axes`,
-:func:`same_everywhere` and :func:`tf_padding`."""
+bias folded by the exporter). The sizes of a Resize to a patch grid folded at the traced grid
+(YOLOS by TorchScript) are found here too, and tied to the grid (:func:`grid_resizes`). The
+'same' padding blocker is the rule :class:`~.graph_blockers.SamePadding`, made of
+:func:`window`, :func:`baked_axes`, :func:`same_everywhere` and :func:`tf_padding`."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import numpy as np
 import onnx
 
 from onnxsurgery.passes.symbolize.blockers import Blocker
+from onnxsurgery.passes.symbolize.coincident import tie
 from onnxsurgery.passes.symbolize.wording import (
     axes_text,
     dim_text,
@@ -22,9 +24,9 @@ from onnxsurgery.passes.symbolize.wording import (
     sym_tuple,
     why_text,
 )
-from onnxsurgery.shapes.analysis import ConstUse, ShapeAnalysis
+from onnxsurgery.shapes.analysis import Constraint, ConstUse, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
-from onnxsurgery.shapes.solver import Solution
+from onnxsurgery.shapes.solver import Solution, solve
 
 __all__ = [
     "GridTable",
@@ -37,6 +39,8 @@ __all__ = [
     "tf_padding",
     "pad_before",
     "grid_table",
+    "grid_axes",
+    "grid_resizes",
     "relative_axes",
 ]
 
@@ -211,6 +215,21 @@ def pad_before(
     return node, [(int(pads[k]), int(pads[k + rank])) for k in range(rank)]
 
 
+def grid_axes(a: ShapeAnalysis, mono: tuple[str, ...]) -> tuple[str, str, str] | None:
+    """(tensor, h, w) where ``mono`` is the product of the run-time sizes ``h``, ``w`` of axes 2,
+    3 of one tensor (a patch grid: a patch embedding's output), else None."""
+    if len(mono) != 2:
+        return None
+    origins = [a.atoms[x].origin for x in mono]
+    if not all(isinstance(o, tuple) and len(o) == 3 and o[0] == "dim" for o in origins):
+        return None
+    (_, t1, ax1), (_, t2, ax2) = origins
+    if t1 != t2 or {ax1, ax2} != {2, 3}:
+        return None
+    h, w = mono if ax1 == 2 else mono[::-1]
+    return t1, h, w
+
+
 def grid_table(a: ShapeAnalysis, use: ConstUse, dims: list[Dim]) -> GridTable | None:
     """``use`` as a :class:`GridTable`: a [1, n, dim] constant added whole, its axis 1 of length
     ``h*w + lead`` with h, w the run-time sizes of axes 2, 3 of one tensor (a patch grid)."""
@@ -221,18 +240,59 @@ def grid_table(a: ShapeAnalysis, use: ConstUse, dims: list[Dim]) -> GridTable | 
     if len(terms) != 1 or dims[2].atoms():
         return None
     ((mono, coef),) = terms.items()
-    if coef != 1 or len(mono) != 2 or lead < 0:
+    found = grid_axes(a, mono)
+    if coef != 1 or lead < 0 or found is None:
         return None
-    origins = [a.atoms[x].origin for x in mono]
-    if not all(isinstance(o, tuple) and len(o) == 3 and o[0] == "dim" for o in origins):
-        return None
-    (_, t1, ax1), (_, t2, ax2) = origins
-    if t1 != t2 or {ax1, ax2} != {2, 3}:
-        return None
-    h, w = (a.atoms[x].traced for x in (mono if ax1 == 2 else mono[::-1]))
+    grid, *hw = found
+    h, w = (a.atoms[x].traced for x in hw)
     if h * w + lead != use.array.shape[1]:
         return None
-    return GridTable(use.node, use.input_index, use.tensor, t1, lead, (h, w))
+    return GridTable(use.node, use.input_index, use.tensor, grid, lead, (h, w))
+
+
+def grid_resizes(a: ShapeAnalysis, sol: Solution) -> list[Constraint]:
+    """Resizes to a patch grid whose sizes the export folded at the traced grid (YOLOS by
+    TorchScript: torch interpolates its position table to ``(height // 16, width // 16)`` in
+    Python ints). Where a conflict needs the product of a Resize's output height and width
+    (elements 2, 3 of its constant sizes, kept as traced) to equal a patch grid's ``h*w`` (axes
+    2, 3 of one tensor, :func:`grid_axes`), each is tied to its grid axis: height to height,
+    width to width, the traced values alike, where that removes conflicts and adds none. The
+    ties are appended to ``a`` and returned."""
+    sizes = {
+        x: (id(use), i)
+        for use in a.uses
+        if use.op == "Resize" and use.kind == "size" and use.input_index == 3
+        for i, x in enumerate(use.atoms)
+        if x is not None and sol.how.get(x) == "kept"
+    }
+    known = {x: v for x, v in sol.values.items() if x not in sizes}
+    ties: list[Constraint] = []
+    tied: set[str] = set()
+    for conflict in sol.conflicts:
+        c = conflict.constraint
+        terms = list(c.expr.subs(known).terms.items())
+        if len(terms) != 2 or terms[0][1] + terms[1][1] != 0 or abs(terms[0][1]) != 1:
+            continue
+        for (resized, _), (grid, _) in (terms, terms[::-1]):
+            found = grid_axes(a, grid)
+            if found is None or len(resized) != 2 or not set(resized) <= sizes.keys():
+                continue
+            if len({sizes[x][0] for x in resized}) != 1 or {sizes[x][1] for x in resized} != {2, 3}:
+                continue
+            by_axis = sorted(resized, key=lambda x: sizes[x][1])  # height, then width
+            if any(
+                x in tied or a.atoms[x].traced != a.atoms[g].traced
+                for x, g in zip(by_axis, found[1:], strict=True)
+            ):
+                continue
+            for x, g in zip(by_axis, found[1:], strict=True):
+                tied.add(x)
+                ties.append(tie(a, x, Dim.sym(g), c.node, c.op, "a Resize to the patch grid"))
+    before = {id(k.constraint) for k in sol.conflicts}
+    if ties and not {id(k.constraint) for k in solve(a).conflicts} < before:
+        a.constraints[:] = [k for k in a.constraints if all(k is not t for t in ties)]
+        return []  # the ties leave a conflict they were to remove, or add one
+    return ties
 
 
 def relative_axes(arr: np.ndarray, sym_axes: list[int]) -> tuple[int, int] | None:

@@ -188,7 +188,7 @@ def _readings(plan: SymbolizePlan) -> tuple[str, dict[str, Reading]] | None:
     """What the reference cases could decide, and the readings to choose between, where every
     blocker is one the graph cannot decide but a rewrite could fix: the plan's
     ``same_padding`` (fixed pads as exported, or ``auto_pad=SAME_UPPER``) or its
-    ``grid_tables`` (the table resized to the grid bicubically or bilinearly); else None."""
+    ``grid_tables`` (the table resized to the grid bicubically, bilinearly or to the nearest rows); else None."""
     nodes = {b.node for b in plan.blockers}
     if nodes <= plan.same_padding.keys():
         ops = [plan.same_padding[n] for n in sorted(nodes)]

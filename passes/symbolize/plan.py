@@ -22,7 +22,7 @@ from typing import Any
 
 import onnx
 
-from onnxsurgery.passes.symbolize.baked import GridTable, grid_table
+from onnxsurgery.passes.symbolize.baked import GridTable, grid_resizes, grid_table
 from onnxsurgery.passes.symbolize.batch_indices import (
     batch_like_symbols,
     find_batch_indices,
@@ -354,9 +354,12 @@ def plan_context(
     generalize: bool = False,
 ) -> PlanContext:
     """Solve the analysis with every constant that enumerates a batch (:mod:`.batch_indices`)
-    tied to it: the context the constant reads are decided in (``rows``, ``keep`` and
-    ``generalize``: as :func:`plan_symbolize` takes them)."""
+    tied to it, and a Resize's sizes folded at the traced patch grid tied to the grid
+    (:func:`~.baked.grid_resizes`): the context the constant reads are decided in (``rows``,
+    ``keep`` and ``generalize``: as :func:`plan_symbolize` takes them)."""
     sol = solve(analysis)
+    if sol.conflicts and grid_resizes(analysis, sol):
+        sol = solve(analysis)
     if sol.conflicts and (conflict_readings(analysis, sol) or broadcast_readings(analysis, sol)):
         sol = solve(analysis)
     row_syms = batch_like_symbols(analysis, rows)

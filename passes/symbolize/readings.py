@@ -61,10 +61,20 @@ def same_padding(model: onnx.ModelProto, ops: list[tuple[str, str | None]]) -> o
     return out
 
 
-#: How torch resizes a table to a grid (``F.interpolate(..., align_corners=False)``), as ONNX Resize
+#: How torch resizes a table to a grid (``F.interpolate(..., align_corners=False)``; 'nearest'
+#: takes the source row ``floor(i * old / new)``, as TimeSformer's table), as ONNX Resize
 GRID_RESIZES: dict[str, dict[str, Any]] = {  # Resize attributes by name
-    "bicubic": {"mode": "cubic", "cubic_coeff_a": -0.75},
-    "bilinear": {"mode": "linear"},
+    "bicubic": {
+        "mode": "cubic",
+        "cubic_coeff_a": -0.75,
+        "coordinate_transformation_mode": "half_pixel",
+    },
+    "bilinear": {"mode": "linear", "coordinate_transformation_mode": "half_pixel"},
+    "nearest": {
+        "mode": "nearest",
+        "nearest_mode": "floor",
+        "coordinate_transformation_mode": "asymmetric",
+    },
 }
 
 
@@ -133,8 +143,7 @@ def _resize_nodes(t: GridTable, dim: int, base: str, how: str) -> list[onnx.Node
         ),
         helper.make_node(
             "Resize", [f"{base}/grid", "", "", f"{base}/sizes"], [f"{base}/resized"],
-            name=f"{base}/resize", coordinate_transformation_mode="half_pixel",
-            **GRID_RESIZES[how],
+            name=f"{base}/resize", **GRID_RESIZES[how],
         ),
         helper.make_node(
             "Transpose", [f"{base}/resized"], [f"{base}/hwc"], name=f"{base}/hwc",

@@ -178,7 +178,7 @@ FIX: dict[str, str] = {
     ),
     "learned-position-table": (
         "pass reference cases (--ref) at another grid size: symbolize then "
-        "resizes the table to the grid bicubically or bilinearly, whichever "
+        "resizes the table to the grid bicubically, bilinearly or to the nearest rows, whichever "
         "alone matches them; or "
     ),
 }
