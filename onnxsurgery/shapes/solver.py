@@ -321,7 +321,7 @@ class _Solver:
                     self.assign(found[0], found[1], "hint")
                     self.drain()
             elif diff != Dim.const(0):  # equal already: nothing to split
-                self.factor(lhs, rhs, mid_dst)
+                self.factor(lhs, rhs, mid_dst, mid_src)
 
     def _ends_of_ones(
         self, src: list[Dim], dst: list[Dim], same: Callable[[Dim, Dim], bool]
@@ -373,12 +373,20 @@ class _Solver:
             return (0, min(axis for _, axis in origin), atom)
         return (1, 0, atom)
 
-    def factor(self, lhs: Dim, rhs: Dim, positions: list[Dim] | None = None) -> None:
+    def factor(
+        self,
+        lhs: Dim,
+        rhs: Dim,
+        positions: list[Dim] | None = None,
+        sources: list[Dim] | None = None,
+    ) -> None:
         """Split a known product over a product of unknowns, outer symbols first.
 
         ``$v1*$v2 == batch*seq`` (a Reshape unflattening ``batch*seq`` into two dims) gives
         ``$v1 = batch, $v2 = seq`` when the traced sizes agree, taking the symbols in the order
-        of the input axes they name (flattening keeps that order).
+        of the input axes they name (flattening keeps that order). ``positions`` and
+        ``sources``: a Reshape's output and input dims holding the two products (see
+        :meth:`_fits`).
         """
         sides = [self.resolve(lhs), self.resolve(rhs)]
         for unknown_side, known_side in (sides, sides[::-1]):
@@ -402,7 +410,8 @@ class _Solver:
             coef = kcoef // ucoef
             ones = [x for x in order if self._dropped_one(x)]
             rest = [x for x in order if x not in ones]
-            plan = self._split(rest, atoms, coef) if rest else None
+            fits = self._fits(positions or [], sources or [])
+            plan = self._split(rest, atoms, coef, fits) if rest else None
             if plan is None:
                 return
             plan.update({x: Dim.const(1) for x in ones})
@@ -422,7 +431,44 @@ class _Solver:
         kept = self.a.dropped_ones.get(atom)
         return kept is not None and self.resolve(kept) == Dim.const(1)
 
-    def _split(self, order: list[str], atoms: list[str], coef: int) -> dict[str, Dim] | None:
+    def _fits(self, dst: list[Dim], src: list[Dim]) -> Callable[[str, str], bool]:
+        """Whether a Reshape can hand input dim ``x`` (a dim that is that symbol alone) whole
+        to the output dim holding unknown ``u``: a Reshape keeps the row-major order, so the
+        elements inside that output dim (its stride) must be a divisor of those inside ``x``,
+        and the output dim must span all of ``x``. Checked at the traced sizes, where a right
+        split holds too. At batch 1, ``[batch, seq, 18] -> [-1, 9, 1]`` reads ``1 = batch``
+        by size alone; but a last dim of 1 cannot hold the outermost input dim (its stride 1
+        does not span ``seq*18``): ``batch`` goes to the ``-1``. Anything else fits."""
+        if not dst or not src:
+            return lambda u, x: True
+        try:
+            dst_sizes = [d.evaluate(self.traced) for d in dst]
+            src_sizes = [d.evaluate(self.traced) for d in src]
+        except KeyError:
+            return lambda u, x: True
+        where = {x: i for i, d in enumerate(dst) for x in d.atoms()}
+        whole = {d.atoms().pop(): i for i, d in enumerate(src) if d.is_atom()}
+
+        def fits(u: str, x: str) -> bool:
+            if u not in where or x not in whole:
+                return True
+            i, k = where[u], whole[x]
+            inner_dst, inner_src = math.prod(dst_sizes[i + 1 :]), math.prod(src_sizes[k + 1 :])
+            return (
+                inner_dst > 0
+                and inner_src % inner_dst == 0
+                and (inner_dst * dst_sizes[i]) % (inner_src * src_sizes[k]) == 0
+            )
+
+        return fits
+
+    def _split(
+        self,
+        order: list[str],
+        atoms: list[str],
+        coef: int,
+        fits: Callable[[str, str], bool] = lambda u, x: True,
+    ) -> dict[str, Dim] | None:
         """Give each unknown (in order) a sub-product of ``coef * atoms`` with its traced value.
 
         Symbols traced at 1 go to the unknowns traced at 1, one each in order, the last of them
@@ -435,12 +481,12 @@ class _Solver:
         ones = [x for x in atoms if self.traced[x] == 1]
         slots = [v for v in order if self.traced[v] == 1]
         if not ones or not slots or len(ones) <= len(slots):
-            return self._split_sized(order, atoms, coef)
+            return self._split_sized(order, atoms, coef, fits)
         others = [v for v in order if v not in slots]
         big = [x for x in atoms if x not in ones]
         plan: dict[str, Dim] | None = {}
         if others:
-            plan = self._split_sized(others, big, coef)
+            plan = self._split_sized(others, big, coef, fits)
         elif big or coef != 1:
             return None
         if plan is None:
@@ -453,19 +499,25 @@ class _Solver:
             plan[var] = value
         return plan
 
-    def _split_sized(self, order: list[str], atoms: list[str], coef: int) -> dict[str, Dim] | None:
+    def _split_sized(
+        self,
+        order: list[str],
+        atoms: list[str],
+        coef: int,
+        fits: Callable[[str, str], bool] = lambda u, x: True,
+    ) -> dict[str, Dim] | None:
         """Give each unknown (in order) a sub-product of ``coef * atoms`` with its traced value.
 
         A symbol whose traced value equals an unknown's exactly goes to that unknown first (at
         batch 1, ``batch`` divides every size, so "takes what divides" alone would hand it to
-        whichever unknown comes first); the rest is taken greedily, outer symbols first, and the
+        whichever unknown comes first), where the Reshape's order lets it (``fits``); the rest is taken greedily, outer symbols first, and the
         last unknown takes what is left.
         """
         plan: dict[str, Dim] = {}
         atoms = list(atoms)
         for var in order if len(order) > 1 else ():  # a lone unknown takes the whole product
             want = self.traced[var]
-            exact = next((x for x in atoms if self.traced[x] == want), None)
+            exact = next((x for x in atoms if self.traced[x] == want and fits(var, x)), None)
             if exact is not None:
                 plan[var] = Dim.sym(exact)
                 atoms.remove(exact)
