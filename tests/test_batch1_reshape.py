@@ -60,3 +60,85 @@ def test_a_trailing_1_of_a_reshape_is_no_batch_traced_at_1() -> None:
     ]
     got, want = (s.run(None, feeds)[0] for s in runs)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def _compare_at_batch_3(model: onnx.ModelProto, axes: dict[str, str], written: onnx.ModelProto) -> None:
+    """Symbolize ``model`` (traced at batch 1) and compare it with ``written`` at batch 3."""
+    result = Symbolize(**axes)(model, onnxsurgery.PassContext(provider="cpu"))
+    x = np.random.default_rng(1).standard_normal(
+        [d.dim_value for d in written.graph.input[0].type.tensor_type.shape.dim]
+    ).astype(np.float32)
+    runs = [
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        for m in (result.model, written)
+    ]
+    got, want = (s.run(None, {"x": x})[0] for s in runs)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def time_major_rows(batch: int) -> onnx.ModelProto:
+    """A time-major input ``[t, batch, 32]``, padded in time (so the time dim's size is a sum of
+    unknowns), split into heads by a Reshape ``[8, batch, 16, 2]``, made batch-major by a
+    Transpose and viewed as rows ``[batch*8, 16, 2]`` for a MatMul, then viewed back as
+    ``[batch, 8, 16, 3]`` (RF-DETR's deformable attention, by dynamo at batch 1, views its
+    ``[batch, heads, q, 4, 2]`` sampling grid as ``[batch*heads, q, 4, 2]`` so)."""
+    m = onnx.parser.parse_model(f"""{HEAD}
+    g (float[6, {batch}, 32] x) => (float[{batch}, 8, 16, 3] y) {{
+      pads = Constant <value = int64[6] {{2, 0, 0, 0, 0, 0}}> ()
+      p = Pad (x, pads)
+      heads = Constant <value = int64[4] {{8, {batch}, 16, 2}}> ()
+      h = Reshape (p, heads)
+      t = Transpose <perm = [1, 0, 2, 3]> (h)
+      rows = Constant <value = int64[3] {{{batch * 8}, 16, 2}}> ()
+      r = Reshape (t, rows)
+      w = Constant <value = float[2, 3] {{1, 2, 3, 4, 5, 6}}> ()
+      o = MatMul (r, w)
+      back = Constant <value = int64[4] {{{batch}, 8, 16, 3}}> ()
+      y = Reshape (o, back)
+    }}""")
+    onnx.checker.check_model(m)
+    return m
+
+
+def test_a_batch_left_alone_by_a_reshape_joins_its_one_neighbour() -> None:
+    """``[batch, 8, 16, 2] -> [8, 16, 2]`` traced at batch 1, the batch dim still an unknown
+    (the heads' Reshape is decided later): every output dim matched an input dim of its size
+    from the end, leaving the batch's 1 to match nothing; it was hinted to 1 for good, and the
+    heads' Reshape took the batch into the heads (``[8, 1, batch*16, 2]``): a wrong model
+    (``[1, 8, batch*16, 3]`` at batch 3). A Reshape keeps the row-major order, so an input dim
+    before every matched one can only join the output's first dim (``[batch*8, 16, 2]``; a
+    genuine 1 merges there just as well)."""
+    _compare_at_batch_3(time_major_rows(1), {"x:1": "batch"}, time_major_rows(3))
+
+
+def heads_after_time(batch: int) -> onnx.ModelProto:
+    """Granite Speech's relative-position attention at ``batch``: ``[batch, t, 16]`` padded in
+    time, split ``[batch, 8, 4, -1]``, permuted to ``[8, batch, 4, 4]`` and viewed as
+    ``[8, -1, 4]`` (``-1`` = ``batch*heads``) for a MatMul per time step, then viewed back as
+    ``[8, batch, 4, 2]``. At batch 1 the ``-1`` reads 4, the heads' size, and the batch sits
+    between two matched dims."""
+    m = onnx.parser.parse_model(f"""{HEAD}
+    g (float[{batch}, 6, 16] x) => (float[8, {batch}, 4, 2] y) {{
+      pads = Constant <value = int64[6] {{0, 1, 0, 0, 1, 0}}> ()
+      p = Pad (x, pads)
+      heads = Constant <value = int64[4] {{{batch}, 8, 4, -1}}> ()
+      h = Reshape (p, heads)
+      t = Transpose <perm = [1, 0, 2, 3]> (h)
+      rows = Constant <value = int64[3] {{8, -1, 4}}> ()
+      r = Reshape (t, rows)
+      w = Constant <value = float[4, 2] {{1, 2, 3, 4, 5, 6, 7, 8}}> ()
+      o = MatMul (r, w)
+      back = Constant <value = int64[4] {{8, {batch}, 4, 2}}> ()
+      y = Reshape (o, back)
+    }}""")
+    onnx.checker.check_model(m)
+    return m
+
+
+def test_a_batch_between_matched_dims_joins_the_reshapes_minus_1() -> None:
+    """``[8, batch, 4, 4] -> [8, -1, 4]`` traced at batch 1, the time dim an unknown (a padded
+    length): the ``-1`` matched the heads (4 = 4) and the batch was left alone between the
+    matched dims, so the element count needed ``1 == batch`` (Granite Speech by dynamo at
+    batch 1). With a matched dim on each side, it joins the one the model wrote as ``-1``, the
+    dim left to the element count."""
+    _compare_at_batch_3(heads_after_time(1), {"x:0": "batch"}, heads_after_time(3))

@@ -292,7 +292,7 @@ class _Solver:
                 return False
             return not (merged_one(a) or merged_one(b))
 
-        most = self._ends_of_ones(src, dst, same)
+        most = self._ends_of_ones(src, dst, same, self._own_minus_one(c))
         lead = 0
         while lead < min(len(src), len(dst), most[0]) and same(src[lead], dst[lead]):
             self.try_hint(dst[lead], src[lead])
@@ -323,8 +323,26 @@ class _Solver:
             elif diff != Dim.const(0):  # equal already: nothing to split
                 self.factor(lhs, rhs, mid_dst, mid_src)
 
+    def _own_minus_one(self, c: Constraint) -> int | None:
+        """The position of the Reshape's own ``-1`` in its output, while still undecided."""
+        for k, d in enumerate(c.dst or []):
+            if not d.is_atom() or self.resolve(d) != d:
+                continue
+            atom = self.a.atoms[d.atoms().pop()]
+            origin = atom.origin
+            if atom.kind != "derived" or not isinstance(origin, tuple) or len(origin) != 3:
+                continue
+            made_by = self.a.producers.get(origin[1])
+            if origin[2] == k and made_by is not None and made_by[1].name == c.node:
+                return k
+        return None
+
     def _ends_of_ones(
-        self, src: list[Dim], dst: list[Dim], same: Callable[[Dim, Dim], bool]
+        self,
+        src: list[Dim],
+        dst: list[Dim],
+        same: Callable[[Dim, Dim], bool],
+        minus_one: int | None = None,
     ) -> tuple[int, int]:
         """How many leading and trailing dims :meth:`align` may match one to one.
 
@@ -332,7 +350,18 @@ class _Solver:
         traced size but not constants (a strided conv's ``h``, ``w`` at its last stage), they
         would be hinted to 1 for good; a flatten ``[b, c, h, w] -> [b, c, 1]`` merges them
         instead. So the matched ends give back their pairs traced at 1 until the middle holds
-        a dim on both sides (``1 = h*w``). Unbounded (as many as match) otherwise.
+        a dim on both sides (``1 = h*w``). Where no pair traced at 1 is next to the middle, a
+        middle left alone joins the one matched pair next to it, the only dim the row-major
+        order lets it join (``[batch, 16, q, 4] -> [16, q, 4]`` at batch 1 is
+        ``[batch*16, q, 4]``; a real 1 there merges just as well, and an output middle
+        ``[1, 8, 16] <- [$v, 16]`` is left to :meth:`factor` once ``$v`` is known). With a pair
+        on each side, an input middle joins the pair whose output dim is the Reshape's own
+        ``-1`` (``minus_one``), the dim the model left to the element count: ``[s, batch, 4, 8]
+        -> [s, -1, 8]`` is ``[s, batch*4, 8]``, not ``-1 = 4`` with the batch left to match
+        nothing; else the pairs of dims still unknown on both sides are given back, to be split
+        once they are known (``[8, $q, 2] -> [8, 1, 4, 2]``: ``$q`` is ``batch*4`` once an
+        upstream Reshape is decided, and matching it with the 4 would put the batch beside the
+        heads for good). Unbounded (as many as match) otherwise.
         """
         free = (len(src) + len(dst), len(src) + len(dst))
         lead = 0
@@ -349,6 +378,9 @@ class _Solver:
             mid = middle(side)
             return bool(mid) and all(not d.is_const() and self._traced_at(d) == 1 for d in mid)
 
+        def open_pair(i: int, j: int) -> bool:
+            return bool(self.unknowns(src[i]) and self.unknowns(dst[j]))
+
         if not (loose(src) and not middle(dst)) and not (loose(dst) and not middle(src)):
             return free
         while not (middle(src) and middle(dst)):
@@ -356,6 +388,17 @@ class _Solver:
                 lead -= 1
             elif trail and self._traced_at(src[-trail]) == 1:
                 trail -= 1
+            elif not (lead and trail):  # the one pair next to the middle
+                if not (lead or trail):
+                    return free
+                lead, trail = (lead - 1, trail) if lead else (lead, trail - 1)
+            elif not middle(dst) and minus_one == lead - 1:
+                lead -= 1
+            elif not middle(dst) and minus_one == len(dst) - trail:
+                trail -= 1
+            elif open_pair(lead - 1, lead - 1) or open_pair(-trail, -trail):
+                lead -= open_pair(lead - 1, lead - 1)
+                trail -= open_pair(-trail, -trail)
             else:
                 return free
         return lead, trail
