@@ -142,3 +142,66 @@ def test_a_batch_between_matched_dims_joins_the_reshapes_minus_1() -> None:
     batch 1). With a matched dim on each side, it joins the one the model wrote as ``-1``, the
     dim left to the element count."""
     _compare_at_batch_3(heads_after_time(1), {"x:0": "batch"}, heads_after_time(3))
+
+
+def attention(batch: int) -> onnx.ModelProto:
+    """XGLM's attention (2 heads of 4, 3 tokens) written at ``batch`` as torch's code runs it:
+    queries, keys and values viewed as ``[batch*2, 3, 4]`` for two ``bmm``s, the scores viewed
+    back as ``[batch, 2, 3, 3]`` between them (a mask would be added there). Written at batch 1
+    it is what dynamo exports: the queries' view and the scores' view are dropped, and the
+    first MatMul broadcasts ``[1, 2, 3, 4] @ [2, 4, 3]``, which holds at batch 1 alone."""
+    heads = f"""hs = Constant <value = int64[4] {{{batch}, 3, 2, 4}}> ()
+      rows = Constant <value = int64[3] {{{batch * 2}, 3, 4}}> ()
+      qh = Reshape (x, hs)
+      q4 = Transpose <perm = [0, 2, 1, 3]> (qh)
+      k4 = Transpose <perm = [0, 2, 1, 3]> (qh)
+      k = Reshape (k4, rows)
+      kt = Transpose <perm = [0, 2, 1]> (k)
+      v = Reshape (k4, rows)"""
+    if batch == 1:
+        scores = "s4 = MatMul (q4, kt)"
+    else:
+        scores = f"""q = Reshape (q4, rows)
+      s3 = MatMul (q, kt)
+      sh = Constant <value = int64[4] {{{batch}, 2, 3, 3}}> ()
+      s4 = Reshape (s3, sh)"""
+    m = onnx.parser.parse_model(f"""{HEAD}
+    g (float[{batch}, 3, 8] x) => (float[{batch}, 3, 8] y) {{
+      {heads}
+      {scores}
+      ss = Constant <value = int64[3] {{{batch * 2}, 3, 3}}> ()
+      s = Reshape (s4, ss)
+      p = Softmax <axis = -1> (s)
+      o = MatMul (p, v)
+      oh = Constant <value = int64[4] {{{batch}, 2, 3, 4}}> ()
+      o4 = Reshape (o, oh)
+      ot = Transpose <perm = [0, 2, 1, 3]> (o4)
+      ys = Constant <value = int64[3] {{{batch}, 3, 8}}> ()
+      y = Reshape (ot, ys)
+    }}""")
+    onnx.checker.check_model(m)
+    return m
+
+
+def test_a_bmm_dynamo_folded_at_batch_1_gets_its_keys_unfolded() -> None:
+    """XGLM by dynamo at batch 1 (TorchScript keeps the views and passed): the keys
+    ``[batch*2, 4, 3]`` meet the queries ``[batch, 2, 3, 4]`` in a broadcast that holds only at
+    batch 1, so the keys' Reshape needed ``1 == batch``. The keys' first dim folds the queries'
+    batch dims: it is ``batch*2``, and the rewrite views the keys as ``[batch, 2, 4, 3]`` before
+    the MatMul; the model equals the one written at batch 3."""
+    _compare_at_batch_3(attention(1), {"x:0": "batch"}, attention(3))
+
+
+def test_a_matmul_whose_leading_1_stays_1_is_not_unfolded() -> None:
+    """Where A's extra leading dim is a 1 that stays 1 (no batch there), B is left as it is:
+    nothing is inserted before the MatMul."""
+    m = onnx.parser.parse_model(f"""{HEAD}
+    g (float[3, 2, 4] x) => (float[1, 2, 3, 3] y) {{
+      hs = Constant <value = int64[4] {{1, 3, 2, 4}}> ()
+      q = Reshape (x, hs)
+      q4 = Transpose <perm = [0, 2, 1, 3]> (q)
+      kt = Transpose <perm = [1, 2, 0]> (x)
+      y = MatMul (q4, kt)
+    }}""")
+    result = Symbolize(**{"x:0": "seq"})(m, onnxsurgery.PassContext(provider="cpu"))
+    assert [n.op_type for n in result.model.graph.node if n.op_type == "Reshape"] == ["Reshape"]

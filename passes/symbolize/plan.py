@@ -48,7 +48,7 @@ from onnxsurgery.passes.symbolize.rules import (
 )
 from onnxsurgery.passes.symbolize.wording import fix_lead, traced_words
 from onnxsurgery.shapes.analysis import Constraint, ShapeAnalysis
-from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.shapes.dims import Dim, dim_product
 from onnxsurgery.shapes.propagation import propagate
 from onnxsurgery.shapes.solver import Solution, solve
 
@@ -130,6 +130,9 @@ class SymbolizePlan:
     #: sizes a hint tied to a symbol where the fixed traced value fits too: their symbols are
     #: verified ``ambiguous`` until reference cases at another size confirm them
     ambiguities: list[Ambiguity] = field(default_factory=list)
+    #: MatMuls whose B folds A's leading batch dims (``ShapeAnalysis.unfolded``) where they
+    #: are not 1 in the solution: node index -> how many; the rewrite unfolds B before them
+    unfolded: dict[int, int] = field(default_factory=dict)
 
     @property
     def ambiguous(self) -> dict[str, list[str]]:
@@ -339,12 +342,25 @@ def plan_symbolize(
     plan.coincidences = [c for found in context.coincident.values() for c in found]
     plan.coincidences += context.settled
     plan.ambiguities = ambiguous_hints(analysis, sol, row_syms)
+    plan.unfolded = _unfolded(analysis, sol)
     plan.notes += [
         f"{c.sets[0]} {c.sets[1]!r}: {c.value} kept fixed as traced, though {c.reading} fits too"
         for c in context.settled
         if c.nodes() & keep
     ]
     return plan
+
+
+def _unfolded(analysis: ShapeAnalysis, sol: Solution) -> dict[int, int]:
+    """The MatMuls whose B must be unfolded: A's leading batch dims it folds are not 1."""
+    out: dict[int, int] = {}
+    for index, ext in analysis.unfolded.items():
+        info = analysis.tensors.get(analysis.model.graph.node[index].input[0])
+        if info is None or info.shape is None:
+            continue
+        if sol.resolve(dim_product(info.shape[:ext])) != Dim.const(1):
+            out[index] = ext
+    return out
 
 
 def plan_context(
