@@ -192,6 +192,33 @@ def test_a_bmm_dynamo_folded_at_batch_1_gets_its_keys_unfolded() -> None:
     _compare_at_batch_3(attention(1), {"x:0": "batch"}, attention(3))
 
 
+def shared_table(batch: int) -> onnx.ModelProto:
+    """Queries ``[batch, 2, 3, 4]`` against a table shared by the batch, a weight viewed as
+    ``[2, 4, 3]`` (one per head): the broadcast holds at every batch."""
+    m = onnx.parser.parse_model(f"""{HEAD}
+    g (float[{batch}, 3, 8] x) => (float[{batch}, 2, 3, 3] y) {{
+      hs = Constant <value = int64[4] {{{batch}, 3, 2, 4}}> ()
+      qh = Reshape (x, hs)
+      q4 = Transpose <perm = [0, 2, 1, 3]> (qh)
+      ws = Constant <value = int64[3] {{2, 4, 3}}> ()
+      k = Reshape (w, ws)
+      y = MatMul (q4, k)
+    }}""")
+    table = (np.arange(24, dtype=np.float32) / 10).reshape(24)
+    m.graph.initializer.append(onnx.numpy_helper.from_array(table, "w"))
+    onnx.checker.check_model(m)
+    return m
+
+
+def test_a_table_shared_by_the_batch_is_read_as_a_broadcast() -> None:
+    """The same MatMul shape with B a weight: B's first dim cannot hold the batch (the weight's
+    element count needs ``1 == batch`` then), so the plan reads the MatMul as the broadcast it
+    is; the model equals the one written at batch 3, with nothing unfolded."""
+    _compare_at_batch_3(shared_table(1), {"x:0": "batch"}, shared_table(3))
+    result = Symbolize(**{"x:0": "batch"})(shared_table(1), onnxsurgery.PassContext(provider="cpu"))
+    assert not [n for n in result.model.graph.node if "unfolded" in n.name]
+
+
 def test_a_matmul_whose_leading_1_stays_1_is_not_unfolded() -> None:
     """Where A's extra leading dim is a 1 that stays 1 (no batch there), B is left as it is:
     nothing is inserted before the MatMul."""

@@ -351,6 +351,27 @@ def plan_symbolize(
     return plan
 
 
+def _unfold_matmuls(analysis: ShapeAnalysis, sol: Solution) -> Solution:
+    """Where the solution has conflicts, read the MatMuls that fold A's leading batch dims into
+    B's first dim (``ShapeAnalysis.foldable``) as broadcasts again (B a table shared by the
+    batch), all at once; kept when that leaves a strict subset of the conflicts, taken back
+    otherwise (a conflict is refused, never a wrong model)."""
+    if not sol.conflicts or not analysis.unfolded:
+        return sol
+    saved = list(analysis.constraints)
+    for index in analysis.unfolded:
+        _, folded, broadcast = analysis.foldable[index]
+        at = next((i for i, c in enumerate(analysis.constraints) if c is folded), None)
+        if at is not None:
+            analysis.constraints[at] = broadcast
+    trial = solve(analysis)
+    if {id(k.constraint) for k in trial.conflicts} < {id(k.constraint) for k in sol.conflicts}:
+        analysis.unfolded = {}
+        return trial
+    analysis.constraints[:] = saved
+    return sol
+
+
 def _unfolded(analysis: ShapeAnalysis, sol: Solution) -> dict[int, int]:
     """The MatMuls whose B must be unfolded: A's leading batch dims it folds are not 1."""
     out: dict[int, int] = {}
@@ -372,7 +393,7 @@ def plan_context(
     """Solve the analysis with every constant that enumerates a batch (:mod:`.batch_indices`)
     tied to it: the context the constant reads are decided in (``rows``, ``keep`` and
     ``generalize``: as :func:`plan_symbolize` takes them)."""
-    sol = solve(analysis)
+    sol = _unfold_matmuls(analysis, solve(analysis))
     if sol.conflicts and (conflict_readings(analysis, sol) or broadcast_readings(analysis, sol)):
         sol = solve(analysis)
     row_syms = batch_like_symbols(analysis, rows)
