@@ -553,14 +553,17 @@ class _Solver:
 
         A symbol whose traced value equals an unknown's exactly goes to that unknown first (at
         batch 1, ``batch`` divides every size, so "takes what divides" alone would hand it to
-        whichever unknown comes first), where the Reshape's order lets it (``fits``); the rest is taken greedily, outer symbols first, and the
+        whichever unknown comes first), and a symbol traced at 1 only where the Reshape's order
+        lets it (``fits``: any unknown traced at 1 matches it by size); the rest is taken greedily, outer symbols first, and the
         last unknown takes what is left.
         """
         plan: dict[str, Dim] = {}
         atoms = list(atoms)
         for var in order if len(order) > 1 else ():  # a lone unknown takes the whole product
             want = self.traced[var]
-            exact = next((x for x in atoms if self.traced[x] == want and fits(var, x)), None)
+            exact = next(
+                (x for x in atoms if self.traced[x] == want and (want != 1 or fits(var, x))), None
+            )
             if exact is not None:
                 plan[var] = Dim.sym(exact)
                 atoms.remove(exact)
