@@ -351,17 +351,19 @@ class _Solver:
         would be hinted to 1 for good; a flatten ``[b, c, h, w] -> [b, c, 1]`` merges them
         instead. So the matched ends give back their pairs traced at 1 until the middle holds
         a dim on both sides (``1 = h*w``). Where no pair traced at 1 is next to the middle, a
-        middle left alone joins the one matched pair next to it, the only dim the row-major
-        order lets it join (``[batch, 16, q, 4] -> [16, q, 4]`` at batch 1 is
+        middle left alone before every matched dim joins the first pair, the only dim the
+        row-major order lets it join (``[batch, 16, q, 4] -> [16, q, 4]`` at batch 1 is
         ``[batch*16, q, 4]``; a real 1 there merges just as well, and an output middle
         ``[1, 8, 16] <- [$v, 16]`` is left to :meth:`factor` once ``$v`` is known). With a pair
         on each side, an input middle joins the pair whose output dim is the Reshape's own
         ``-1`` (``minus_one``), the dim the model left to the element count: ``[s, batch, 4, 8]
         -> [s, -1, 8]`` is ``[s, batch*4, 8]``, not ``-1 = 4`` with the batch left to match
-        nothing; else the pairs of dims still unknown on both sides are given back, to be split
-        once they are known (``[8, $q, 2] -> [8, 1, 4, 2]``: ``$q`` is ``batch*4`` once an
-        upstream Reshape is decided, and matching it with the 4 would put the batch beside the
-        heads for good). Unbounded (as many as match) otherwise.
+        nothing; one after every matched dim is a real 1 (a reduced dim squeezed out,
+        ``[1, 4, 1] -> [1, 4]``), hinted to 1 as before; else the pairs of dims still unknown on
+        both sides are given back, to be split once they are known (``[8, $q, 2] ->
+        [8, 1, 4, 2]``: ``$q`` is ``batch*4`` once an upstream Reshape is decided, and matching
+        it with the 4 would put the batch beside the heads for good). Unbounded (as many as
+        match) otherwise.
         """
         free = (len(src) + len(dst), len(src) + len(dst))
         lead = 0
@@ -388,10 +390,12 @@ class _Solver:
                 lead -= 1
             elif trail and self._traced_at(src[-trail]) == 1:
                 trail -= 1
-            elif not (lead and trail):  # the one pair next to the middle
-                if not (lead or trail):
+            elif not lead:  # the middle leads: it joins the one pair next to it
+                if not trail:
                     return free
-                lead, trail = (lead - 1, trail) if lead else (lead, trail - 1)
+                trail -= 1
+            elif not trail:  # a 1 last, after every matched dim: a real 1, hinted so
+                return free
             elif not middle(dst) and minus_one == lead - 1:
                 lead -= 1
             elif not middle(dst) and minus_one == len(dst) - trail:
