@@ -344,6 +344,12 @@ def plan_symbolize(
     plan.ambiguities = ambiguous_hints(analysis, sol, row_syms)
     plan.unfolded = _unfolded(analysis, sol)
     plan.notes += [
+        f"MatMul {analysis.model.graph.node[i].name!r}: its second input is viewed with the "
+        f"first's {n} leading batch dim(s) unfolded from its first dim before it (a bmm whose "
+        "views the export dropped at the traced size)"
+        for i, n in sorted(plan.unfolded.items())
+    ]
+    plan.notes += [
         f"{c.sets[0]} {c.sets[1]!r}: {c.value} kept fixed as traced, though {c.reading} fits too"
         for c in context.settled
         if c.nodes() & keep
@@ -351,7 +357,7 @@ def plan_symbolize(
     return plan
 
 
-def _unfold_matmuls(analysis: ShapeAnalysis, sol: Solution) -> Solution:
+def _matmul_broadcasts(analysis: ShapeAnalysis, sol: Solution) -> Solution:
     """Where the solution has conflicts, read the MatMuls that fold A's leading batch dims into
     B's first dim (``ShapeAnalysis.foldable``) as broadcasts again (B a table shared by the
     batch), all at once; kept when that leaves a strict subset of the conflicts, taken back
@@ -393,7 +399,7 @@ def plan_context(
     """Solve the analysis with every constant that enumerates a batch (:mod:`.batch_indices`)
     tied to it: the context the constant reads are decided in (``rows``, ``keep`` and
     ``generalize``: as :func:`plan_symbolize` takes them)."""
-    sol = _unfold_matmuls(analysis, solve(analysis))
+    sol = _matmul_broadcasts(analysis, solve(analysis))
     if sol.conflicts and (conflict_readings(analysis, sol) or broadcast_readings(analysis, sol)):
         sol = solve(analysis)
     row_syms = batch_like_symbols(analysis, rows)
