@@ -158,6 +158,11 @@ class ShapeAnalysis:
     #: (dropped atom -> kept dim): where the kept one is the constant 1, the dropped one is 1
     #: too, or the output the analysis wrote would be wrong (attention heads, 1 at the trace)
     dropped_ones: dict[str, Dim] = field(default_factory=dict)
+    #: MatMuls (node index, main graph) read as B folding A's leading batch dims (traced at 1)
+    #: into its first dim: index -> (how many dims A has more than B, the folded reading's
+    #: constraint, the broadcast's kept aside); ``unfolded``: those read so (index -> how many)
+    foldable: dict[int, tuple[int, Constraint, Constraint]] = field(default_factory=dict)
+    unfolded: dict[int, int] = field(default_factory=dict)
     _counter: int = 0
     _use_cache: dict[tuple[int, int, str], TensorInfo] = field(default_factory=dict)
 

@@ -292,7 +292,7 @@ class _Solver:
                 return False
             return not (merged_one(a) or merged_one(b))
 
-        most = self._ends_of_ones(src, dst, same)
+        most = self._ends_of_ones(src, dst, same, self._own_minus_one(c))
         lead = 0
         while lead < min(len(src), len(dst), most[0]) and same(src[lead], dst[lead]):
             self.try_hint(dst[lead], src[lead])
@@ -321,10 +321,28 @@ class _Solver:
                     self.assign(found[0], found[1], "hint")
                     self.drain()
             elif diff != Dim.const(0):  # equal already: nothing to split
-                self.factor(lhs, rhs, mid_dst)
+                self.factor(lhs, rhs, mid_dst, mid_src)
+
+    def _own_minus_one(self, c: Constraint) -> int | None:
+        """The position of the Reshape's own ``-1`` in its output, while still undecided."""
+        for k, d in enumerate(c.dst or []):
+            if not d.is_atom() or self.resolve(d) != d:
+                continue
+            atom = self.a.atoms[d.atoms().pop()]
+            origin = atom.origin
+            if atom.kind != "derived" or not isinstance(origin, tuple) or len(origin) != 3:
+                continue
+            made_by = self.a.producers.get(origin[1])
+            if origin[2] == k and made_by is not None and made_by[1].name == c.node:
+                return k
+        return None
 
     def _ends_of_ones(
-        self, src: list[Dim], dst: list[Dim], same: Callable[[Dim, Dim], bool]
+        self,
+        src: list[Dim],
+        dst: list[Dim],
+        same: Callable[[Dim, Dim], bool],
+        minus_one: int | None = None,
     ) -> tuple[int, int]:
         """How many leading and trailing dims :meth:`align` may match one to one.
 
@@ -332,7 +350,20 @@ class _Solver:
         traced size but not constants (a strided conv's ``h``, ``w`` at its last stage), they
         would be hinted to 1 for good; a flatten ``[b, c, h, w] -> [b, c, 1]`` merges them
         instead. So the matched ends give back their pairs traced at 1 until the middle holds
-        a dim on both sides (``1 = h*w``). Unbounded (as many as match) otherwise.
+        a dim on both sides (``1 = h*w``). Where no pair traced at 1 is next to the middle, a
+        middle left alone before every matched dim joins the first pair, the only dim the
+        row-major order lets it join (``[batch, 16, q, 4] -> [16, q, 4]`` at batch 1 is
+        ``[batch*16, q, 4]``; a real 1 there merges just as well, and an output middle
+        ``[1, 8, 16] <- [$v, 16]`` is left to :meth:`factor` once ``$v`` is known). With a pair
+        on each side, an input middle joins the pair whose output dim is the Reshape's own
+        ``-1`` (``minus_one``), the dim the model left to the element count: ``[s, batch, 4, 8]
+        -> [s, -1, 8]`` is ``[s, batch*4, 8]``, not ``-1 = 4`` with the batch left to match
+        nothing; one after every matched dim is a real 1 (a reduced dim squeezed out,
+        ``[1, 4, 1] -> [1, 4]``), hinted to 1 as before; else the pairs of dims still unknown on
+        both sides are given back, to be split once they are known (``[8, $q, 2] ->
+        [8, 1, 4, 2]``: ``$q`` is ``batch*4`` once an upstream Reshape is decided, and matching
+        it with the 4 would put the batch beside the heads for good). Unbounded (as many as
+        match) otherwise.
         """
         free = (len(src) + len(dst), len(src) + len(dst))
         lead = 0
@@ -349,6 +380,9 @@ class _Solver:
             mid = middle(side)
             return bool(mid) and all(not d.is_const() and self._traced_at(d) == 1 for d in mid)
 
+        def open_pair(i: int, j: int) -> bool:
+            return bool(self.unknowns(src[i]) and self.unknowns(dst[j]))
+
         if not (loose(src) and not middle(dst)) and not (loose(dst) and not middle(src)):
             return free
         while not (middle(src) and middle(dst)):
@@ -356,6 +390,19 @@ class _Solver:
                 lead -= 1
             elif trail and self._traced_at(src[-trail]) == 1:
                 trail -= 1
+            elif not lead:  # the middle leads: it joins the one pair next to it
+                if not trail:
+                    return free
+                trail -= 1
+            elif not trail:  # a 1 last, after every matched dim: a real 1, hinted so
+                return free
+            elif not middle(dst) and minus_one == lead - 1:
+                lead -= 1
+            elif not middle(dst) and minus_one == len(dst) - trail:
+                trail -= 1
+            elif open_pair(lead - 1, lead - 1) or open_pair(-trail, -trail):
+                lead -= open_pair(lead - 1, lead - 1)
+                trail -= open_pair(-trail, -trail)
             else:
                 return free
         return lead, trail
@@ -373,12 +420,20 @@ class _Solver:
             return (0, min(axis for _, axis in origin), atom)
         return (1, 0, atom)
 
-    def factor(self, lhs: Dim, rhs: Dim, positions: list[Dim] | None = None) -> None:
+    def factor(
+        self,
+        lhs: Dim,
+        rhs: Dim,
+        positions: list[Dim] | None = None,
+        sources: list[Dim] | None = None,
+    ) -> None:
         """Split a known product over a product of unknowns, outer symbols first.
 
         ``$v1*$v2 == batch*seq`` (a Reshape unflattening ``batch*seq`` into two dims) gives
         ``$v1 = batch, $v2 = seq`` when the traced sizes agree, taking the symbols in the order
-        of the input axes they name (flattening keeps that order).
+        of the input axes they name (flattening keeps that order). ``positions`` and
+        ``sources``: a Reshape's output and input dims holding the two products (see
+        :meth:`_fits`).
         """
         sides = [self.resolve(lhs), self.resolve(rhs)]
         for unknown_side, known_side in (sides, sides[::-1]):
@@ -402,7 +457,8 @@ class _Solver:
             coef = kcoef // ucoef
             ones = [x for x in order if self._dropped_one(x)]
             rest = [x for x in order if x not in ones]
-            plan = self._split(rest, atoms, coef) if rest else None
+            fits = self._fits(positions or [], sources or [])
+            plan = self._split(rest, atoms, coef, fits) if rest else None
             if plan is None:
                 return
             plan.update({x: Dim.const(1) for x in ones})
@@ -422,7 +478,44 @@ class _Solver:
         kept = self.a.dropped_ones.get(atom)
         return kept is not None and self.resolve(kept) == Dim.const(1)
 
-    def _split(self, order: list[str], atoms: list[str], coef: int) -> dict[str, Dim] | None:
+    def _fits(self, dst: list[Dim], src: list[Dim]) -> Callable[[str, str], bool]:
+        """Whether a Reshape can hand input dim ``x`` (a dim that is that symbol alone) whole
+        to the output dim holding unknown ``u``: a Reshape keeps the row-major order, so the
+        elements inside that output dim (its stride) must be a divisor of those inside ``x``,
+        and the output dim must span all of ``x``. Checked at the traced sizes, where a right
+        split holds too. At batch 1, ``[batch, seq, 18] -> [-1, 9, 1]`` reads ``1 = batch``
+        by size alone; but a last dim of 1 cannot hold the outermost input dim (its stride 1
+        does not span ``seq*18``): ``batch`` goes to the ``-1``. Anything else fits."""
+        if not dst or not src:
+            return lambda u, x: True
+        try:
+            dst_sizes = [d.evaluate(self.traced) for d in dst]
+            src_sizes = [d.evaluate(self.traced) for d in src]
+        except KeyError:
+            return lambda u, x: True
+        where = {x: i for i, d in enumerate(dst) for x in d.atoms()}
+        whole = {d.atoms().pop(): i for i, d in enumerate(src) if d.is_atom()}
+
+        def fits(u: str, x: str) -> bool:
+            if u not in where or x not in whole:
+                return True
+            i, k = where[u], whole[x]
+            inner_dst, inner_src = math.prod(dst_sizes[i + 1 :]), math.prod(src_sizes[k + 1 :])
+            return (
+                inner_dst > 0
+                and inner_src % inner_dst == 0
+                and (inner_dst * dst_sizes[i]) % (inner_src * src_sizes[k]) == 0
+            )
+
+        return fits
+
+    def _split(
+        self,
+        order: list[str],
+        atoms: list[str],
+        coef: int,
+        fits: Callable[[str, str], bool] = lambda u, x: True,
+    ) -> dict[str, Dim] | None:
         """Give each unknown (in order) a sub-product of ``coef * atoms`` with its traced value.
 
         Symbols traced at 1 go to the unknowns traced at 1, one each in order, the last of them
@@ -435,12 +528,12 @@ class _Solver:
         ones = [x for x in atoms if self.traced[x] == 1]
         slots = [v for v in order if self.traced[v] == 1]
         if not ones or not slots or len(ones) <= len(slots):
-            return self._split_sized(order, atoms, coef)
+            return self._split_sized(order, atoms, coef, fits)
         others = [v for v in order if v not in slots]
         big = [x for x in atoms if x not in ones]
         plan: dict[str, Dim] | None = {}
         if others:
-            plan = self._split_sized(others, big, coef)
+            plan = self._split_sized(others, big, coef, fits)
         elif big or coef != 1:
             return None
         if plan is None:
@@ -453,19 +546,28 @@ class _Solver:
             plan[var] = value
         return plan
 
-    def _split_sized(self, order: list[str], atoms: list[str], coef: int) -> dict[str, Dim] | None:
+    def _split_sized(
+        self,
+        order: list[str],
+        atoms: list[str],
+        coef: int,
+        fits: Callable[[str, str], bool] = lambda u, x: True,
+    ) -> dict[str, Dim] | None:
         """Give each unknown (in order) a sub-product of ``coef * atoms`` with its traced value.
 
         A symbol whose traced value equals an unknown's exactly goes to that unknown first (at
         batch 1, ``batch`` divides every size, so "takes what divides" alone would hand it to
-        whichever unknown comes first); the rest is taken greedily, outer symbols first, and the
+        whichever unknown comes first), and a symbol traced at 1 only where the Reshape's order
+        lets it (``fits``: any unknown traced at 1 matches it by size); the rest is taken greedily, outer symbols first, and the
         last unknown takes what is left.
         """
         plan: dict[str, Dim] = {}
         atoms = list(atoms)
         for var in order if len(order) > 1 else ():  # a lone unknown takes the whole product
             want = self.traced[var]
-            exact = next((x for x in atoms if self.traced[x] == want), None)
+            exact = next(
+                (x for x in atoms if self.traced[x] == want and (want != 1 or fits(var, x))), None
+            )
             if exact is not None:
                 plan[var] = Dim.sym(exact)
                 atoms.remove(exact)

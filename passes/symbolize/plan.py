@@ -48,7 +48,7 @@ from onnxsurgery.passes.symbolize.rules import (
 )
 from onnxsurgery.passes.symbolize.wording import fix_lead, traced_words
 from onnxsurgery.shapes.analysis import Constraint, ShapeAnalysis
-from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.shapes.dims import Dim, dim_product
 from onnxsurgery.shapes.propagation import propagate
 from onnxsurgery.shapes.solver import Solution, solve
 
@@ -130,6 +130,9 @@ class SymbolizePlan:
     #: sizes a hint tied to a symbol where the fixed traced value fits too: their symbols are
     #: verified ``ambiguous`` until reference cases at another size confirm them
     ambiguities: list[Ambiguity] = field(default_factory=list)
+    #: MatMuls whose B folds A's leading batch dims (``ShapeAnalysis.unfolded``) where they
+    #: are not 1 in the solution: node index -> how many; the rewrite unfolds B before them
+    unfolded: dict[int, int] = field(default_factory=dict)
 
     @property
     def ambiguous(self) -> dict[str, list[str]]:
@@ -339,12 +342,52 @@ def plan_symbolize(
     plan.coincidences = [c for found in context.coincident.values() for c in found]
     plan.coincidences += context.settled
     plan.ambiguities = ambiguous_hints(analysis, sol, row_syms)
+    plan.unfolded = _unfolded(analysis, sol)
+    plan.notes += [
+        f"MatMul {analysis.model.graph.node[i].name!r}: its second input is viewed with the "
+        f"first's {n} leading batch dim(s) unfolded from its first dim before it (a bmm whose "
+        "views the export dropped at the traced size)"
+        for i, n in sorted(plan.unfolded.items())
+    ]
     plan.notes += [
         f"{c.sets[0]} {c.sets[1]!r}: {c.value} kept fixed as traced, though {c.reading} fits too"
         for c in context.settled
         if c.nodes() & keep
     ]
     return plan
+
+
+def _matmul_broadcasts(analysis: ShapeAnalysis, sol: Solution) -> Solution:
+    """Where the solution has conflicts, read the MatMuls that fold A's leading batch dims into
+    B's first dim (``ShapeAnalysis.foldable``) as broadcasts again (B a table shared by the
+    batch), all at once; kept when that leaves a strict subset of the conflicts, taken back
+    otherwise (a conflict is refused, never a wrong model)."""
+    if not sol.conflicts or not analysis.unfolded:
+        return sol
+    saved = list(analysis.constraints)
+    for index in analysis.unfolded:
+        _, folded, broadcast = analysis.foldable[index]
+        at = next((i for i, c in enumerate(analysis.constraints) if c is folded), None)
+        if at is not None:
+            analysis.constraints[at] = broadcast
+    trial = solve(analysis)
+    if {id(k.constraint) for k in trial.conflicts} < {id(k.constraint) for k in sol.conflicts}:
+        analysis.unfolded = {}
+        return trial
+    analysis.constraints[:] = saved
+    return sol
+
+
+def _unfolded(analysis: ShapeAnalysis, sol: Solution) -> dict[int, int]:
+    """The MatMuls whose B must be unfolded: A's leading batch dims it folds are not 1."""
+    out: dict[int, int] = {}
+    for index, ext in analysis.unfolded.items():
+        info = analysis.tensors.get(analysis.model.graph.node[index].input[0])
+        if info is None or info.shape is None:
+            continue
+        if sol.resolve(dim_product(info.shape[:ext])) != Dim.const(1):
+            out[index] = ext
+    return out
 
 
 def plan_context(
@@ -357,7 +400,7 @@ def plan_context(
     tied to it, and a Resize's sizes folded at the traced patch grid tied to the grid
     (:func:`~.baked.grid_resizes`): the context the constant reads are decided in (``rows``,
     ``keep`` and ``generalize``: as :func:`plan_symbolize` takes them)."""
-    sol = solve(analysis)
+    sol = _matmul_broadcasts(analysis, solve(analysis))
     if sol.conflicts and grid_resizes(analysis, sol):
         sol = solve(analysis)
     if sol.conflicts and (conflict_readings(analysis, sol) or broadcast_readings(analysis, sol)):

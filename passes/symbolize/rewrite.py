@@ -190,6 +190,17 @@ class _Rewriter:
             vec = self.node("Cast", [vec], f"{tag}/cast", to=elem_type_of(use.array))
         return vec
 
+    def unfold(self, node: onnx.NodeProto, ext: int) -> None:
+        """MatMul ``node``'s B viewed with A's ``ext`` leading batch dims unfolded from its
+        first dim (``[B*H, K, N] -> [B, H, K, N]``, :func:`~.plan.plan_symbolize`'s
+        ``unfolded``), so that A's batch dims meet B's one to one."""
+        a, b = self.resolved_shape(node.input[0]), self.resolved_shape(node.input[1])
+        if a is None or b is None:
+            raise ValueError(f"MatMul {node.name!r}: no shape to unfold its second input by")
+        target = self.vector(a[:ext] + [Dim.const(-1)] + b[1:])
+        name = f"symbolize/{node.name or node.output[0]}/in1/unfolded"
+        node.input[1] = self.node("Reshape", [node.input[1], target], name)
+
     def simplify_reshape(
         self, node: onnx.NodeProto, values: list[Dim], original: np.ndarray
     ) -> list[Dim]:
@@ -448,6 +459,8 @@ class _Rewriter:
                 new = self.data_change(change, node)
             replaced.add(node.input[change.input_index])
             node.input[change.input_index] = new
+        for index, ext in sorted(self.plan.unfolded.items()):
+            self.unfold(self.graphs[""].node[index], ext)
         g = self.m.graph
         for init in sorted(self.inits.values(), key=lambda t: t.name):
             g.initializer.append(init)

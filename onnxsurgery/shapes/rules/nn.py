@@ -13,7 +13,8 @@ import re
 
 import onnx
 
-from onnxsurgery.shapes.dims import Dim, const_ints
+from onnxsurgery.shapes.analysis import Constraint
+from onnxsurgery.shapes.dims import Dim, const_ints, dim_product
 from onnxsurgery.shapes.rules.core import NodeCtx, broadcast, fallback, out, rule
 from onnxsurgery.shapes.rules.traits import MixAxis, traits
 
@@ -34,10 +35,44 @@ def _matmul(ctx: NodeCtx):
     if drop_b:
         b = b + [Dim.const(1)]
     ctx.equal(a[-1], b[-2], "MatMul inner dims")
+    before = len(ctx.a.constraints)
     batch = broadcast(ctx, [a[:-2], b[:-2]], "MatMul batch dims")
+    if not (drop_a or drop_b):
+        _foldable(ctx, a, b, batch, ctx.a.constraints[before:])
     shape = batch + ([] if drop_a else [a[-2]]) + ([] if drop_b else [b[-1]])
     dtype = onnx.TensorProto.INT32 if ctx.node.op_type == "MatMulInteger" else ctx.dtype(0)
     return [out(shape, dtype)]
+
+
+def _foldable(
+    ctx: NodeCtx, a: list[Dim], b: list[Dim], batch: list[Dim], added: list[Constraint]
+) -> None:
+    """Read a MatMul where A has more batch dims than B, A's extra ones all 1 at the traced size
+    and not constants, as ``bmm`` between views ``[B*H, M, K]`` and ``[B*H, K, N]`` that dynamo,
+    traced at batch 1, exports as ``[1, H, M, K] @ [H, K, N]``, dropping the queries' view to
+    ``[H, M, K]`` and the scores' view back to ``[1, H, M, N]``: the broadcast ``$b0 == a1``
+    holds at batch 1 alone there; B's first dim holds A's leading batch dims folded
+    (``$b0 == a0*a1``, the same wherever ``a0`` stays 1), and where ``a0`` is not 1 the rewrite
+    unfolds B to ``[a0, a1, K, N]`` before the MatMul (``ShapeAnalysis.unfolded``). The
+    broadcast's constraint is kept aside (``ShapeAnalysis.foldable``): where the fold leaves
+    conflicts the broadcast does not (B a table shared by the batch), the plan reads it so."""
+    ext = len(a) - len(b)
+    lead = a[: ext + 1]
+    if ext < 1 or len(b) < 3 or ctx.graph or b[0].is_const() or len(batch) <= ext:
+        return
+    if all(d.is_const() for d in lead[:-1]) or any(ctx.traced(d) != 1 for d in lead[:-1]):
+        return
+    old = [c for c in added if c.expr in (b[0] - lead[-1], lead[-1] - b[0])]
+    if len(old) != 1 or batch[ext] != lead[-1] or ctx.traced(b[0]) == 1:
+        return
+    why = "MatMul batch dims: B's first dim folds A's leading batch dims"
+    folded = Constraint(
+        b[0] - dim_product(lead), ctx.node.name, ctx.node.op_type, why, False, b[0], dim_product(lead)
+    )
+    at = next(i for i, c in enumerate(ctx.a.constraints) if c is old[0])
+    ctx.a.constraints[at] = folded
+    ctx.a.foldable[ctx.index] = (ext, folded, old[0])
+    ctx.a.unfolded[ctx.index] = ext
 
 
 #: A contraction: A's last axis against B's second to last.
