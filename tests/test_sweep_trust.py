@@ -208,7 +208,10 @@ def test_a_fix_that_names_symbols_is_left_out_where_there_are_none() -> None:
     names the size it met in the input symbols."""
     assert fix_lead("tf-padding", syms="", axes="x:1") == ""
     assert fix_lead("tf-padding", syms="seq", axes="x:1").startswith("keep seq static")
-    lead = fix_lead("one-point", syms="", met="a size computed from height", least="")
+    lead = fix_lead(
+        "one-point", syms="", met="a size computed from height", least="",
+        ref_sizes="a size computed from height is 2 or more",
+    )  # fmt: skip
     assert lead.startswith("export at a size where a size computed from height is 3 or more")
     assert " of  of " not in lead
 

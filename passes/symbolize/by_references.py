@@ -7,7 +7,10 @@ the one that alone matches every case is taken, and the blockers it answers go.
   rows alone at two larger batches is an oracle too (:func:`~.row_checks.row_cases`), with no
   cases given (the symbol is then verified ``rows``, not ``references``);
 - :func:`decide_readings`: 'same' padding baked at the traced size, or a table over a patch grid
-  (:mod:`.readings`): the rewrite that matches.
+  (:mod:`.readings`): the rewrite that matches; or a constant of one row that met a size
+  traced at 1 (``one-point``): one row repeated (the graph as it is) is the only reading that
+  extends (a table of that length cannot be rebuilt), taken where it matches every case and
+  the cases hold each size it met at 2 or more (:func:`_one_point_unseen`).
 
 Where none or several match, each blocker is told why.
 """
@@ -19,12 +22,18 @@ from functools import partial
 
 import onnx
 
+from onnxsurgery.passes.symbolize.feeds import case_sizes
 from onnxsurgery.passes.symbolize.plan import SymbolizePlan, plan_symbolize
 from onnxsurgery.passes.symbolize.readings import GRID_RESIZES, resize_tables, same_padding
 from onnxsurgery.passes.symbolize.reference_cases import reference_mismatch
 from onnxsurgery.passes.symbolize.rewrite import apply_plan
 from onnxsurgery.passes.symbolize.row_checks import ROW_CASE_MULTIPLES, row_cases
+from onnxsurgery.passes.symbolize.rules import one_point_axes
+from onnxsurgery.passes.symbolize.sizes import Divisions
 from onnxsurgery.pipeline.contract import PassContext
+from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.shapes.solver import Solution
+from onnxsurgery.shapes.spelling import dim_text
 from onnxsurgery.validation.runtime import goes_by_path
 
 __all__ = ["Reading", "decide_coincidences", "decide_readings"]
@@ -48,7 +57,7 @@ def decide_readings(
     """
     choice = _readings(plan) if plan.blockers else None
     cases = references() if choice is not None else []
-    if choice is None or not cases:
+    if choice is None or not cases or _one_point_unseen(plan, cases):
         return None, None
     what, readings = choice
     base = apply_plan(model if goes_by_path(bare) else bare, plan)
@@ -184,12 +193,52 @@ def _matching(
     return None
 
 
+def _one_point_unseen(plan: SymbolizePlan, cases: list) -> bool:
+    """Whether a one-point blocker's constant met a size (:func:`~.rules.one_point_axes`) that
+    no reference case holds at 2 or more: there the cases cannot tell one row repeated from a
+    table of that length either, and that blocker is told so."""
+    a, sol = plan.analysis, plan.solution
+    divisions = Divisions.of(a, sol)
+    sizes = [case_sizes(plan.axes, case.inputs) for case in cases]
+    unseen = False
+    for blocker in plan.blockers:
+        if blocker.kind != "one-point":
+            continue
+        uses = [u for u in a.uses if (u.node, u.tensor) == (blocker.node, blocker.input)]
+        met = [m for u in uses for _, m in one_point_axes(a, sol, plan.rows, u.atoms)]
+        missed = [m for m in met if all((_met_at(divisions, sol, m, s) or 1) < 2 for s in sizes)]
+        if missed:
+            unseen = True
+            blocker.why += (
+                f"; the reference cases given hold {dim_text(a, sol, missed[0])} at 1 only, as "
+                "traced (add a case where it is 2 or more)"
+            )
+    return unseen
+
+
+def _met_at(divisions: Divisions, sol: Solution, met: Dim, size: dict[str, int]) -> int | None:
+    """The size ``met`` (a dim in the symbols and the graph's divisions) takes at ``size``;
+    None where ``size`` does not give it."""
+    known = {**size, **{atom: v for atom, (_, _, v) in divisions.values(size).items()}}
+    try:
+        return sol.resolve(met).evaluate(known)
+    except KeyError:
+        return None
+
+
 def _readings(plan: SymbolizePlan) -> tuple[str, dict[str, Reading]] | None:
     """What the reference cases could decide, and the readings to choose between, where every
     blocker is one the graph cannot decide but a rewrite could fix: the plan's
     ``same_padding`` (fixed pads as exported, or ``auto_pad=SAME_UPPER``) or its
-    ``grid_tables`` (the table resized to the grid bicubically, bilinearly or to the nearest rows); else None."""
+    ``grid_tables`` (the table resized to the grid bicubically, bilinearly or to the nearest rows),
+    or, where every blocker is ``one-point``, one row repeated (the graph as it is) against a
+    table of that length (which no rewrite rebuilds); else None."""
     nodes = {b.node for b in plan.blockers}
+    if all(b.kind == "one-point" for b in plan.blockers):
+        return f"{len(plan.blockers)} constant(s) of one row met by a size traced at 1", {
+            "one row repeated (a broadcast)": lambda m: m,
+            "a table of that length": lambda m: None,
+        }
     if nodes <= plan.same_padding.keys():
         ops = [plan.same_padding[n] for n in sorted(nodes)]
         return f"padding of {len(ops)} op(s)", {

@@ -14,7 +14,7 @@ or a :class:`~.blockers.Blocker` whose words come from :mod:`.wording` under the
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -36,11 +36,13 @@ from onnxsurgery.passes.symbolize.generators import (
 from onnxsurgery.passes.symbolize.sizes import Divisions
 from onnxsurgery.passes.symbolize.wording import (
     BOUND_HINT,
+    at_least_text,
     dim_text,
     fix_lead,
     fix_text,
     fmt_values,
     input_symbols,
+    least_text,
     sym_tuple,
     symbol_hint,
     values_text,
@@ -50,7 +52,10 @@ from onnxsurgery.shapes.analysis import ConstUse, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim, dim_product
 from onnxsurgery.shapes.solver import Solution
 
-__all__ = ["Change", "PlanContext", "ConstRead", "Rule", "CONST_RULES", "decide", "BoundedTable"]
+__all__ = [
+    "Change", "PlanContext", "ConstRead", "Rule", "CONST_RULES", "decide", "BoundedTable",
+    "one_point_axes",
+]
 
 
 @dataclass
@@ -321,6 +326,22 @@ class CoincidentSize(Rule):
         return Blocker(node, op, use.tensor, old, why, fix, sym_tuple(syms), self.kind)
 
 
+def one_point_axes(
+    a: ShapeAnalysis, sol: Solution, rows: Set[str], atoms: Sequence[str | None]
+) -> list[tuple[int, Dim]]:
+    """The axes of a data constant (its dims' ``atoms``) of size 1 that met, in a broadcast, a
+    symbol this plan generalizes (traced at 1, not a batch) or a size the model computes from
+    one (a strided stage of height), each with the dim it met: an axis already dynamic, or a
+    size computed from one, does not count."""
+    generalized = a.symbols.keys() - a.dynamic - rows
+    found = []
+    for k, atom in enumerate(atoms):
+        met = a.one_point.get(atom) if atom is not None else None
+        if met is not None and (met.atoms() | input_symbols(a, sol, met.atoms())) & generalized:
+            found.append((k, met))
+    return found
+
+
 class OnePoint(Rule):
     """A data constant of size 1 on an axis that met a non-batch symbol traced at 1: one point
     cannot tell a broadcast from a table of the symbol's length."""
@@ -328,19 +349,10 @@ class OnePoint(Rule):
     kind = "one-point"
 
     def _met(self, read: ConstRead) -> tuple[int, Dim] | None:
-        """The first axis that met a symbol this plan generalizes (traced, not a batch), or a
-        size the model computes from one (a strided stage of height): an axis already dynamic,
-        or a size computed from one, does not."""
-        a, rows = read.context.analysis, read.context.rows
-        generalized = a.symbols.keys() - a.dynamic - rows
-        for k, atom in enumerate(read.use.atoms):
-            met = a.one_point.get(atom) if atom is not None else None
-            if met is None:
-                continue
-            behind = met.atoms() | input_symbols(a, read.context.solution, met.atoms())
-            if behind & generalized:
-                return k, met
-        return None
+        """The first axis :func:`one_point_axes` finds, or None."""
+        ctx = read.context
+        found = one_point_axes(ctx.analysis, ctx.solution, ctx.rows, read.use.atoms)
+        return found[0] if found else None
 
     def check(self, read: ConstRead) -> str | None:
         if read.use.kind != "data":
@@ -354,14 +366,23 @@ class OnePoint(Rule):
         a, sol = read.context.analysis, read.context.solution
         spelled = dim_text(a, sol, met)  # a strided stage's size in the input symbols
         why = why_text(self.kind, tensor=read.use.tensor, old=read.old, axis=axis, met=spelled)
-        least = ""
-        if met.is_atom() and not met.atoms() & a.symbols.keys():  # a strided op's division
-            traced = {s: a.atoms[s].traced for s in a.symbols}
-            smallest = Divisions.of(a, sol).smallest(traced, next(iter(met.atoms())), 3)
-            least = "".join(f", {s} {n} or more" for s, n in sorted(smallest.items()))
-            least = f" ({least[2:]})" if least else ""
         syms = input_symbols(a, sol, met.atoms())
-        return read.blocker(self.kind, why, syms, met=spelled, least=least)
+        every = one_point_axes(a, sol, read.context.rows, read.use.atoms)
+        mets = {dim_text(a, sol, m): _least(a, sol, m, 2) for _, m in every}  # for --ref
+        return read.blocker(
+            self.kind, why, syms, met=spelled, least=least_text(_least(a, sol, met, 3)),
+            ref_sizes=at_least_text(list(mets), 2, [n for found in mets.values() for n in found]),
+        )  # fmt: skip
+
+
+def _least(a: ShapeAnalysis, sol: Solution, met: Dim, size: int) -> list[str]:
+    """``['height 192 or more']``: the input sizes at which ``met``, a strided op's division,
+    is ``size`` or more; none where ``met`` is no such division."""
+    if not met.is_atom() or met.atoms() & a.symbols.keys():
+        return []
+    traced = {s: a.atoms[s].traced for s in a.symbols}
+    smallest = Divisions.of(a, sol).smallest(traced, next(iter(met.atoms())), size)
+    return [f"{s} {n} or more" for s, n in sorted(smallest.items())]
 
 
 class OneRow(Rule):

@@ -27,6 +27,8 @@ __all__ = [
     "FIX",
     "why_text",
     "fix_lead",
+    "least_text",
+    "at_least_text",
     "PLAN_WORDS",
     "plan_words",
     "plan_fix_text",
@@ -155,7 +157,9 @@ WHY: dict[str, str] = {
 
 FIX: dict[str, str] = {
     "one-point": (
-        "export at a size where {met} is 3 or more{least} so the values show their pattern; "
+        "export at a size where {met} is 3 or more{least} so the values show their pattern, "
+        "or pass reference cases (--ref) at another size, where {ref_sizes} (one row repeated "
+        "is the only reading symbolize can extend: the cases confirm it or it stays refused); "
     ),
     "relative-position-bias": (
         "export with TorchScript (dynamo=False), whose graph computes it, or "
@@ -187,6 +191,18 @@ FIX: dict[str, str] = {
 def why_text(kind: str, **fields: object) -> str:
     """What a blocker of ``kind`` found, in its kind's words (:data:`WHY`)."""
     return WHY[kind].format(**fields)
+
+
+def least_text(least: list[str]) -> str:
+    """`` (height 192 or more)``: the input sizes ``least`` names, in brackets; empty for none."""
+    return f" ({', '.join(least)})" if least else ""
+
+
+def at_least_text(sizes: list[str], n: int, least: list[str]) -> str:
+    """``height is 2 or more (height 2 or more)``, or ``A and B are 2 or more (...)``: where
+    ``sizes`` are each ``n`` or more, with the input sizes that give it (``least``)."""
+    verb = "is" if len(sizes) == 1 else "are"
+    return f"{' and '.join(sizes)} {verb} {n} or more{least_text(least)}"
 
 
 def fix_lead(kind: str, **fields: object) -> str:
