@@ -502,23 +502,30 @@ def _conflict_atoms(a: ShapeAnalysis, sol: Solution, c: Constraint) -> list[str]
 
 
 def _resolves(
-    a: ShapeAnalysis, ties: dict[str, Dim], c: Constraint, before: set[int], rows: Set[str]
+    a: ShapeAnalysis,
+    ties: dict[str, Dim],
+    c: Constraint,
+    before: set[int],
+    rows: tuple[Set[str], set[str]],
 ) -> bool:
     """Whether tying every atom of ``ties`` at once removes ``c`` from the conflicts (``before``:
-    their constraints' ids), adds none, and gives no index table a batch of ``rows`` that the
-    axis it indexes does not carry (:func:`_batch_in_index`)."""
+    their constraints' ids), adds none, and gives no index dims but those already so (``rows``:
+    the batches, and those dims) a batch the axis they index does not carry
+    (:func:`_batch_indexed`)."""
+    batches, already = rows
     for atom, value in ties.items():
         tie(a, atom, value, "", "", "probe")
     try:
         probe = solve(a)
         now = {id(k.constraint) for k in probe.conflicts}
-        return id(c) not in now and now < before and not _batch_in_index(a, probe, rows)
+        grown = _batch_indexed(a, probe, batches) - already if batches else set()
+        return id(c) not in now and now < before and not grown
     finally:
         del a.constraints[-len(ties) :]
 
 
-def _batch_in_index(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> bool:
-    """Whether a Gather's constant indices get a length holding a batch of ``rows`` that the
+def _batch_indexed(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> set[str]:
+    """The dims of Gathers' constant indices whose length holds a batch of ``rows`` that the
     axis they index does not hold. Indices into an axis that is no batch's pick rows of a
     table the batch does not size (a position table, an unfold's window offsets), so their
     count is no count of the batch's rows: following the batch, the indices would grow with
@@ -526,6 +533,7 @@ def _batch_in_index(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> bool:
     position table gathered by [2..9] and viewed as [1, 8, 32] read its 1 as the batch (the
     8 indices then batch*seq long) as readily as its 8 as seq; ConvBERT's unfold gathers its
     window's one column with a [1, 1] table of 0, whose 1s read as the batch too."""
+    found: set[str] = set()
     for use in a.uses:
         if use.op != "Gather" or use.input_index != 1 or use.kind != "data" or use.graph:
             continue
@@ -537,10 +545,12 @@ def _batch_in_index(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> bool:
         if not -len(data.shape) <= axis < len(data.shape):
             continue
         indexed = sol.resolve(data.shape[axis]).atoms()
-        for atom in use.atoms:
-            if atom is not None and (sol.resolve(Dim.sym(atom)).atoms() & set(rows)) - indexed:
-                return True
-    return False
+        found |= {
+            atom
+            for atom in use.atoms
+            if atom is not None and (sol.resolve(Dim.sym(atom)).atoms() & set(rows)) - indexed
+        }
+    return found
 
 
 def conflict_readings(
@@ -554,8 +564,8 @@ def conflict_readings(
     only the fewest ties that remove the conflict are taken, and only when one combination
     alone does (two that both do are two readings the graph cannot tell apart: the conflict
     stays); a reading that makes an index table grow with a batch of ``rows`` its indexed axis
-    does not carry is none (:func:`_batch_in_index`). Each try solves the graph again: at most :data:`_MAX_PROBES` in all, after which
-    nothing more is read. The ties are appended to ``a``."""
+    does not carry is none (:func:`_batch_indexed`). Each try solves the graph again: at most
+    :data:`_MAX_PROBES` in all, after which nothing more is read. The ties are appended to ``a``."""
     ties: dict[str, Dim] = {}
     budget = [_MAX_PROBES]
     current = sol
@@ -583,6 +593,7 @@ def _readings(
     if not atoms or len(combos) > _MAX_READINGS:
         return []
     found: list[dict[str, Dim]] = []
+    already = _batch_indexed(a, sol, rows) if rows else set()
     for combo in sorted(combos, key=lambda t: sum(v is not None for v in t))[1:]:
         pick = {x: v for x, v in zip(atoms, combo, strict=True) if v is not None}
         if found and len(pick) > len(found[0]):
@@ -590,7 +601,7 @@ def _readings(
         if budget[0] <= 0:
             return []
         budget[0] -= 1
-        if _resolves(a, pick, c, {id(k.constraint) for k in sol.conflicts}, rows):
+        if _resolves(a, pick, c, {id(k.constraint) for k in sol.conflicts}, (rows, already)):
             found.append(pick)
     return found
 
