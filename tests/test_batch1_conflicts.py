@@ -122,3 +122,38 @@ def test_an_unfold_traced_at_batch_1_reads_its_windows_as_seq() -> None:
     assert any("input 1 (win): int64[3, 8] -> int64[3, seq]" in m for m in said), said
     x = RNG.standard_normal((3, 5, 4)).astype(np.float32)
     np.testing.assert_allclose(_run(result.model, x), _run(unfold(3, 5), x), rtol=1e-5, atol=1e-5)
+
+
+def test_indices_the_graph_already_grows_with_the_batch_block_no_other_reading() -> None:
+    """A table gathered once per row (``t[zeros(batch)]``, added to [batch, 3]) has indices
+    the graph itself makes batch long into an axis of 5: that is the graph's reading, not a
+    probe's. The decoder mask's conflict elsewhere (its 16 is batch*tgt, test_encdec_sizes)
+    is still read as before; blaming every probe for those indices refused it ('needs
+    batch*tgt == 16')."""
+    model = onnx.parser.parse_model(f"""{HEAD}
+agraph (float[2, 8] y, float[2, 3] z, float[5, 3] t) => (float[2, 1, 1, 8] dec, float[2, 3] zz)
+    <int64[1] flat_shape = {{-1}}, int64[4] grid = {{2, 1, 1, 8}}, int64[2] axes = {{1, 2}},
+     float[2, 8] ones = {{{", ".join(["1.0"] * 16)}}}, int64[2] first = {{0, 0}},
+     int64[2, 1, 1, 8] index = {{{", ".join(str(i) for i in range(16))}}}> {{
+    rep = Gather (t, first)
+    zz = Add (z, rep)
+    flat = Flatten <axis = 2> (ones)
+    picked = Gather (flat, index)
+    line = Reshape (picked, flat_shape)
+    mask = Reshape (line, grid)
+    ymask = Unsqueeze (y, axes)
+    dec = Mul (mask, ymask)
+}}""")
+    result = Symbolize(**{"y:0": "batch", "y:1": "tgt", "z:0": "batch"})(
+        _named(model), onnxsurgery.PassContext(provider="cpu")
+    )
+    said = [d.message for d in result.diagnostics]
+    assert any("(index): int64[2, 1, 1, 8] -> int64[batch, 1, 1, tgt]" in m for m in said), said
+    y = RNG.integers(0, 2, (3, 7)).astype(np.float32)
+    z = RNG.standard_normal((3, 3)).astype(np.float32)
+    session = ort.InferenceSession(
+        result.model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    dec, zz = session.run(None, {"y": y, "z": z, "t": TABLE[:5, :3]})
+    np.testing.assert_array_equal(dec, y.reshape(3, 1, 1, 7))
+    np.testing.assert_allclose(zz, z + TABLE[0, :3], rtol=0, atol=1e-6)
