@@ -501,19 +501,61 @@ def _conflict_atoms(a: ShapeAnalysis, sol: Solution, c: Constraint) -> list[str]
     return sorted(x for x in kept if _expressions(a, a.atoms[x].traced))
 
 
-def _resolves(a: ShapeAnalysis, ties: dict[str, Dim], c: Constraint, before: set[int]) -> bool:
+def _resolves(
+    a: ShapeAnalysis,
+    ties: dict[str, Dim],
+    c: Constraint,
+    before: set[int],
+    rows: tuple[Set[str], set[str]],
+) -> bool:
     """Whether tying every atom of ``ties`` at once removes ``c`` from the conflicts (``before``:
-    their constraints' ids) and adds none."""
+    their constraints' ids), adds none, and gives no index dims but those already so (``rows``:
+    the batches, and those dims) a batch the axis they index does not carry
+    (:func:`_batch_indexed`)."""
+    batches, already = rows
     for atom, value in ties.items():
         tie(a, atom, value, "", "", "probe")
     try:
-        now = {id(k.constraint) for k in solve(a).conflicts}
-        return id(c) not in now and now < before
+        probe = solve(a)
+        now = {id(k.constraint) for k in probe.conflicts}
+        grown = _batch_indexed(a, probe, batches) - already if batches else set()
+        return id(c) not in now and now < before and not grown
     finally:
         del a.constraints[-len(ties) :]
 
 
-def conflict_readings(a: ShapeAnalysis, sol: Solution) -> dict[str, Dim]:
+def _batch_indexed(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> set[str]:
+    """The dims of Gathers' constant indices whose length holds a batch of ``rows`` that the
+    axis they index does not hold. Indices into an axis that is no batch's pick rows of a
+    table the batch does not size (a position table, an unfold's window offsets), so their
+    count is no count of the batch's rows: following the batch, the indices would grow with
+    it where no row of theirs belongs to a row of the batch. Traced at batch 1, XGLM's
+    position table gathered by [2..9] and viewed as [1, 8, 32] read its 1 as the batch (the
+    8 indices then batch*seq long) as readily as its 8 as seq; ConvBERT's unfold gathers its
+    window's one column with a [1, 1] table of 0, whose 1s read as the batch too."""
+    found: set[str] = set()
+    for use in a.uses:
+        if use.op != "Gather" or use.input_index != 1 or use.kind != "data" or use.graph:
+            continue
+        node = a.model.graph.node[use.node_index]
+        data = a.tensors.get(node.input[0])
+        if data is None or data.shape is None:
+            continue
+        axis = next((x.i for x in node.attribute if x.name == "axis"), 0)
+        if not -len(data.shape) <= axis < len(data.shape):
+            continue
+        indexed = sol.resolve(data.shape[axis]).atoms()
+        found |= {
+            atom
+            for atom in use.atoms
+            if atom is not None and (sol.resolve(Dim.sym(atom)).atoms() & set(rows)) - indexed
+        }
+    return found
+
+
+def conflict_readings(
+    a: ShapeAnalysis, sol: Solution, rows: Set[str] = frozenset()
+) -> dict[str, Dim]:
     """Kept sizes read as symbol expressions where that is the one reading that makes a conflict
     hold at every size: a constant 16 in a Reshape that must keep ``batch*tgt`` elements,
     traced at batch 2 and tgt 8, is ``batch*tgt``, its 8 is ``tgt`` (not ``seq``, traced at 8
@@ -521,8 +563,9 @@ def conflict_readings(a: ShapeAnalysis, sol: Solution) -> dict[str, Dim]:
     kept sizes in the conflict (each fixed or one expression its traced value fits) is tried;
     only the fewest ties that remove the conflict are taken, and only when one combination
     alone does (two that both do are two readings the graph cannot tell apart: the conflict
-    stays). Each try solves the graph again: at most :data:`_MAX_PROBES` in all, after which
-    nothing more is read. The ties are appended to ``a``."""
+    stays); a reading that makes an index table grow with a batch of ``rows`` its indexed axis
+    does not carry is none (:func:`_batch_indexed`). Each try solves the graph again: at most
+    :data:`_MAX_PROBES` in all, after which nothing more is read. The ties are appended to ``a``."""
     ties: dict[str, Dim] = {}
     budget = [_MAX_PROBES]
     current = sol
@@ -530,7 +573,7 @@ def conflict_readings(a: ShapeAnalysis, sol: Solution) -> dict[str, Dim]:
         c = conflict.constraint
         if all(k.constraint is not c for k in current.conflicts):
             continue  # an earlier reading settled it
-        found = _readings(a, current, c, budget)
+        found = _readings(a, current, c, budget, rows)
         if len(found) == 1:
             for atom, value in found[0].items():
                 tie(a, atom, value, c.node, c.op, "the one reading that holds at every size")
@@ -540,7 +583,7 @@ def conflict_readings(a: ShapeAnalysis, sol: Solution) -> dict[str, Dim]:
 
 
 def _readings(
-    a: ShapeAnalysis, sol: Solution, c: Constraint, budget: list[int]
+    a: ShapeAnalysis, sol: Solution, c: Constraint, budget: list[int], rows: Set[str]
 ) -> list[dict[str, Dim]]:
     """The fewest ties of ``c``'s kept sizes that remove it (:func:`conflict_readings`); none
     where there are too many combinations or the probes run out before the search ends."""
@@ -550,6 +593,7 @@ def _readings(
     if not atoms or len(combos) > _MAX_READINGS:
         return []
     found: list[dict[str, Dim]] = []
+    already = _batch_indexed(a, sol, rows) if rows else set()
     for combo in sorted(combos, key=lambda t: sum(v is not None for v in t))[1:]:
         pick = {x: v for x, v in zip(atoms, combo, strict=True) if v is not None}
         if found and len(pick) > len(found[0]):
@@ -557,7 +601,7 @@ def _readings(
         if budget[0] <= 0:
             return []
         budget[0] -= 1
-        if _resolves(a, pick, c, {id(k.constraint) for k in sol.conflicts}):
+        if _resolves(a, pick, c, {id(k.constraint) for k in sol.conflicts}, (rows, already)):
             found.append(pick)
     return found
 

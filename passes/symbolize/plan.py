@@ -403,9 +403,11 @@ def plan_context(
     sol = _matmul_broadcasts(analysis, solve(analysis))
     if sol.conflicts and grid_resizes(analysis, sol):
         sol = solve(analysis)
-    if sol.conflicts and (conflict_readings(analysis, sol) or broadcast_readings(analysis, sol)):
-        sol = solve(analysis)
     row_syms = batch_like_symbols(analysis, rows)
+    if sol.conflicts and (
+        conflict_readings(analysis, sol, row_syms) or broadcast_readings(analysis, sol)
+    ):
+        sol = solve(analysis)
     batch_indices: list = []
     while True:  # a gather of a gathered batch is found once the first one is tied to it
         done = {id(bi.use) for bi in batch_indices}
