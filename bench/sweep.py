@@ -70,6 +70,7 @@ from sweep_rows import (  # noqa: E402
     KINDS,
     BuildError,
     Row,
+    advised_least,
     architecture,
     enumerate_rows,
     reference_sizes,
@@ -237,6 +238,8 @@ def symbolize_by_cli(
     }
     if result["status"] == "refused" and advised(stderr):
         result["advice"] = advised(stderr)
+        if advised_least(stderr):  # the sizes the reference cases must reach
+            result["reference at least"] = advised_least(stderr)
     said = re.search(r"the reference cases given [^;\[]*", stderr) if ref is not None else None
     if said:  # why the reference did not decide, past where the message is cut
         result["references"] = said.group(0).strip()
@@ -244,12 +247,13 @@ def symbolize_by_cli(
 
 
 def _reference(
-    arch: Any, static: Path, traced: dict[str, int]
+    arch: Any, static: Path, traced: dict[str, int], least: dict[str, int] | None = None
 ) -> tuple[Path | None, dict[str, int], str]:
     """(the folder of one torch reference case beside ``static``, its sizes, "") at the first
-    of :func:`sweep_rows.reference_sizes` torch eager takes, else (None, {}, why not)."""
+    of :func:`sweep_rows.reference_sizes` torch eager takes (``least``: the sizes the refusal
+    asked the case to reach), else (None, {}, why not)."""
     why = ""
-    for sizes in reference_sizes(arch, traced):
+    for sizes in reference_sizes(arch, traced, least):
         folder = static.with_name(f"reference-{sizes_label(sizes)}")
         try:
             return write_reference(arch, static, sizes, folder), sizes, ""
@@ -259,18 +263,25 @@ def _reference(
 
 
 def follow_advice(
-    arch: Any, static: Path, traced: dict[str, int], timeout: float, advice: Sequence[str]
+    arch: Any,
+    static: Path,
+    traced: dict[str, int],
+    timeout: float,
+    advice: Sequence[str],
+    least: dict[str, int] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """symbolize as a user who follows a refusal's ``advice`` runs it again: ``symbolize+ref``
     with one torch reference case (``--ref``) at the first of
     :func:`sweep_rows.reference_sizes` torch eager takes, never a checked size;
     ``symbolize+bound`` with every symbol but batch bounded at its traced size (and that
     reference too where it was advised as well and is within the bound), where the refusal, or
-    the one after the reference, names a bound. Each is scored as plain symbolize is."""
+    the one after the reference, names a bound. Where the refusal names the sizes the reference
+    must reach (``least``, ``height 128 or more``), the case is at those. Each is scored as plain
+    symbolize is."""
     out: dict[str, dict[str, Any]] = {}
     ref = None
     if "ref" in advice:
-        ref, sizes, why = _reference(arch, static, traced)
+        ref, sizes, why = _reference(arch, static, traced, least)
         if ref is None:  # torch eager takes none of the sizes: no reference to follow it with
             out["symbolize+ref"] = {"status": "no reference", "exit": None, "message": why}
         else:
@@ -311,7 +322,12 @@ def score_case(
     if bound:  # the other methods are scored without a bound: the plain sweep has them
         return case
     if advice and case["symbolize"].get("advice"):
-        case.update(follow_advice(arch, static, traced, timeout, case["symbolize"]["advice"]))
+        plain = case["symbolize"]
+        case.update(
+            follow_advice(
+                arch, static, traced, timeout, plain["advice"], plain.get("reference at least")
+            )
+        )
     for method in ("re-export", "update_model_dims"):
         result = evaluate(arch, exporter, batch, method, axes="all")
         case[method] = {"status": result.status, "message": result.reason}

@@ -613,7 +613,9 @@ BuilderFor = Callable[[Row, str], Architecture]
 # a stored torch reference case, as a user following symbolize's "--ref" advice records one
 
 
-def reference_sizes(arch: Architecture, traced: dict[str, int]) -> list[dict[str, int]]:
+def reference_sizes(
+    arch: Architecture, traced: dict[str, int], least: dict[str, int] | None = None
+) -> list[dict[str, int]]:
     """Sizes for the one reference case the sweep gives ``--ref``, the first torch eager takes
     to be used: sizes the scoring never checks, so the held-out sizes stay held out. ``batch``
     is the least batch of 2 or more that neither the traced sizes nor the check sizes use (4 for
@@ -625,8 +627,14 @@ def reference_sizes(arch: Architecture, traced: dict[str, int]) -> list[dict[str
     (height 32 -> 24, width -> 16; seq 8 -> 6); then the same two over the traced value
     (height 32 -> 41, width -> 43; 32 -> 40, width -> 56), for a model that takes no smaller.
     A symbol that is the sum of two others at every traced and check size (a mask's total =
-    past + seq) is their sum here too."""
+    past + seq) is their sum here too.
+
+    ``least``: the sizes a refusal asks the reference case to reach (``height 128 or more``:
+    :func:`advised_least`); those symbols are then at least that, the least value no check
+    uses, tried before the others."""
     sizes = [*map(dict, arch.traced), *map(dict, arch.checks)]
+    if least:
+        return [_at_least(sizes, traced, least), *reference_sizes(arch, traced)]
     batch = next(b for b in range(2, 100) if b not in {s["batch"] for s in sizes if "batch" in s})
     sums = _sums(sizes, [k for k in traced if k != "batch"])
     out: list[dict[str, int]] = []
@@ -646,6 +654,35 @@ def reference_sizes(arch: Architecture, traced: dict[str, int]) -> list[dict[str
         if size not in out:
             out.append(size)
     return out
+
+
+def _at_least(
+    sizes: list[dict[str, int]], traced: dict[str, int], least: dict[str, int]
+) -> dict[str, int]:
+    """One reference size with each symbol of ``least`` at least its value, and every symbol at
+    a value no traced or check size uses (batch: the least such of 2 or more; another symbol
+    without a least: under its traced value, the other parity where it can)."""
+    out: dict[str, int] = {}
+    for sym, value in traced.items():
+        used = {s[sym] for s in sizes if sym in s}
+        start = least.get(sym, 2 if sym == "batch" else value - 1)
+        step = 1 if sym in least or sym == "batch" else -1
+        pick = start
+        while pick in used and pick > 1:
+            pick += step
+        out[sym] = pick if pick > 1 else value + 1
+    return out
+
+
+def advised_least(text: str) -> dict[str, int]:
+    """The input sizes a refusal's advice to pass reference cases asks them to reach:
+    ``pass reference cases (--ref) at another size, where A is 2 or more (height 128 or more,
+    width 128 or more)`` -> {height: 128, width: 128}; {} where it names none."""
+    said = re.search(
+        r"reference cases \(--ref\) at another size, where .*? (?:is|are) \d+ or more \(([^)]*)\)",
+        text,
+    )
+    return {m[1]: int(m[2]) for m in re.finditer(r"(\w+) (\d+) or more", said[1])} if said else {}
 
 
 def _sums(sizes: list[dict[str, int]], symbols: list[str]) -> dict[str, tuple[str, str]]:

@@ -343,3 +343,29 @@ def test_a_refusal_advising_both_is_followed_with_the_reference_within_the_bound
         runs.clear()
         sweep.follow_advice(None, Path("m.onnx"), {"batch": 2, "seq": 8}, 1, ["ref"])
         assert [bound for bound, _ in runs] == [False, True]  # advised after the reference
+
+
+def test_a_refusal_naming_the_sizes_its_reference_must_reach_gets_a_case_there():
+    """symbolize's one-point refusal asks for reference cases where the stage it met reaches 2
+    (``height 32 or more, width 32 or more``): the sweep, as a user following it, records its
+    case at least there, at sizes no check uses, before the sizes it tries otherwise."""
+    from test_one_point_refs import AXES, TRACED
+
+    import onnxsurgery
+    from onnxsurgery.errors import PassError
+    from onnxsurgery.passes.symbolize import Symbolize
+
+    with pytest.raises(PassError) as info:
+        Symbolize(**AXES)(TRACED, onnxsurgery.PassContext(provider="cpu"))
+    least = sweep_rows.advised_least(str(info.value))
+    assert least == {"height": 32, "width": 32}
+    assert sweep_rows.advised_least("pass reference cases (--ref) at another batch") == {}
+    rows, _ = sweep_rows.enumerate_rows()
+    [row] = sweep.select(rows, only=["mobilenet_v2.base"])
+    arch = sweep_rows.architecture(row, "mobilenet-probe")
+    traced = arch.traced[0]
+    first, *rest = sweep_rows.reference_sizes(arch, traced, {"height": 100, "width": 90})
+    assert first["height"] >= 100 and first["width"] >= 90 and first["batch"] >= 2
+    for sym, value in first.items():
+        assert value not in {s[sym] for s in (*arch.traced, *arch.checks)}, sym
+    assert rest == sweep_rows.reference_sizes(arch, traced)
