@@ -78,3 +78,42 @@ def test_a_reshape_keeps_a_fixed_size_in_its_place_among_symbols_of_its_size(
     ]
     got, want = (s.run(None, feeds)[0] for s in runs)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def merged_time_view(batch: int, h: int, w: int) -> onnx.ModelProto:
+    """TimeSformer's temporal attention as dynamo writes it: the tokens ``[batch, h*w*F, C]``
+    (patch-major, frames inner) viewed as ``[batch*h*w, F, C]`` in one Reshape (the frames
+    attend over time: a softmax over them here) and viewed back. Every target is a constant;
+    the tokens come from the patches ``[batch, h, w, F, C]`` by a first view."""
+    f, c = FRAMES, 8
+    m = onnx.parser.parse_model(f"""{HEAD}
+    g (float[{batch}, {h}, {w}, {f}, {c}] x) => (float[{batch}, {h * w * f}, {c}] y) {{
+      s1 = Constant <value = int64[3] {{{batch}, {h * w * f}, {c}}}> ()
+      tokens = Reshape (x, s1)
+      s2 = Constant <value = int64[3] {{{batch * h * w}, {f}, {c}}}> ()
+      frames = Reshape (tokens, s2)
+      mixed = Softmax <axis = 1> (frames)
+      y = Reshape (mixed, s1)
+    }}""")
+    onnx.checker.check_model(m)
+    return m
+
+
+@pytest.mark.parametrize("h, w", [(4, 4), (4, 3), (3, 4)])
+def test_a_view_keeps_the_frames_last_where_a_symbol_has_their_traced_size(h: int, w: int) -> None:
+    """``[batch, h*w*4, C] -> [batch*h*w, 4, C]`` traced where ``h`` (or ``h`` and ``w``) is
+    4: the second dim took ``h`` by its size and the first ``batch*w*4``, so the softmax ran
+    over ``h`` instead of the frames, verified but wrong at other sizes (dynamo's TimeSformer
+    at ``h = w = 4``). The input's factors in row-major order, ``batch, h, w, 4``, give
+    ``[batch*h*w, 4, C]``; the symbolized model equals the one written at ``batch 3, h 3,
+    w 5``."""
+    result = Symbolize(**{"x:0": "batch", "x:1": "h", "x:2": "w"})(
+        merged_time_view(2, h, w), onnxsurgery.PassContext(provider="cpu")
+    )
+    feeds = {"x": np.random.default_rng(0).standard_normal((3, 3, 5, FRAMES, 8)).astype(np.float32)}
+    runs = [
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        for m in (result.model, merged_time_view(3, 3, 5))
+    ]
+    got, want = (s.run(None, feeds)[0] for s in runs)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -602,12 +602,19 @@ class _Solver:
         whichever unknown comes first), and a symbol traced at 1 only where the Reshape's order
         lets it (``fits``: any unknown traced at 1 matches it by size); the rest is taken greedily, outer symbols first, and the
         last unknown takes what is left. With ``row`` (the input's factors in row-major order,
-        :meth:`_row`), the greedy walk takes them in that order, constants in their place.
+        :meth:`_row`), the greedy walk takes them in that order, constants in their place; where
+        two factors share a traced size an unknown has (:meth:`_twins`), the size cannot say
+        which is which, and the walk in order decides alone: dynamo's TimeSformer views
+        ``[batch, h*w*4, C]`` as ``[batch*h*w, 4, C]`` in one Reshape, traced at ``h = w = 4``,
+        and the 4 frames, last in the row, are the second dim (``h`` matched it by size).
         """
+        if row is not None and len(order) > 1 and self._twins(order, atoms, row):
+            walked = self._take_in_order(order, list(row), {})
+            if walked is not None:
+                return walked
         plan: dict[str, Dim] = {}
         atoms = list(atoms)
         for var in order if len(order) > 1 else ():  # a lone unknown takes the whole product
-            want = self.traced[var]
             exact = self._exact(var, order, atoms, coef, fits)
             if exact is not None:
                 plan[var] = Dim.sym(exact)
@@ -673,6 +680,15 @@ class _Solver:
         if math.prod(consts) != coef or any(c <= 0 for c in consts):
             return None
         return row
+
+    def _twins(self, order: list[str], atoms: list[str], row: list[str | int]) -> bool:
+        """Whether two factors of ``row`` (symbols or constants) share a traced size above 1
+        that an unknown of ``order`` has too, with no symbol of ``atoms`` traced at 1 (the
+        batch-1 splits keep their own rules)."""
+        if any(self.traced[x] == 1 for x in atoms):
+            return False
+        sizes = Counter(self._size(x) for x in row)
+        return any(sizes[self.traced[v]] > 1 for v in order if self.traced[v] > 1)
 
     def _take_in_order(
         self, rest: list[str], row: list[str | int], plan: dict[str, Dim]
