@@ -117,3 +117,53 @@ def test_a_view_keeps_the_frames_last_where_a_symbol_has_their_traced_size(h: in
     ]
     got, want = (s.run(None, feeds)[0] for s in runs)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def frames_at_batch_1(batch: int, h: int, w: int) -> onnx.ModelProto:
+    """TimeSformer's patch embedding and spatial attention as TorchScript writes them: the
+    frames' feature maps ``[batch, F, C, h, w]`` flattened to ``[batch*F, C, h*w]`` (one
+    view), transposed to tokens, a class token padded in front (``h*w + 1`` tokens), split
+    into 2 heads of 4 (a softmax over the tokens here), merged, the class token dropped and
+    the tokens viewed as ``[batch, F, h*w, C]``. Every target is a constant."""
+    f, c, n = FRAMES, 8, h * w
+    m = onnx.parser.parse_model(f"""{HEAD}
+    g (float[{batch}, {f}, {c}, {h}, {w}] x) => (float[{batch}, {f}, {n}, {c}] y) {{
+      s1 = Constant <value = int64[3] {{{batch * f}, {c}, {n}}}> ()
+      maps = Reshape (x, s1)
+      tokens = Transpose <perm = [0, 2, 1]> (maps)
+      pads = Constant <value = int64[6] {{0, 1, 0, 0, 0, 0}}> ()
+      padded = Pad (tokens, pads)
+      s2 = Constant <value = int64[4] {{{batch * f}, {n + 1}, 2, 4}}> ()
+      heads = Reshape (padded, s2)
+      mixed = Softmax <axis = 1> (heads)
+      s3 = Constant <value = int64[3] {{{batch * f}, {n + 1}, {c}}}> ()
+      merged = Reshape (mixed, s3)
+      starts = Constant <value = int64[1] {{1}}> ()
+      ends = Constant <value = int64[1] {{9223372036854775807}}> ()
+      axes = Constant <value = int64[1] {{1}}> ()
+      patches = Slice (merged, starts, ends, axes)
+      s4 = Constant <value = int64[4] {{{batch}, {f}, {n}, {c}}}> ()
+      y = Reshape (patches, s4)
+    }}""")
+    onnx.checker.check_model(m)
+    return m
+
+
+def test_a_batch_traced_at_1_keeps_its_place_beside_the_frames() -> None:
+    """Traced at batch 1 and ``h = w = F = 4``: ``[batch, 4, C, h, w] -> [4, C, 16]`` gave
+    its first dim ``h`` (the size of ``batch*4`` at batch 1) and ``[batch*4, h*w + 1, C] ->
+    [4, 17, 2, 4]`` matched no dim (a product holding a dim traced at 1 is matched by size
+    with no single dim, not even itself), so the model was refused, as TimeSformer at batch 1
+    was. The input's factors in row-major order give ``[batch*4, C, h*w]`` with the constant
+    C in its place, and a dim that is the same product on both sides is that dim: the
+    symbolized model equals the one written at ``batch 3, h 3, w 5``."""
+    result = Symbolize(**{"x:0": "batch", "x:3": "h", "x:4": "w"})(
+        frames_at_batch_1(1, 4, 4), onnxsurgery.PassContext(provider="cpu")
+    )
+    feeds = {"x": np.random.default_rng(0).standard_normal((3, FRAMES, 8, 3, 5)).astype(np.float32)}
+    runs = [
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        for m in (result.model, frames_at_batch_1(3, 3, 5))
+    ]
+    got, want = (s.run(None, feeds)[0] for s in runs)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from onnxsurgery.shapes.analysis import Constraint, ShapeAnalysis
@@ -285,6 +285,8 @@ class _Solver:
             )
 
         def same(a: Dim, b: Dim) -> bool:
+            if a == b:  # one product on both sides (``batch*4`` at batch 1) is that dim
+                return True
             try:
                 if a.evaluate(self.traced) != b.evaluate(self.traced):
                     return False
@@ -292,9 +294,12 @@ class _Solver:
                 return False
             return not (merged_one(a) or merged_one(b))
 
-        most = self._ends_of_ones(src, dst, same, self._own_minus_one(c))
+        def same_lead(i: int) -> bool:
+            return same(src[i], dst[i]) or self._spans(src, dst, i)
+
+        most = self._ends_of_ones(src, dst, same, self._own_minus_one(c), same_lead)
         lead = 0
-        while lead < min(len(src), len(dst), most[0]) and same(src[lead], dst[lead]):
+        while lead < min(len(src), len(dst), most[0]) and same_lead(lead):
             self.try_hint(dst[lead], src[lead])
             lead += 1
         trail = 0
@@ -323,6 +328,25 @@ class _Solver:
             elif diff != Dim.const(0):  # equal already: nothing to split
                 self.factor(lhs, rhs, mid_dst, mid_src)
 
+    def _spans(self, src: list[Dim], dst: list[Dim], i: int) -> bool:
+        """Whether a Reshape's ``i``-th input and output dims hold the same elements at the
+        traced sizes (same size, same product before them), one of them a single unknown and
+        the other a product with a symbol traced at 1: row-major, the unknown is that whole
+        product. Traced at batch 1, ``[batch*4, q+1, 96] -> [$v, $w, 3, 4, 8]`` reads
+        ``$v = batch*4`` (:meth:`align` matches no product holding a 1 by size alone, where
+        ``batch*seq`` and ``seq`` look alike)."""
+        traced = [[self._traced_at(d) for d in side[: i + 1]] for side in (src, dst)]
+        sizes = [[x for x in side if x is not None] for side in traced]
+        if len(sizes[0]) != i + 1 or len(sizes[1]) != i + 1:
+            return False
+        if sizes[0][i] != sizes[1][i] or math.prod(sizes[0][:i]) != math.prod(sizes[1][:i]):
+            return False
+        a, b = src[i], dst[i]
+        for one, other in ((a, b), (b, a)):
+            if one.is_atom() and self.unknowns(one) and not self.unknowns(other):
+                return not other.is_atom() and any(self.traced.get(x) == 1 for x in other.atoms())
+        return False
+
     def _own_minus_one(self, c: Constraint) -> int | None:
         """The position of the Reshape's own ``-1`` in its output, while still undecided."""
         for k, d in enumerate(c.dst or []):
@@ -343,6 +367,7 @@ class _Solver:
         dst: list[Dim],
         same: Callable[[Dim, Dim], bool],
         minus_one: int | None = None,
+        same_lead: Callable[[int], bool] | None = None,
     ) -> tuple[int, int]:
         """How many leading and trailing dims :meth:`align` may match one to one.
 
@@ -367,7 +392,9 @@ class _Solver:
         """
         free = (len(src) + len(dst), len(src) + len(dst))
         lead = 0
-        while lead < min(len(src), len(dst)) and same(src[lead], dst[lead]):
+        while lead < min(len(src), len(dst)) and (
+            same_lead(lead) if same_lead else same(src[lead], dst[lead])
+        ):
             lead += 1
         trail = 0
         while min(len(src), len(dst)) - trail - 1 >= lead and same(src[-1 - trail], dst[-1 - trail]):
@@ -459,8 +486,10 @@ class _Solver:
             ones = [x for x in order if self._dropped_one(x)]
             rest = [x for x in order if x not in ones]
             fits = self._fits(positions or [], sources or [])
-            row = self._row(sources, kmono, coef) if known_side is sides[1] else None
-            plan = self._split(rest, atoms, coef, fits, row) if rest else None
+            row = self._row(sources, kmono, kcoef) if known_side is sides[1] else None
+            plan = self._walk(positions, rest, row) if row is not None and not ones else None
+            if plan is None and rest:
+                plan = self._split(rest, atoms, coef, fits, row if ucoef == 1 else None)
             if plan is None:
                 return
             plan.update({x: Dim.const(1) for x in ones})
@@ -602,16 +631,8 @@ class _Solver:
         whichever unknown comes first), and a symbol traced at 1 only where the Reshape's order
         lets it (``fits``: any unknown traced at 1 matches it by size); the rest is taken greedily, outer symbols first, and the
         last unknown takes what is left. With ``row`` (the input's factors in row-major order,
-        :meth:`_row`), the greedy walk takes them in that order, constants in their place; where
-        two factors share a traced size an unknown has (:meth:`_twins`), the size cannot say
-        which is which, and the walk in order decides alone: dynamo's TimeSformer views
-        ``[batch, h*w*4, C]`` as ``[batch*h*w, 4, C]`` in one Reshape, traced at ``h = w = 4``,
-        and the 4 frames, last in the row, are the second dim (``h`` matched it by size).
+        :meth:`_row`), the greedy walk takes them in that order, constants in their place.
         """
-        if row is not None and len(order) > 1 and self._twins(order, atoms, row):
-            walked = self._take_in_order(order, list(row), {})
-            if walked is not None:
-                return walked
         plan: dict[str, Dim] = {}
         atoms = list(atoms)
         for var in order if len(order) > 1 else ():  # a lone unknown takes the whole product
@@ -658,8 +679,8 @@ class _Solver:
     ) -> list[str | int] | None:
         """The factors of a Reshape's input dims ``sources`` in row-major order, outer first (a
         dim's symbols in :meth:`_order`, then its constant), holding exactly ``kmono`` and
-        ``coef`` (the product being split, known symbols cancelled); None where they do not
-        (a dim still unknown, a sum, a product from elsewhere)."""
+        ``coef`` (the input product's, known symbols cancelled); None where they do not (a
+        dim still unknown, a sum, a product from elsewhere)."""
         if not sources:
             return None
         row: list[str | int] = []
@@ -681,25 +702,45 @@ class _Solver:
             return None
         return row
 
-    def _twins(self, order: list[str], atoms: list[str], row: list[str | int]) -> bool:
-        """Whether two factors of ``row`` (symbols or constants) share a traced size above 1
-        that an unknown of ``order`` has too, with no symbol of ``atoms`` traced at 1 (the
-        batch-1 splits keep their own rules)."""
-        if any(self.traced[x] == 1 for x in atoms):
-            return False
+    def _walk(
+        self, positions: list[Dim] | None, rest: list[str], row: list[str | int]
+    ) -> dict[str, Dim] | None:
+        """The split of a Reshape's output dims ``positions`` (unknowns ``rest`` and constants)
+        walking the input's factors ``row`` in order, where two factors share a traced size
+        above 1 that an unknown has too (the size cannot say which is which), no unknown is
+        traced at 1 (those keep :meth:`_split`'s rules) and every output dim is one unknown or a
+        constant; else None. Dynamo's TimeSformer views ``[batch, h*w*4, C]`` as
+        ``[batch*h*w, 4, C]`` in one Reshape: traced at ``h = w = 4``, the frames' dim took
+        ``h`` by its size; in order it is the 4 frames, last in the row."""
         sizes = Counter(self._size(x) for x in row)
-        return any(sizes[self.traced[v]] > 1 for v in order if self.traced[v] > 1)
+        if not positions or not any(sizes[self.traced[v]] > 1 for v in rest if self.traced[v] > 1):
+            return None
+        if any(self.traced[v] == 1 for v in rest):
+            return None
+        items: list[str | int] = []
+        for d in positions:
+            d = self.resolve(d)
+            if d.is_const() and (d.value or 0) > 0:
+                items.append(d.value or 0)
+            elif d.is_atom() and d.atoms() <= set(rest):
+                items.append(d.atoms().pop())
+            else:
+                return None
+        if sorted(x for x in items if isinstance(x, str)) != sorted(rest):
+            return None
+        return self._take_in_order(items, row, {})
 
     def _take_in_order(
-        self, rest: list[str], row: list[str | int], plan: dict[str, Dim]
+        self, rest: Sequence[str | int], row: list[str | int], plan: dict[str, Dim]
     ) -> dict[str, Dim] | None:
-        """Give each unknown of ``rest`` (in order) the next factors of ``row`` whose product is
-        its traced size, a constant split where only part of it fits; the last takes what is
-        left. ``[batch, 4, h, w] -> [8, 16]`` traced at ``h = 4``: ``batch*4`` and ``h*w``, not
+        """Give each unknown of ``rest`` (in order; a constant there is an output dim of that
+        size, taken but not planned) the next factors of ``row`` whose product is its traced
+        size, a constant split where only part of it fits; the last takes what is left.
+        ``[batch, 4, h, w] -> [8, 16]`` traced at ``h = 4``: ``batch*4`` and ``h*w``, not
         ``batch*h`` (the 4 frames lie between them)."""
         row = list(row)
         for i, var in enumerate(rest):
-            want, value, prod = self.traced[var], Dim.const(1), 1
+            want, value, prod = self._size(var), Dim.const(1), 1
             while row and (i == len(rest) - 1 or want % (prod * self._size(row[0])) == 0):
                 prod *= self._size(row[0])
                 value = value * (Dim.const(row[0]) if isinstance(row[0], int) else Dim.sym(row[0]))
@@ -709,7 +750,8 @@ class _Solver:
                 prod = want
             if prod != want:
                 return None
-            plan[var] = value
+            if isinstance(var, str):
+                plan[var] = value
         return plan
 
     def _size(self, item: str | int) -> int:
