@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from onnxsurgery.shapes.analysis import Constraint, ShapeAnalysis
@@ -285,6 +285,8 @@ class _Solver:
             )
 
         def same(a: Dim, b: Dim) -> bool:
+            if a == b:  # one product on both sides (``batch*4`` at batch 1) is that dim
+                return True
             try:
                 if a.evaluate(self.traced) != b.evaluate(self.traced):
                     return False
@@ -292,9 +294,12 @@ class _Solver:
                 return False
             return not (merged_one(a) or merged_one(b))
 
-        most = self._ends_of_ones(src, dst, same, self._own_minus_one(c))
+        def same_lead(i: int) -> bool:
+            return same(src[i], dst[i]) or self._spans(src, dst, i)
+
+        most = self._ends_of_ones(src, dst, same, self._own_minus_one(c), same_lead)
         lead = 0
-        while lead < min(len(src), len(dst), most[0]) and same(src[lead], dst[lead]):
+        while lead < min(len(src), len(dst), most[0]) and same_lead(lead):
             self.try_hint(dst[lead], src[lead])
             lead += 1
         trail = 0
@@ -323,6 +328,25 @@ class _Solver:
             elif diff != Dim.const(0):  # equal already: nothing to split
                 self.factor(lhs, rhs, mid_dst, mid_src)
 
+    def _spans(self, src: list[Dim], dst: list[Dim], i: int) -> bool:
+        """Whether a Reshape's ``i``-th input and output dims hold the same elements at the
+        traced sizes (same size, same product before them), one of them a single unknown and
+        the other a product with a symbol traced at 1: row-major, the unknown is that whole
+        product. Traced at batch 1, ``[batch*4, q+1, 96] -> [$v, $w, 3, 4, 8]`` reads
+        ``$v = batch*4`` (:meth:`align` matches no product holding a 1 by size alone, where
+        ``batch*seq`` and ``seq`` look alike)."""
+        traced = [[self._traced_at(d) for d in side[: i + 1]] for side in (src, dst)]
+        sizes = [[x for x in side if x is not None] for side in traced]
+        if len(sizes[0]) != i + 1 or len(sizes[1]) != i + 1:
+            return False
+        if sizes[0][i] != sizes[1][i] or math.prod(sizes[0][:i]) != math.prod(sizes[1][:i]):
+            return False
+        a, b = src[i], dst[i]
+        for one, other in ((a, b), (b, a)):
+            if one.is_atom() and self.unknowns(one) and not self.unknowns(other):
+                return not other.is_atom() and any(self.traced.get(x) == 1 for x in other.atoms())
+        return False
+
     def _own_minus_one(self, c: Constraint) -> int | None:
         """The position of the Reshape's own ``-1`` in its output, while still undecided."""
         for k, d in enumerate(c.dst or []):
@@ -343,6 +367,7 @@ class _Solver:
         dst: list[Dim],
         same: Callable[[Dim, Dim], bool],
         minus_one: int | None = None,
+        same_lead: Callable[[int], bool] | None = None,
     ) -> tuple[int, int]:
         """How many leading and trailing dims :meth:`align` may match one to one.
 
@@ -367,7 +392,9 @@ class _Solver:
         """
         free = (len(src) + len(dst), len(src) + len(dst))
         lead = 0
-        while lead < min(len(src), len(dst)) and same(src[lead], dst[lead]):
+        while lead < min(len(src), len(dst)) and (
+            same_lead(lead) if same_lead else same(src[lead], dst[lead])
+        ):
             lead += 1
         trail = 0
         while min(len(src), len(dst)) - trail - 1 >= lead and same(src[-1 - trail], dst[-1 - trail]):
@@ -443,6 +470,7 @@ class _Solver:
             ((kmono, kcoef),) = known_side.terms.items() or [((), 0)]
             if ucoef == 0 or kcoef % ucoef or self.unknowns(known_side):
                 continue
+            umono, kmono = self._cancel_known(umono, kmono)
             if len(umono) < 2 or any(
                 self.a.atoms[x].kind not in ("var", "data", "derived") for x in umono
             ):
@@ -458,7 +486,10 @@ class _Solver:
             ones = [x for x in order if self._dropped_one(x)]
             rest = [x for x in order if x not in ones]
             fits = self._fits(positions or [], sources or [])
-            plan = self._split(rest, atoms, coef, fits) if rest else None
+            row = self._row(sources, kmono, kcoef) if known_side is sides[1] else None
+            plan = self._walk(positions, rest, row) if row is not None and not ones else None
+            if plan is None and rest:
+                plan = self._split(rest, atoms, coef, fits, row if ucoef == 1 else None)
             if plan is None:
                 return
             plan.update({x: Dim.const(1) for x in ones})
@@ -471,6 +502,21 @@ class _Solver:
             self.drain()
             return
 
+    def _cancel_known(
+        self, umono: tuple[str, ...], kmono: tuple[str, ...]
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Drop from both products the symbols already known on the unknown side: a Reshape
+        ``[batch*4, h*w] -> [batch, $a, $b, $c]`` whose ``batch`` matched is the split
+        ``$a*$b*$c == 4*h*w``, still in the Reshape's order (:meth:`_fits`)."""
+        rest = list(kmono)
+        left = []
+        for x in umono:
+            if self.a.atoms[x].kind not in ("var", "data", "derived") and x in rest:
+                rest.remove(x)
+            else:
+                left.append(x)
+        return tuple(left), tuple(rest)
+
     def _dropped_one(self, atom: str) -> bool:
         """Whether a broadcast dropped ``atom`` (every operand traced at 1) for a dim that is
         now the constant 1: the analysis wrote that broadcast's output as 1, which holds only if
@@ -479,13 +525,15 @@ class _Solver:
         return kept is not None and self.resolve(kept) == Dim.const(1)
 
     def _fits(self, dst: list[Dim], src: list[Dim]) -> Callable[[str, str], bool]:
-        """Whether a Reshape can hand input dim ``x`` (a dim that is that symbol alone) whole
-        to the output dim holding unknown ``u``: a Reshape keeps the row-major order, so the
-        elements inside that output dim (its stride) must be a divisor of those inside ``x``,
-        and the output dim must span all of ``x``. Checked at the traced sizes, where a right
-        split holds too. At batch 1, ``[batch, seq, 18] -> [-1, 9, 1]`` reads ``1 = batch``
-        by size alone; but a last dim of 1 cannot hold the outermost input dim (its stride 1
-        does not span ``seq*18``): ``batch`` goes to the ``-1``. Anything else fits."""
+        """Whether a Reshape can hand input symbol ``x`` whole to the output dim holding
+        unknown ``u``: a Reshape keeps the row-major order, so the elements inside that output
+        dim (its stride) must be a divisor of those inside ``x``, and the output dim must span
+        all of ``x``. Checked at the traced sizes, where a right split holds too. At batch 1,
+        ``[batch, seq, 18] -> [-1, 9, 1]`` reads ``1 = batch`` by size alone; but a last dim of
+        1 cannot hold the outermost input dim (its stride 1 does not span ``seq*18``): ``batch``
+        goes to the ``-1``. A symbol inside a product dim (``batch*4``) may sit at any stride
+        the dim's other factors leave it (:meth:`_strides`); one traced at 1 there has no place
+        the traced sizes show, and fits anywhere, like anything else."""
         if not dst or not src:
             return lambda u, x: True
         try:
@@ -494,20 +542,41 @@ class _Solver:
         except KeyError:
             return lambda u, x: True
         where = {x: i for i, d in enumerate(dst) for x in d.atoms()}
-        whole = {d.atoms().pop(): i for i, d in enumerate(src) if d.is_atom()}
+        strides = self._strides(src, src_sizes)
 
         def fits(u: str, x: str) -> bool:
-            if u not in where or x not in whole:
+            if u not in where or x not in strides:
                 return True
-            i, k = where[u], whole[x]
-            inner_dst, inner_src = math.prod(dst_sizes[i + 1 :]), math.prod(src_sizes[k + 1 :])
-            return (
-                inner_dst > 0
-                and inner_src % inner_dst == 0
-                and (inner_dst * dst_sizes[i]) % (inner_src * src_sizes[k]) == 0
+            i = where[u]
+            inner_dst = math.prod(dst_sizes[i + 1 :])
+            span = inner_dst * dst_sizes[i]
+            return inner_dst > 0 and any(
+                s % inner_dst == 0 and span % (s * self.traced[x]) == 0 for s in strides[x]
             )
 
         return fits
+
+    def _strides(self, src: list[Dim], sizes: list[int]) -> dict[str, list[int]]:
+        """The strides (elements inside, at the traced sizes) each symbol of a Reshape's input
+        may have: a dim that is one symbol alone has its own; a symbol once in a product dim
+        (``batch*4``, flattened from ``[batch, 4]`` or ``[4, batch]``) the dim's stride times
+        any divisor of the rest of the dim; one traced at 1 there (or twice) is left out."""
+        out: dict[str, list[int]] = {}
+        for k, d in enumerate(src):
+            inner = math.prod(sizes[k + 1 :])
+            if d.is_atom():
+                out[d.atoms().pop()] = [inner]
+                continue
+            if not d.is_monomial() or sizes[k] <= 0:
+                continue
+            ((mono, _),) = d.terms.items()
+            for x in set(mono):
+                size = self.traced.get(x, 0)
+                if mono.count(x) != 1 or size <= 1 or sizes[k] % size:
+                    continue
+                rest = sizes[k] // size
+                out[x] = [inner * q for q in range(1, rest + 1) if rest % q == 0]
+        return out
 
     def _split(
         self,
@@ -515,6 +584,7 @@ class _Solver:
         atoms: list[str],
         coef: int,
         fits: Callable[[str, str], bool] = lambda u, x: True,
+        row: list[str | int] | None = None,
     ) -> dict[str, Dim] | None:
         """Give each unknown (in order) a sub-product of ``coef * atoms`` with its traced value.
 
@@ -528,7 +598,7 @@ class _Solver:
         ones = [x for x in atoms if self.traced[x] == 1]
         slots = [v for v in order if self.traced[v] == 1]
         if not ones or not slots or len(ones) <= len(slots):
-            return self._split_sized(order, atoms, coef, fits)
+            return self._split_sized(order, atoms, coef, fits, row)
         others = [v for v in order if v not in slots]
         big = [x for x in atoms if x not in ones]
         plan: dict[str, Dim] | None = {}
@@ -552,6 +622,7 @@ class _Solver:
         atoms: list[str],
         coef: int,
         fits: Callable[[str, str], bool] = lambda u, x: True,
+        row: list[str | int] | None = None,
     ) -> dict[str, Dim] | None:
         """Give each unknown (in order) a sub-product of ``coef * atoms`` with its traced value.
 
@@ -559,21 +630,23 @@ class _Solver:
         batch 1, ``batch`` divides every size, so "takes what divides" alone would hand it to
         whichever unknown comes first), and a symbol traced at 1 only where the Reshape's order
         lets it (``fits``: any unknown traced at 1 matches it by size); the rest is taken greedily, outer symbols first, and the
-        last unknown takes what is left.
+        last unknown takes what is left. With ``row`` (the input's factors in row-major order,
+        :meth:`_row`), the greedy walk takes them in that order, constants in their place.
         """
         plan: dict[str, Dim] = {}
         atoms = list(atoms)
         for var in order if len(order) > 1 else ():  # a lone unknown takes the whole product
-            want = self.traced[var]
-            exact = next(
-                (x for x in atoms if self.traced[x] == want and (want != 1 or fits(var, x))), None
-            )
+            exact = self._exact(var, order, atoms, coef, fits)
             if exact is not None:
                 plan[var] = Dim.sym(exact)
                 atoms.remove(exact)
+                if row is not None:
+                    row.remove(exact)
         rest = [v for v in order if v not in plan]
         if not rest:
             return plan if not atoms and coef == 1 else None
+        if row is not None:
+            return self._take_in_order(rest, row, plan)
         for i, var in enumerate(rest):
             want = self.traced[var]
             if i == len(rest) - 1:
@@ -600,6 +673,125 @@ class _Solver:
                 return None
             plan[var] = value
         return plan
+
+    def _row(
+        self, sources: list[Dim] | None, kmono: tuple[str, ...], coef: int
+    ) -> list[str | int] | None:
+        """The factors of a Reshape's input dims ``sources`` in row-major order, outer first (a
+        dim's symbols in :meth:`_order`, then its constant), holding exactly ``kmono`` and
+        ``coef`` (the input product's, known symbols cancelled); None where they do not (a
+        dim still unknown, a sum, a product from elsewhere)."""
+        if not sources:
+            return None
+        row: list[str | int] = []
+        for d in sources:
+            d = self.resolve(d)
+            if not d.is_monomial() or self.unknowns(d):
+                return None
+            ((mono, c),) = d.terms.items() or [((), 0)]
+            names: list[str] = sorted(mono, key=self._order)
+            row.extend(names)
+            row += [c] if c != 1 else []
+        extra = Counter(x for x in row if isinstance(x, str)) - Counter(kmono)
+        for x in extra.elements():
+            row.remove(x)
+        consts = [x for x in row if isinstance(x, int)]
+        if Counter(x for x in row if isinstance(x, str)) != Counter(kmono):
+            return None
+        if math.prod(consts) != coef or any(c <= 0 for c in consts):
+            return None
+        return row
+
+    def _walk(
+        self, positions: list[Dim] | None, rest: list[str], row: list[str | int]
+    ) -> dict[str, Dim] | None:
+        """The split of a Reshape's output dims ``positions`` (unknowns ``rest`` and constants)
+        walking the input's factors ``row`` in order, where two factors share a traced size
+        above 1 that an unknown has too (the size cannot say which is which), no unknown is
+        traced at 1 (those keep :meth:`_split`'s rules) and every output dim is one unknown or a
+        constant; else None. Dynamo's TimeSformer views ``[batch, h*w*4, C]`` as
+        ``[batch*h*w, 4, C]`` in one Reshape: traced at ``h = w = 4``, the frames' dim took
+        ``h`` by its size; in order it is the 4 frames, last in the row."""
+        sizes = Counter(self._size(x) for x in row)
+        if not positions or not any(sizes[self.traced[v]] > 1 for v in rest if self.traced[v] > 1):
+            return None
+        if any(self.traced[v] == 1 for v in rest):
+            return None
+        items: list[str | int] = []
+        for d in positions:
+            d = self.resolve(d)
+            if d.is_const() and (d.value or 0) > 0:
+                items.append(d.value or 0)
+            elif d.is_atom() and d.atoms() <= set(rest):
+                items.append(d.atoms().pop())
+            else:
+                return None
+        if sorted(x for x in items if isinstance(x, str)) != sorted(rest):
+            return None
+        return self._take_in_order(items, row, {})
+
+    def _take_in_order(
+        self, rest: Sequence[str | int], row: list[str | int], plan: dict[str, Dim]
+    ) -> dict[str, Dim] | None:
+        """Give each unknown of ``rest`` (in order; a constant there is an output dim of that
+        size, taken but not planned) the next factors of ``row`` whose product is its traced
+        size, a constant split where only part of it fits; the last takes what is left.
+        ``[batch, 4, h, w] -> [8, 16]`` traced at ``h = 4``: ``batch*4`` and ``h*w``, not
+        ``batch*h`` (the 4 frames lie between them)."""
+        row = list(row)
+        for i, var in enumerate(rest):
+            want, value, prod = self._size(var), Dim.const(1), 1
+            while row and (i == len(rest) - 1 or want % (prod * self._size(row[0])) == 0):
+                prod *= self._size(row[0])
+                value = value * (Dim.const(row[0]) if isinstance(row[0], int) else Dim.sym(row[0]))
+                row.pop(0)
+            if prod != want and row and isinstance(row[0], int) and row[0] % (want // prod) == 0:
+                value, row[0] = value * Dim.const(want // prod), row[0] // (want // prod)
+                prod = want
+            if prod != want:
+                return None
+            if isinstance(var, str):
+                plan[var] = value
+        return plan
+
+    def _size(self, item: str | int) -> int:
+        return item if isinstance(item, int) else self.traced[item]
+
+    def _exact(
+        self,
+        var: str,
+        order: list[str],
+        atoms: list[str],
+        coef: int,
+        fits: Callable[[str, str], bool],
+    ) -> str | None:
+        """The symbol of ``atoms`` traced at ``var``'s size that goes to ``var`` whole, if any.
+
+        One traced at 1 goes only where the Reshape's order lets it (``fits``: any unknown
+        traced at 1 matches it by size). Above 1, the order decides where equal traced sizes
+        make the size alone ambiguous (two symbols, or one and the constant factor, of that
+        size): the first symbol that fits, else none where the constant can fill ``var``
+        (``[batch*4, h*w, C] -> [batch, 4, h, w, C]`` traced at ``h = w = 4``: the 4 frames
+        sit between the batch and ``h``, where neither ``h`` nor ``w`` can, each fitting a later
+        dim of its size). A symbol that fits no other dim of its size, and a size only one symbol
+        has, are matched as before, whatever the order says (XLNet's relative shift ``[b, n, k, q] ->
+        [b, n, q, k]`` reinterprets its rows, and no reading fits it).
+        """
+        want = self.traced[var]
+        same = [x for x in atoms if self.traced[x] == want]
+        if want == 1:
+            return next((x for x in same if fits(var, x)), None)
+        if len(same) + (coef % want == 0) < 2:
+            return same[0] if same else None
+        placed = next((x for x in same if fits(var, x)), None)
+        if placed is not None:
+            return placed
+        elsewhere = [
+            x for x in same if any(fits(u, x) for u in order if u != var and self.traced[u] == want)
+        ]
+        if coef % want == 0 and elsewhere == same:
+            return None
+        return same[0] if same else None
 
     def factor_pending(self, *, data_only: bool = False) -> None:
         """Hard products of unknowns still open (``$v1*$v2 == height*width``, a Resize to the

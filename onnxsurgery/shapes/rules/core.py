@@ -216,9 +216,17 @@ class NodeCtx:
         return self.a.static.get(out)
 
     def symbolic_inputs(self) -> bool:
+        """Whether an input may carry a symbol: a symbolic dim or value, or a tensor whose shape
+        propagation lost (no rule could follow it): its static sizes are only traced ones.
+        Traced at batch 1, ONNX's inference leaves ``1`` broadcast with an unknown dim unknown
+        (at batch 2 the 2 decides), so a residual Add behind LongT5's block padding lost its
+        shape, and the cross-attention behind it read ``[1, 8, 32]`` as fixed sizes, fixing
+        the decoder's ``tgt`` at 8 where TorchScript's batch-2 export kept it a symbol."""
         for name in self.node.input:
             info = self.a.info(name) if name else None
             if info is None:
+                if name and self.a.const(name) is None:
+                    return True
                 continue
             for d in (info.shape or []) + (info.value or []):
                 if not d.is_const():
