@@ -625,7 +625,8 @@ def reference_sizes(
     (seq 8 -> 7; tgt 8 -> 7, checked, -> 5; height 32 -> 25 and width -> 23, other patch grids;
     1600 samples -> 1201); then in steps of a quarter, for a model that takes only whole patches
     (height 32 -> 24, width -> 16; seq 8 -> 6); then the same two over the traced value
-    (height 32 -> 41, width -> 43; 32 -> 40, width -> 56), for a model that takes no smaller.
+    (height 32 -> 41, width -> 43; 32 -> 40, width -> 56), for a model that takes no smaller;
+    last, those with one symbol at a time at its traced value (:func:`_one_kept`).
     A symbol that is the sum of two others at every traced and check size (a mask's total =
     past + seq) is their sum here too.
 
@@ -653,7 +654,28 @@ def reference_sizes(
         size = {k: size[k] for k in traced}
         if size not in out:
             out.append(size)
-    return out
+    return out + _one_kept(out, sizes, traced, sums)
+
+
+def _one_kept(
+    out: list[dict[str, int]],
+    sizes: list[dict[str, int]],
+    traced: dict[str, int],
+    sums: dict[str, tuple[str, str]],
+) -> list[dict[str, int]]:
+    """The sizes of ``out`` again with one symbol at a time back at its traced value (last
+    resort, for a model torch eager runs at one value of a symbol only: TimeSformer's width,
+    its patch grid's width read from the config), never a traced or check size."""
+    kept: list[dict[str, int]] = []
+    for size in out:
+        for sym in traced:
+            if sym == "batch" or sym in sums:
+                continue
+            again = {**size, sym: traced[sym]}
+            again.update({k: again[a] + again[b] for k, (a, b) in sums.items()})
+            if again not in (*out, *kept, *sizes):
+                kept.append(again)
+    return kept
 
 
 def _at_least(

@@ -182,8 +182,8 @@ def test_the_reference_case_is_at_a_size_no_check_uses_and_within_a_bound():
         arch = sweep_rows.architecture(row, f"{name}-probe")
         for traced in arch.traced:
             sizes = sweep_rows.reference_sizes(arch, traced)
-            odd, quarter, *over = sizes
-            for ref in sizes:
+            odd, quarter, *over = sizes[:4]
+            for ref in sizes[:4]:
                 assert ref not in [*arch.traced, *arch.checks]
                 for sym, value in ref.items():
                     assert value not in {s[sym] for s in (*arch.traced, *arch.checks)}, (name, sym)
@@ -197,9 +197,10 @@ def test_a_symbol_that_is_the_sum_of_two_others_is_their_sum_in_the_reference():
     rows, _ = sweep_rows.enumerate_rows()
     [row] = sweep.select(rows, only=["gpt2.causal-lm-kv"])  # the mask's total = past + seq
     arch = sweep_rows.architecture(row, "gpt2-kv-probe")
-    for ref in sweep_rows.reference_sizes(arch, arch.traced[-1]):
+    for k, ref in enumerate(sweep_rows.reference_sizes(arch, arch.traced[-1])):
         assert ref["total"] == ref["past"] + ref["seq"], ref
-        assert ref["seq"] != arch.traced[-1]["seq"] and ref["past"] != arch.traced[-1]["past"]
+        if k < 4:  # after them, one symbol at a time at its traced value
+            assert ref["seq"] != arch.traced[-1]["seq"] and ref["past"] != arch.traced[-1]["past"]
 
 
 def _same_padded():
@@ -369,3 +370,21 @@ def test_a_refusal_naming_the_sizes_its_reference_must_reach_gets_a_case_there()
     for sym, value in first.items():
         assert value not in {s[sym] for s in (*arch.traced, *arch.checks)}, sym
     assert rest == sweep_rows.reference_sizes(arch, traced)
+
+
+def test_last_the_reference_keeps_one_symbol_at_its_traced_value_for_a_model_that_takes_no_other():
+    """TimeSformer's torch code takes one width only (its patch grid's width is read from the
+    config): after the sizes that change every symbol, the sweep tries them with one symbol at a
+    time back at its traced value; none is a traced or check size."""
+    rows, _ = sweep_rows.enumerate_rows()
+    [row] = sweep.select(rows, only=["mobilenet_v2.base"])
+    arch = sweep_rows.architecture(row, "mobilenet-probe")
+    traced = arch.traced[0]
+    sizes = sweep_rows.reference_sizes(arch, traced)
+    first, rest = sizes[:4], sizes[4:]
+    assert rest and all(r not in [*arch.traced, *arch.checks, *first] for r in rest)
+    assert rest[:2] == [
+        {**first[0], "height": traced["height"]},
+        {**first[0], "width": traced["width"]},
+    ]
+    assert all(sum(r[k] == traced[k] for k in ("height", "width")) == 1 for r in rest)
