@@ -167,3 +167,94 @@ def test_a_batch_traced_at_1_keeps_its_place_beside_the_frames() -> None:
     ]
     got, want = (s.run(None, feeds)[0] for s in runs)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def unfold_attention(batch: int, seq: int) -> onnx.ModelProto:
+    """ConvBERT's span-based dynamic convolution as TorchScript writes it at ``batch``, ``seq``
+    (head size 8, 2 heads, kernel 9): ``nn.Unfold`` over the keys ``[batch, C, seq, 1]`` padded
+    by 4 on each side gathers window rows ``Range(0, seq + 8 - 8) + [[0], ..., [8]]`` and the
+    one column ``[[0]]``, viewed as ``[batch, C*9, -1]`` (the -1 is the window count), then
+    ``[batch, -1, C, 9]`` and ``[-1, 8, 9]``, whose rows meet a per-position kernel
+    ``[batch*seq*2, 9, 1]`` (a softmax over the window) in a MatMul. The 8s that size the
+    Range (``2*pad`` and ``k - 1``) equal ``seq``'s traced size, and so does the head size."""
+    c, k = 16, 9
+    w = ", ".join(str(v) for v in (np.arange(c * 18) % 7 - 3).tolist())
+    v = ", ".join(str(v) for v in (np.arange(8 * 2) % 5 - 2).tolist())
+    rows = ", ".join(str(i) for i in range(k))
+    m = onnx.parser.parse_model(f"""{HEAD}
+    g (float[{batch}, {seq}, {c}] x) => (float[{batch * seq * 2}, 1, 2] y)
+      <float[{c}, 18] w = {{{w}}}, float[8, 2] v = {{{v}}}> {{
+      kern = MatMul (x, w)
+      s3 = Constant <value = int64[3] {{-1, {k}, 1}}> ()
+      k3 = Reshape (kern, s3)
+      soft = Softmax <axis = 1> (k3)
+      c4 = Constant <value = int64[3] {{{batch}, -1, {c}}}> ()
+      x4 = Reshape (x, c4)
+      xt = Transpose <perm = [0, 2, 1]> (x4)
+      sh = Shape (xt)
+      i0 = Constant <value = int64 {{0}}> ()
+      i1 = Constant <value = int64 {{1}}> ()
+      i2 = Constant <value = int64 {{2}}> ()
+      bdim = Gather <axis = 0> (sh, i0)
+      cdim = Gather <axis = 0> (sh, i1)
+      sdim = Gather <axis = 0> (sh, i2)
+      pads = Constant <value = int64 {{{k - 1}}}> ()
+      padded = Add (sdim, pads)
+      span = Constant <value = int64 {{{k - 1}}}> ()
+      count = Sub (padded, span)
+      r = Range (i0, count, i1)
+      ax0 = Constant <value = int64[1] {{0}}> ()
+      ru = Unsqueeze (r, ax0)
+      offsets = Constant <value = int64[{k}, 1] {{{rows}}}> ()
+      idx = Add (ru, offsets)
+      ax3 = Constant <value = int64[1] {{3}}> ()
+      xu = Unsqueeze (xt, ax3)
+      p = Constant <value = int64[8] {{0, 0, {k // 2}, 0, 0, 0, {k // 2}, 0}}> ()
+      xp = Pad (xu, p)
+      g4 = Gather <axis = 2> (xp, idx)
+      col = Constant <value = int64[1, 1] {{0}}> ()
+      g5 = Gather <axis = 4> (g4, col)
+      unfolded = Transpose <perm = [0, 1, 2, 4, 3, 5]> (g5)
+      nine = Constant <value = int64 {{{k}}}> ()
+      c9 = Mul (cdim, nine)
+      bu = Unsqueeze (bdim, ax0)
+      cu = Unsqueeze (c9, ax0)
+      minus = Constant <value = int64[1] {{-1}}> ()
+      s5 = Concat <axis = 0> (bu, cu, minus)
+      h5 = Reshape (unfolded, s5)
+      t = Transpose <perm = [0, 2, 1]> (h5)
+      s6 = Constant <value = int64[4] {{{batch}, -1, {c}, {k}}}> ()
+      h6 = Reshape (t, s6)
+      s7 = Constant <value = int64[3] {{-1, 8, {k}}}> ()
+      h7 = Reshape (h6, s7)
+      mm = MatMul (h7, soft)
+      mt = Transpose <perm = [0, 2, 1]> (mm)
+      y = MatMul (mt, v)
+    }}""")
+    for i, node in enumerate(m.graph.node):
+        node.name = f"{node.op_type}_{i}"
+    onnx.checker.check_model(m)
+    return m
+
+
+@pytest.mark.parametrize("batch", [2, 1])
+def test_an_unknown_of_a_reshapes_input_is_left_to_the_constraints_that_decide_it(
+    batch: int,
+) -> None:
+    """Traced at ``seq = 8`` (ConvBERT by TorchScript, at batch 2 and 1), the split of
+    ``[batch, $q, 16] -> [batch*seq*2, 8]`` cancelled ``batch`` and gave the window count
+    ``$q`` (an unknown of the Reshape's input) ``seq`` by its size, before the Range's
+    constants were kept: tying the padding to ``seq`` then fitted the graph too (``k - 1``
+    followed it), and the model was refused as ambiguous, 'the value is fixed at 8 (as traced)
+    or follows seq'. Only a Reshape's output unknowns are split so; the symbolized model equals
+    the one written at ``batch 3, seq 5``."""
+    result = Symbolize(**{"x:0": "batch", "x:1": "seq"})(
+        unfold_attention(batch, 8), onnxsurgery.PassContext(provider="cpu")
+    )
+    feeds = {"x": np.random.default_rng(0).standard_normal((3, 5, 16)).astype(np.float32)}
+    runs = [
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        for m in (result.model, unfold_attention(3, 5))
+    ]
+    got, want = (s.run(None, feeds)[0] for s in runs)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -470,7 +470,8 @@ class _Solver:
             ((kmono, kcoef),) = known_side.terms.items() or [((), 0)]
             if ucoef == 0 or kcoef % ucoef or self.unknowns(known_side):
                 continue
-            umono, kmono = self._cancel_known(umono, kmono)
+            if known_side is sides[1]:  # only an output's unknowns: see :meth:`_cancel_known`
+                umono, kmono = self._cancel_known(umono, kmono)
             if len(umono) < 2 or any(
                 self.a.atoms[x].kind not in ("var", "data", "derived") for x in umono
             ):
@@ -507,7 +508,13 @@ class _Solver:
     ) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """Drop from both products the symbols already known on the unknown side: a Reshape
         ``[batch*4, h*w] -> [batch, $a, $b, $c]`` whose ``batch`` matched is the split
-        ``$a*$b*$c == 4*h*w``, still in the Reshape's order (:meth:`_fits`)."""
+        ``$a*$b*$c == 4*h*w``, still in the Reshape's order (:meth:`_fits`). Only where the
+        unknowns are the output's dims (``positions``): unknowns of its input (a -1 dim of an
+        earlier Reshape, ``[batch, $q, $c] -> [batch*seq*2, 8]``) have no place in that order,
+        and a split of what is left by traced size alone (``$q = seq``) would pre-empt the
+        constraints that decide them (ConvBERT's unfold, whose window count is ``seq + pad -
+        (k - 1)``: its constants, traced at ``seq``'s size, then fitted ``seq`` too and were
+        refused as ambiguous); a known symbol there leaves the product unsplit, as before."""
         rest = list(kmono)
         left = []
         for x in umono:
