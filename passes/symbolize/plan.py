@@ -330,11 +330,6 @@ def plan_symbolize(
         axes, symbols, changes, blockers, outputs, notes, analysis, sol, row_syms, relations
     )
     plan.bounds = {s: b for s, b in context.bounds.items() if s in context.used_bounds}
-    plan.notes += [
-        f"{s}<={b}: no table folded at the traced length needs it, so {s} is left unbounded"
-        for s, b in context.bounds.items()
-        if s not in context.used_bounds
-    ]
     plan.same_padding = dict(
         alt for f in graph_wide if (alt := f.rule.alternative(f.site)) is not None
     )
@@ -343,18 +338,33 @@ def plan_symbolize(
     plan.coincidences += context.settled
     plan.ambiguities = ambiguous_hints(analysis, sol, row_syms)
     plan.unfolded = _unfolded(analysis, sol)
-    plan.notes += [
-        f"MatMul {analysis.model.graph.node[i].name!r}: its second input is viewed with the "
-        f"first's {n} leading batch dim(s) unfolded from its first dim before it (a bmm whose "
-        "views the export dropped at the traced size)"
-        for i, n in sorted(plan.unfolded.items())
-    ]
-    plan.notes += [
-        f"{c.sets[0]} {c.sets[1]!r}: {c.value} kept fixed as traced, though {c.reading} fits too"
-        for c in context.settled
-        if c.nodes() & keep
-    ]
+    plan.notes += _decision_notes(plan, context, keep)
     return plan
+
+
+def _decision_notes(plan: SymbolizePlan, context: PlanContext, keep: Set[str]) -> list[str]:
+    """What the plan decided that the user did not ask for and should know: bounds no table
+    needs, MatMuls whose second input is unfolded, sizes kept fixed on purpose (``keep``)."""
+    nodes = plan.analysis.model.graph.node
+    return [
+        *(
+            f"{s}<={b}: no table folded at the traced length needs it, so {s} is left unbounded"
+            for s, b in context.bounds.items()
+            if s not in context.used_bounds
+        ),
+        *(
+            f"MatMul {nodes[i].name!r}: its second input is viewed with the first's {n} leading "
+            "batch dim(s) unfolded from its first dim before it (a bmm whose views the export "
+            "dropped at the traced size)"
+            for i, n in sorted(plan.unfolded.items())
+        ),
+        *(
+            f"{c.sets[0]} {c.sets[1]!r}: {c.value} kept fixed as traced, though {c.reading} "
+            "fits too"
+            for c in context.settled
+            if c.nodes() & keep
+        ),
+    ]
 
 
 def _matmul_broadcasts(analysis: ShapeAnalysis, sol: Solution) -> Solution:
