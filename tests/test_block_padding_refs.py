@@ -9,7 +9,9 @@ only right if the rest of the plan lets the count follow the size. It does not t
 pad computed from the size by hand, the solver reads ``padded / 128`` traced ``128 / 128`` as the
 padded length over itself (the Div's 128 and the Reshape's 128 both become the padded length,
 the count 1), and symbolize, given a case at seq 7, reports seq verified while seq 130 gives one
-block of 256 instead of two of 128 (the strict xfail below, for whoever owns the solver).
+block of 256 instead of two of 128. The solver no longer reads a constant block as the length
+it divides when the count is traced at 1 (``_Solver._block_of_one``): symbolize refuses at the
+Div, or the count follows the length.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
-import pytest
 from test_symbolize import parse
 
 import onnxsurgery
@@ -123,13 +124,16 @@ def test_a_pad_baked_at_one_block_is_refused_or_right_past_one_block(tmp_path) -
     _assert_right_past_one_block(out)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the solver reads padded / 128, traced 128 / 128, as the padded length over itself: "
-    "the block count is fixed at 1 (onnxsurgery/shapes, not block padding)",
-)
-def test_a_block_count_traced_at_1_follows_the_padded_length(tmp_path) -> None:
+def test_a_block_count_traced_at_1_follows_the_padded_length_or_is_refused(tmp_path) -> None:
     """The pad computed from the size (what a reading 'padded to a multiple of the block'
-    would write): the count must follow the padded length, not stay at its traced 1."""
-    out = _symbolize_with_a_case_at_seq_7(torchscript_blocks(pad_from_size=True), tmp_path)
+    would write): the Reshape's constant 128 must not be read as the padded length (traced 128)
+    only because the count ``padded / 128`` is 1 at the traced size. The count then follows the
+    length, or symbolize refuses at the Div (it cannot prove ``padded`` a multiple of 128);
+    never a model whose count stays 1 past one block."""
+    model = torchscript_blocks(pad_from_size=True)
+    try:
+        out = _symbolize_with_a_case_at_seq_7(model, tmp_path)
+    except PassError as exc:
+        assert "Div" in str(exc)
+        return
     _assert_right_past_one_block(out)

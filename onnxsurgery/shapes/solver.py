@@ -295,7 +295,9 @@ class _Solver:
             return not (merged_one(a) or merged_one(b))
 
         def same_lead(i: int) -> bool:
-            return same(src[i], dst[i]) or self._spans(src, dst, i)
+            return (same(src[i], dst[i]) or self._spans(src, dst, i)) and not self._block_of_one(
+                src[i], dst[i]
+            )
 
         most = self._ends_of_ones(src, dst, same, self._own_minus_one(c), same_lead)
         lead = 0
@@ -308,6 +310,7 @@ class _Solver:
             and len(dst) - trail - 1 >= lead
             and trail < most[1]
             and same(src[-1 - trail], dst[-1 - trail])
+            and not self._block_of_one(src[-1 - trail], dst[-1 - trail])
         ):
             self.try_hint(dst[-1 - trail], src[-1 - trail])
             trail += 1
@@ -327,6 +330,36 @@ class _Solver:
                     self.drain()
             elif diff != Dim.const(0):  # equal already: nothing to split
                 self.factor(lhs, rhs, mid_dst, mid_src)
+
+    def _block_of_one(self, src: Dim, dst: Dim) -> bool:
+        """Whether matching a Reshape's ``src`` dim with ``dst`` would read a constant block
+        size as the length it divides only because the count is 1 at the traced size.
+
+        ``n = padded / 128`` traced ``128 / 128`` and ``[b, padded, f] -> [b, n, 128, f]``: the
+        trailing 128 looks like ``padded``, but taking it fixes the count at 1 at every size. The
+        constant stays a constant; the count follows the length (at run time if need be).
+        """
+        sides = (src, dst)
+        if not any(d.is_atom() and self.unknowns(d) and self._is_var(d) for d in sides):
+            return False
+        for c in self.hard:
+            if c.op != "Div" or c.lhs is None or c.rhs is None:
+                continue
+            counts = [x for x in c.lhs.atoms() if self._is_count_of_one(x)]
+            if counts and any(self.resolve(c.rhs) == self.resolve(d) for d in sides):
+                return True
+        return False
+
+    def _is_var(self, d: Dim) -> bool:
+        return all(self.a.atoms[x].kind == "var" for x in d.atoms())
+
+    def _is_count_of_one(self, atom: str) -> bool:
+        """An exact Div's quotient still undecided and traced at 1 (one block)."""
+        info = self.a.atoms[atom]
+        return (
+            info.kind == "derived" and info.note == "Div" and self.traced.get(atom) == 1
+            and atom not in self.sol.values
+        )
 
     def _spans(self, src: list[Dim], dst: list[Dim], i: int) -> bool:
         """Whether a Reshape's ``i``-th input and output dims hold the same elements at the
