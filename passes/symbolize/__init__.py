@@ -12,6 +12,7 @@ The pass reads as stages, each a module that only reads what the one before it p
     baked.py            what an export baked at the traced size ('same' pads, grid tables)
     block_padding.py    a length padded to a multiple of a block at the traced size (a rule)
     coincident.py       sizes a symbol and a fixed value both fit (kept ones blocked, hinted ambiguous)
+    conflict_readings.py  a conflict's one reading: kept sizes following a symbol, a row broadcast
     wording.py          how blockers spell dims, axes and fixes in the input symbols
     readings.py         the rewrites reference cases choose between where the graph cannot tell
     by_references.py    the reference cases choosing among readings (coincident sizes, readings.py)

@@ -34,11 +34,10 @@ from onnxsurgery.passes.symbolize.coincident import (
     Ambiguity,
     Coincidence,
     ambiguous_hints,
-    broadcast_readings,
-    conflict_readings,
     find_coincidences,
     tie,
 )
+from onnxsurgery.passes.symbolize.conflict_readings import broadcast_readings, conflict_readings
 from onnxsurgery.passes.symbolize.graph_blockers import find_blockers
 from onnxsurgery.passes.symbolize.rules import (
     Change,

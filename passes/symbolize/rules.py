@@ -387,7 +387,7 @@ def _least(a: ShapeAnalysis, sol: Solution, met: Dim, size: int) -> list[str]:
 
 class OneRow(Rule):
     """A data constant whose values repeat along an axis the plan read as 1 (one row that the
-    graph broadcasts; :func:`~.coincident.broadcast_readings`): cut to that row."""
+    graph broadcasts; :func:`~.conflict_readings.broadcast_readings`): cut to that row."""
 
     kind = "one-row"
 
