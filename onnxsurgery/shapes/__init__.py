@@ -5,6 +5,8 @@
     rules/          per-op shape rules by op family, in a registry keyed by domain and op
     propagation.py  :func:`propagate`: every tensor's symbolic shape, with provenance
     solver.py       :func:`solve`: unify the constraints propagation recorded
+    reshape_reading.py  the solver's Reshape steps: dims kept, merged or split, in row-major order
+    solution.py     what the solver returns (:class:`Solution`, :class:`Conflict`)
     spelling.py     a size in the input symbols, as users read it (``(height - 8)//8 + 1``)
 
 Each stage only reads the one before it: dims <- analysis <- rules <- propagation <- solver.
