@@ -4,6 +4,7 @@ The pass reads as stages, each a module that only reads what the one before it p
 
     onnxsurgery.shapes  propagate symbolic shapes with provenance, then solve the constraints
     generators.py       how a constant was generated along its traced axes (Range grids, tables)
+    trig_tables.py      its cos/sin and rotary tables; table_generator.py: the Generator both match to
     batch_indices.py    constant indices that enumerate the batch
     plan.py             the plan: every change (constant -> shape computation) and every blocker
     graph_blockers.py   blockers of the graph as a whole, declared rules (GRAPH_RULES)
