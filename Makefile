@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 DEMO   := fixtures/alexnet_view/torchscript
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-corpus test-backend test-large fuzz lint fixtures bench sweep clean
+.PHONY: install demo test test-corpus test-backend test-large fuzz lint fixtures bench sweep sweep-torchvision clean
 
 install: $(STAMP)
 
@@ -86,6 +86,20 @@ bench: install
 # it, e.g. ARGS="--limit 60" or ARGS="--kinds audio,video"; then python bench/sweep.py --readme.
 sweep: install
 	nice -n 15 $(BIN)/python bench/sweep.py $(ARGS)
+
+# torchvision's rows need torchvision, which imports on these machines only beside torch 2.14.1 (a
+# CUDA build, ~5.5 GB, that pip takes from this machine's disk and that runs on the CPU; PyPI's
+# torchvision does not import beside 2.13.0): they are swept from a venv of their own, and merge
+# into bench/sweep.json beside the transformers rows (each row records the versions it ran with).
+TV_VENV := .venv-torchvision
+$(TV_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(TV_VENV)
+	$(TV_VENV)/bin/python -m pip install -q torch==2.14.1 torchvision==0.29.1
+	$(TV_VENV)/bin/python -m pip install -q -e . "onnxscript>=0.3"
+	@touch $@
+
+sweep-torchvision: $(TV_VENV)/.installed
+	nice -n 15 $(TV_VENV)/bin/python bench/sweep.py --sources torchvision $(ARGS)
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import functools
 import json
 import multiprocessing
 import os
@@ -427,6 +428,7 @@ def score_row(
         **asdict(row),
         "name": row.name,
         "seconds": round(time.perf_counter() - start, 1),
+        "versions": _versions(),
     }
     result["asked"] = [[e, b] for e in exporters for b in batches]
     result["build"] = next((e["build"] for e in entries if "build" in e), None)
@@ -510,8 +512,7 @@ def table(data: dict[str, Any]) -> str:
     meta = data["meta"]
     lines = [
         f"Sweep of {meta['rows_scored']} of the {meta['rows_in_registries']} rows the registries give"
-        f"{' (partial)' if meta['partial'] else ''}; torch {meta['torch']}, transformers {meta['transformers']}, "
-        f"onnxruntime {meta['onnxruntime']}. symbolize: pass / refused (exit 2) / wrong (exit 0, differs from "
+        f"{' (partial)' if meta['partial'] else ''}; {_made_with(meta)}. symbolize: pass / refused (exit 2) / wrong (exit 0, differs from "
         "torch) / crash; +ref, +bound: symbolize passes plainly or after following the refusal's advice "
         "(cumulative: +ref with one stored torch reference case, --ref, at a size never checked; +bound "
         "also with seq<=traced, checked within the bound); advice wrong: a run after the advice wrong or "
@@ -544,6 +545,21 @@ def table(data: dict[str, Any]) -> str:
             + ".",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _made_with(meta: dict[str, Any]) -> str:
+    """The versions the table's rows were scored with, per source where they differ."""
+    versions = meta.get("versions")
+    if not versions:  # results written before rows recorded their versions
+        return f"torch {meta['torch']}, transformers {meta['transformers']}, onnxruntime {meta['onnxruntime']}"
+    named = ("torch", "torchvision", "transformers", "onnxruntime-gpu")
+    said = {
+        source: ", ".join(f"{k.removesuffix('-gpu')} {v[k]}" for k in named if k in v)
+        for source, v in sorted(versions.items())
+    }
+    if len(set(said.values())) == 1:
+        return next(iter(said.values()))
+    return "; ".join(f"{source} rows: {text}" for source, text in said.items())
 
 
 def by_kind(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -601,38 +617,68 @@ def problems(data: dict[str, Any]) -> list[str]:
 # the command
 
 
-def _meta(
-    all_rows: Sequence[Row], missing: dict[str, str], results: Sequence[dict[str, Any]]
-) -> dict[str, Any]:
-    import onnx
-    import onnxruntime
-    import torch
-    import transformers
+@functools.cache
+def _versions() -> dict[str, str]:
+    """The versions a row is built and exported with (a source may need its own environment:
+    torchvision installs here only beside another torch, see ``make sweep-torchvision``)."""
+    import importlib.metadata as md
 
+    found = {}
+    for package in ("torch", "torchvision", "transformers", "onnx", "onnxruntime-gpu"):
+        with contextlib.suppress(md.PackageNotFoundError):
+            found[package] = md.version(package)
+    return found
+
+
+def _meta(
+    all_rows: Sequence[Row],
+    missing: dict[str, str],
+    results: Sequence[dict[str, Any]],
+    previous: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What the merged results were made with: each source's registry size (a source this
+    environment cannot import keeps the count an earlier run recorded) and, per source, the
+    versions its rows were scored with."""
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
     ).stdout.strip()
+    counts = dict((previous or {}).get("registries", {}))
+    for source in {r.source for r in all_rows}:
+        counts[source] = sum(r.source == source for r in all_rows)
+    versions: dict[str, dict[str, str]] = {}
+    for row in results:
+        if row.get("versions"):  # the newest row of a source names its versions
+            versions[row["source"]] = row["versions"]
     return {
-        "torch": torch.__version__, "transformers": transformers.__version__, "onnx": onnx.__version__,
-        "onnxruntime": onnxruntime.__version__, "commit": commit,
+        "versions": versions, "commit": commit,
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
-        "rows_in_registries": len(all_rows), "rows_scored": len(results),
-        "partial": len(results) < len(all_rows), "sources_missing": missing,
+        "registries": counts, "rows_in_registries": sum(counts.values()),
+        "rows_scored": len(results), "partial": len(results) < sum(counts.values()),
+        "sources_missing": {k: v for k, v in missing.items() if k not in counts},
     }  # fmt: skip
 
 
-def _merge(previous: Path, results: list[dict[str, Any]], known: set[str]) -> list[dict[str, Any]]:
-    """This run's rows, plus the earlier ones (still in the registries) it did not redo."""
-    if not previous.exists():
+def _previous(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _merge(
+    previous: dict[str, Any] | None,
+    results: list[dict[str, Any]],
+    known: set[str],
+    missing: Iterable[str] = (),
+) -> list[dict[str, Any]]:
+    """This run's rows, plus the earlier ones it did not redo that are still in the registries
+    or come from a source this environment does not import (``missing``: their rows stand)."""
+    if previous is None:
         return results
-    mine = {r["name"] for r in results}
+    mine, elsewhere = {r["name"] for r in results}, set(missing)
     old = [
         r
-        for r in json.loads(previous.read_text())["rows"]
-        if r["name"] not in mine and r["name"] in known
+        for r in previous["rows"]
+        if r["name"] not in mine and (r["name"] in known or r.get("source") in elsewhere)
     ]
-    order = {name: i for i, name in enumerate(sorted(known))}
-    return sorted([*old, *results], key=lambda r: order[r["name"]])
+    return sorted([*old, *results], key=lambda r: (r.get("source", ""), r["name"]))
 
 
 def _split(values: Sequence[str] | None) -> list[str] | None:
@@ -644,6 +690,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--limit", type=int, help="at most this many rows, the kinds in turn")
     parser.add_argument(
         "--kinds", action="append", help=f"kinds, comma-separated: {', '.join(KINDS)}"
+    )
+    parser.add_argument(
+        "--sources",
+        action="append",
+        help="registries, comma-separated: transformers, torchvision (default every one that imports)",
     )
     parser.add_argument(
         "--only",
@@ -740,6 +791,25 @@ def score_rows(
     return results
 
 
+def _chosen(args: argparse.Namespace, all_rows: list[Row], missing: dict[str, str]) -> list[Row]:
+    """The rows the command line asks for; a kind, row or source there is none of is an error."""
+    kinds, only, sources = _split(args.kinds), _split(args.only), _split(args.sources)
+    unknown = sorted(set(kinds or ()) - set(KINDS))
+    if unknown:
+        _parser().error(f"unknown kind(s) {unknown}; known: {', '.join(KINDS)}")
+    strangers = sorted(set(only or ()) - {r.name for r in all_rows})
+    if strangers:
+        _parser().error(f"no row named {strangers}; see --list, names are like bert.base")
+    absent = sorted(set(sources or ()) - {r.source for r in all_rows})
+    if absent:
+        _parser().error(
+            f"no rows from source(s) {absent} here"
+            + "".join(f"; {k}: {v}" for k, v in missing.items() if k in absent)
+        )
+    wanted = [r for r in all_rows if not sources or r.source in sources]
+    return select(wanted, kinds=kinds, only=only, limit=args.limit)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.readme:
@@ -747,30 +817,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"README table written from {args.json}")
         return 0
     all_rows, missing = enumerate_rows()
-    kinds = _split(args.kinds)
-    unknown = sorted(set(kinds or ()) - set(KINDS))
-    if unknown:
-        _parser().error(f"unknown kind(s) {unknown}; known: {', '.join(KINDS)}")
-    only = _split(args.only)
-    strangers = sorted(set(only or ()) - {r.name for r in all_rows})
-    if strangers:
-        _parser().error(f"no row named {strangers}; see --list, names are like bert.base")
-    rows = select(all_rows, kinds=kinds, only=only, limit=args.limit)
+    rows = _chosen(args, all_rows, missing)
     if args.list:
+        wanted = {r.source for r in rows} if args.sources else {r.source for r in all_rows}
         for kind in KINDS:
-            print(f"{kind:16} {sum(r.kind == kind for r in all_rows)}")
+            print(f"{kind:16} {sum(r.kind == kind and r.source in wanted for r in all_rows)}")
         if args.only or args.kinds or args.limit:
             print("\n".join(f"  {r.name} ({r.kind})" for r in rows))
         print(
-            f"{'all':16} {len(all_rows)}"
+            f"{'all':16} {sum(r.source in wanted for r in all_rows)}"
             + "".join(f"; {k} not importable: {v}" for k, v in missing.items())
         )
         return 0
     start = time.perf_counter()
 
     def save(results: list[dict[str, Any]]) -> dict[str, Any]:
-        merged = _merge(args.json, results, {r.name for r in all_rows})
-        meta = _meta(all_rows, missing, merged)
+        previous = _previous(args.json)
+        merged = _merge(previous, results, {r.name for r in all_rows}, missing)
+        meta = _meta(all_rows, missing, merged, previous and previous["meta"])
         data = {
             "meta": {**meta, "seconds_this_run": round(time.perf_counter() - start)},
             "rows": merged,

@@ -76,6 +76,10 @@ class Row:
 
     @property
     def name(self) -> str:
+        """``bert.base``; a torchvision model is named for its source (``torchvision.resnet18``):
+        transformers has a ``mobilenet_v2`` too."""
+        if self.source == "torchvision":
+            return f"torchvision.{self.model}"
         return f"{self.model}.{self.head}"
 
 
@@ -257,10 +261,16 @@ def row_key(row: Row) -> str:
     """A hash of what builds the row: its config, class and the library versions (the harness's
     own fingerprint adds the builder's source and the signature)."""
     import torch
-    import transformers
 
-    parts = [row, torch.__version__, transformers.__version__]
+    parts: list[Any] = [row, torch.__version__]
+    if row.source == "torchvision":
+        import torchvision
+
+        parts.append(torchvision.__version__)
     if row.source == "transformers":
+        import transformers
+
+        parts.append(transformers.__version__)
         parts.append(
             json.dumps(
                 _config(row, row.head == "causal-lm-kv").to_dict(), sort_keys=True, default=str
@@ -538,19 +548,24 @@ def _torchvision_module(row: Row) -> Any:
     import torchvision.models as tvm
 
     model = tvm.get_model(row.model, weights=None)
-    if row.kind != "detection":
-        return model
+    detection = row.kind == "detection"
 
-    class Detections(torch.nn.Module):  # a batch in, every image's tensors out, flat
+    class Flat(torch.nn.Module):
+        """The model's tensors as a tuple, as the harness takes them: a classifier's one tensor,
+        a segmentation model's dict (out, aux), RAFT's list of flows; for detection, a batch in
+        and every image's tensors out."""
+
         def __init__(self) -> None:
             super().__init__()
             self.model = model
 
-        def forward(self, x: Any) -> tuple[Any, ...]:
-            found = self.model(list(x.unbind(0)))
-            return tuple(t for image in found for t in image.values())
+        def forward(self, *xs: Any) -> tuple[Any, ...]:
+            if detection:
+                found = self.model(list(xs[0].unbind(0)))
+                return tuple(t for image in found for t in image.values())
+            return tuple(t for _, t in _flat_outputs(self.model(*xs)))
 
-    return Detections()
+    return Flat()
 
 
 def _torchvision_inputs(row: Row, side: int | str) -> tuple[InputSpec, ...]:

@@ -8,6 +8,7 @@ import inspect
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("transformers")
@@ -118,6 +119,46 @@ def test_the_readme_block_is_replaced_and_the_rest_kept(tmp_path):
     sweep.update_readme("| new |\n", readme)
     assert readme.read_text() == f"# x\n\nbefore\n{sweep.BEGIN}\n| new |\n{sweep.END}\nafter\n"
     assert sweep.BEGIN in sweep.README.read_text()  # the project README has the block
+
+
+def _row(name, source, versions=None):
+    row = {"name": name, "source": source, "kind": "vision", "build": "ok", "cases": []}
+    return {**row, "versions": versions} if versions else row
+
+
+def test_rows_of_a_source_this_environment_cannot_import_are_kept_with_their_count():
+    # torchvision installs only beside another torch (make sweep-torchvision): its rows come
+    # from another environment, and a run here without torchvision must not drop them
+    tv = {"torch": "2.14.1+cu130", "torchvision": "0.29.1"}
+    previous = {
+        "meta": {"registries": {"transformers": 3, "torchvision": 2}},
+        "rows": [_row("alexnet.base", "torchvision", tv), _row("bert.base", "transformers"),
+                 _row("gone.base", "transformers")],
+    }  # fmt: skip
+    here = [_row("bert.base", "transformers", {"torch": "2.13.0+cpu", "transformers": "5"})]
+    known = {"bert.base", "gpt2.base", "vit.base"}
+    merged = sweep._merge(previous, here, known, {"torchvision": "No module named 'torchvision'"})
+    assert [r["name"] for r in merged] == ["alexnet.base", "bert.base"]  # gone.base: no longer a row
+    assert merged[1]["versions"]["torch"] == "2.13.0+cpu"  # this run's row replaces the old one
+    rows = [sweep_rows.Row("transformers", n.split(".")[0], "base", "encoder", "X") for n in known]
+    meta = sweep._meta(rows, {"torchvision": "No module"}, merged, previous["meta"])
+    assert meta["registries"] == {"transformers": 3, "torchvision": 2}
+    assert meta["rows_in_registries"] == 5 and meta["sources_missing"] == {}
+    header = sweep._made_with(meta)
+    assert "torchvision rows: torch 2.14.1+cu130, torchvision 0.29.1" in header
+    assert "transformers rows: torch 2.13.0+cpu, transformers 5" in header
+    # never swept: still said
+    fresh = sweep._meta(rows, {"torchvision": "No module"}, merged[1:], None)
+    assert fresh["sources_missing"] == {"torchvision": "No module"}
+
+
+def test_a_source_that_gives_no_rows_here_is_a_usage_error(capsys):
+    if "torchvision" in sys.modules or sweep_rows.enumerate_rows()[1] == {}:
+        pytest.skip("torchvision imports here")
+    with pytest.raises(SystemExit) as exc:
+        sweep.main(["--sources", "torchvision", "--list"])
+    assert exc.value.code == 2
+    assert "no rows from source(s) ['torchvision'] here" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["bert.base", "gpt2.causal-lm"])
@@ -388,3 +429,22 @@ def test_last_the_reference_keeps_one_symbol_at_its_traced_value_for_a_model_tha
         {**first[0], "width": traced["width"]},
     ]
     assert all(sum(r[k] == traced[k] for k in ("height", "width")) == 1 for r in rest)
+
+
+def test_the_oracle_forgives_rounding_within_the_output_s_scale_and_nothing_more():
+    from corpus.harness import mismatch
+
+    # torchvision's resnet18 with random weights at 32x32: logits up to 460; ORT and torch
+    # differ by 4.6e-4, at elements near 0 too (the static export itself was "mismatch")
+    torch_out = np.linspace(-460.0, 460.0, 1000).astype(np.float32)[None]
+    torch_out[0, 500] = 0.05
+    ort_out = torch_out.copy()
+    ort_out[0, 500] += 4.6e-4
+    assert mismatch("out_0", ort_out, torch_out) == ("", pytest.approx(4.6e-4, rel=1e-2))
+    wrong = torch_out.copy()
+    wrong[0, 500] += 0.05  # a reading off by the value itself
+    problem, err = mismatch("out_0", wrong, torch_out)
+    assert problem.startswith("out_0: max abs err 0.05 (output scale 460)")
+    small = torch_out / 460.0  # values of 1: 4.6e-4 at an element near 0 is past rounding
+    problem, _ = mismatch("out_0", small + np.float32(4.6e-4), small)
+    assert problem
