@@ -541,13 +541,21 @@ def _kv_architecture(row: Row, name: str) -> Architecture:
 # torchvision: the smallest square input each model accepts
 
 _SIDES = (32, 64, 96, 128, 160, 224, 299, 320, 520)
+_FRAMES = (4, 16)
 
 
 def _torchvision_module(row: Row) -> Any:
     import torch
     import torchvision.models as tvm
 
-    model = tvm.get_model(row.model, weights=None)
+    builder = tvm.get_model_builder(row.model)
+    # no download: a segmentation or detection model's backbone is pretrained by default
+    extra = (
+        {"weights_backbone": None}
+        if "weights_backbone" in inspect.signature(builder).parameters
+        else {}
+    )
+    model = builder(weights=None, **extra)
     detection = row.kind == "detection"
 
     class Flat(torch.nn.Module):
@@ -568,9 +576,9 @@ def _torchvision_module(row: Row) -> Any:
     return Flat()
 
 
-def _torchvision_inputs(row: Row, side: int | str) -> tuple[InputSpec, ...]:
+def _torchvision_inputs(row: Row, side: int, frames: int = 4) -> tuple[InputSpec, ...]:
     if row.kind == "video":
-        return (InputSpec("x", ("batch", 3, 4, side, side)),)
+        return (InputSpec("x", ("batch", 3, frames, side, side)),)
     if row.kind == "optical-flow":
         return (
             InputSpec("image1", ("batch", 3, side, side)),
@@ -583,8 +591,10 @@ def _torchvision_architecture(row: Row, name: str) -> Architecture:
     import torch
 
     why = ""
-    for side in _SIDES:
-        inputs = _torchvision_inputs(row, side)
+    # a video model takes 4 frames, or 16 (MViT, S3D), at the smallest side it accepts
+    frames = _FRAMES if row.kind == "video" else _FRAMES[:1]
+    for side, length in ((s, f) for s in _SIDES for f in frames):
+        inputs = _torchvision_inputs(row, side, length)
         arch = Architecture(
             name,
             row.kind,
@@ -602,7 +612,8 @@ def _torchvision_architecture(row: Row, name: str) -> Architecture:
                     out = module(*(torch.from_numpy(v) for v in arch.make_inputs(sizes).values()))
                 runs.append([tuple(t.shape) for _, t in _flat_outputs(out)])
         except Exception as exc:
-            why = f"torch eager at {side}x{side}: {_first_line(exc)}"
+            where = f"{length} frames of {side}x{side}" if row.kind == "video" else f"{side}x{side}"
+            why = f"torch eager at {where}: {_first_line(exc)}"
             continue
         names = [f"out_{i}" for i in range(len(runs[0]))]
         outputs = _templates(names, runs, [dict(arch.traced[-1]), *map(dict, arch.checks)])

@@ -46,3 +46,18 @@ def test_integer_outputs_stay_exact_and_non_finite_values_set_no_scale():
     assert not agree(ids + np.array([[0, 1]]), ids, "ids", 1e-5, 1e-5)
     want = np.array([[np.inf, 0.5]], dtype=np.float32)
     assert not agree(np.array([[np.inf, 0.502]], dtype=np.float32), want, "x", 1e-5, 1e-5)
+
+
+def test_at_one_size_rounding_below_a_millionth_of_the_output_s_scale_is_forgiven():
+    # torchvision's FCN with random weights: outputs up to 7e6, where float32 holds steps of 0.5;
+    # the rewritten Resize moved elements near 0 by 2.5e-3 against the original, at one size
+    from onnxsurgery.passes.symbolize.row_checks import SCALE, compare
+
+    want = _output(7.0e6)
+    got = want.copy()
+    got[0, 189] += 2.54e-3
+    assert compare(got, want, "out_0", 1e-5, 1e-5)
+    got[0, 189] = want[0, 189] + 7.0e6 * SCALE * 10  # 70 on values of millions: no rounding
+    assert not compare(got, want, "out_0", 1e-5, 1e-5)
+    small = _output(1.0)
+    assert not compare(small + np.float32(2.54e-3), small, "out_0", 1e-5, 1e-5)

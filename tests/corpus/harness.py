@@ -113,13 +113,18 @@ def sizes_label(sizes: Sizes) -> str:
 
 
 def _fingerprint(arch: Architecture, *extra: Any) -> str:
-    import torch
-    import transformers
+    import importlib.metadata as md
 
+    import torch
+
+    try:  # the sweep's torchvision rows run in a venv without it
+        transformers = md.version("transformers")
+    except md.PackageNotFoundError:
+        transformers = "-"
     parts = [
         FORMAT,
         torch.__version__,
-        transformers.__version__,
+        transformers,
         onnx.__version__,
         inspect.getsource(arch.builder),
         repr(arch.inputs),
