@@ -161,3 +161,32 @@ def test_without_a_bound_the_refusal_advises_it(form) -> None:
     plan = plan_symbolize(model, {"x": {0: "batch", 1: "seq"}})
     advised = {b.op for b in plan.blockers if "seq<=traced" in b.fix}
     assert advised == ({"Pad", "Div", "Reshape"} if form == "torchscript" else {"Pad"})
+
+
+def concat_form(traced: int, block: int) -> onnx.ModelProto:
+    """:func:`block_sums` with the pad a Concat of zeros (``torch.cat([x, x.new_zeros(...)])``),
+    their shape a constant baked at ``traced``; a constant Reshape target."""
+    count = -(-traced // block)
+    return _named(
+        parse(
+            f"""{OPSET} net (float[2, {traced}, {F}] x) => (float[2, {count}, {F}] y) {{
+                z = ConstantOfShape <value = float[1] {{0}}> (zshape)
+                xp = Concat <axis = 1> (x, z)
+                blocks = Reshape (xp, shape)
+                y = ReduceSum <keepdims = 0> (blocks, two)
+            }}""",
+            zshape=np.array([2, -traced % block, F], np.int64),
+            shape=np.array([2, count, block, F], np.int64),
+            two=np.array([2], np.int64),
+        )
+    )
+
+
+def test_zeros_concatenated_to_one_block_are_read_under_the_bound_too() -> None:
+    """The Concat form: the zeros' length becomes ``128 - seq`` within the bound, guarded."""
+    out = _symbolize(concat_form(8, 128), "seq<=traced")
+    for batch, seq in ((1, 1), (3, 5), (2, 8)):
+        x = _x(batch, seq)
+        np.testing.assert_allclose(_run(out, x), block_sums(x, 128), rtol=1e-5, atol=1e-5)
+    with pytest.raises(Exception, match=rf"seq<=8 \({OVER}\)"):
+        _run(out, _x(2, 9))

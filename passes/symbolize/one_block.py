@@ -102,6 +102,10 @@ def read_under_bounds(a: ShapeAnalysis, sol: Solution, bounds: Mapping[str, int]
     return tied
 
 
+#: the constant reads a pad's amount may be: a Pad's pads, the shape of the zeros a Concat adds
+AMOUNTS = {("Pad", 1), ("ConstantOfShape", 0)}
+
+
 class BoundedPadAmount(Rule):
     """A pad's amount tied to ``block - size`` by :func:`read_under_bounds`: written from the
     size like any size constant (:class:`~.rules.SizeConstant`), with a guard that fails where
@@ -110,15 +114,16 @@ class BoundedPadAmount(Rule):
     kind = "one-block"
 
     def check(self, read: ConstRead) -> str | None:
-        if read.use.kind != "size":
-            return "not a size constant"
+        if read.use.kind != "size" or (read.use.op, read.use.input_index) not in AMOUNTS:
+            return "no pad amount"
         tied = tied_amounts(read.context.analysis)
         return None if tied & {x for x in read.use.atoms if x} else "no pad amount tied to a bound"
 
     def produce(self, read: ConstRead) -> Change:
         c = read.context
         change = SizeConstant().produce(read)
-        syms = input_symbols(c.analysis, c.solution, {x for v in change.values for x in v.atoms()})
+        amounts = tied_amounts(c.analysis) & {x for x in read.use.atoms if x}
+        syms = input_symbols(c.analysis, c.solution, amounts)
         change.guard = {s: c.bounds[s] for s in sorted(syms)}
         change.new += f" (one block within {bound_text(syms, c.bounds)})"
         c.used_bounds |= syms
