@@ -11,6 +11,10 @@ in :data:`~.graph_blockers.GRAPH_RULES`:
 
     Pad(x[batch, seq, d], pads: +120 on axis 1) -> [batch, seq + 120, d]     traced seq 8
     Reshape(., [2, 1, 128, d])                  -> 1 block of 128: 8 + 120 is 128
+
+Under a bound that keeps the size within the one block it was traced at (``seq<=traced``), the
+pad is ``128 - seq`` at every size the bound allows: :mod:`.one_block` ties its amount so before
+the plan is solved (:data:`ONE_BLOCK`), and a split whose amount is tied so is no blocker here.
 """
 
 from __future__ import annotations

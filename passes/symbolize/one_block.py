@@ -147,9 +147,9 @@ def advise_bound(
             syms = input_symbols(a, sol, split.dim.atoms())
             at_traced = {**{s: a.atoms[s].traced for s in syms}, **bounds}
             if syms and syms <= bounds.keys():
-                f.blocker.why += f"; within {bound_text(syms, bounds)} it stays so: " + str(
-                    one_block(site, split, bounds)
-                )
+                why = one_block(site, split, bounds)
+                if why is not None:
+                    f.blocker.why += f"; within {bound_text(syms, bounds)} it stays so: {why}"
             elif split.amount and one_block(site, split, at_traced) is None:
                 advised[split.amount] = _lead(site, split, syms)
         leads = dict.fromkeys(advised[s.amount] for s in site.open if s.amount in advised)
