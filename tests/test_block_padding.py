@@ -2,8 +2,9 @@
 attention): a constant Pad of ``(-seq) % block`` the export baked, then a Reshape into blocks.
 Kept, the padded length reads ``seq + p`` and the blocks come out wrong at other sizes (wrong
 values, verified only at level "runs"); symbolize refuses it, naming the Pad, the block and the
-traced size, with or without a bound on seq, in the form dynamo leaves (a constant amount) and
-the one TorchScript leaves (``Mod(-seq, block)`` with the traced seq folded in)."""
+traced size, in the form dynamo leaves (a constant amount) and the one TorchScript leaves
+(``Mod(-seq, block)`` with the traced seq folded in); with a bound on seq, one block is read as
+``block - seq`` (tests/test_block_padding_bound.py), more blocks stay refused."""
 
 from __future__ import annotations
 
@@ -124,18 +125,21 @@ def test_symbolize_never_returns_blocks_that_differ_from_numpy(seq, axes, torchs
 
 
 @pytest.mark.parametrize("torchscript", [False, True], ids=["dynamo", "torchscript"])
-@pytest.mark.parametrize("axes", [SEQ, SEQ_BOUND], ids=["unbounded", "seq<=traced"])
-def test_one_block_is_refused_naming_the_pad_block_and_traced_size(axes, torchscript):
+def test_one_block_is_refused_naming_the_pad_block_and_traced_size(torchscript):
     """seq 3 padded by 1 to one block of 4: kept, seq 2 pads to 3 and the mean is over 3, not 4
-    (the old code returned it at level "runs")."""
+    (the old code returned it at level "runs"). With ``seq<=traced`` it is read as ``4 - seq``
+    (:mod:`~onnxsurgery.passes.symbolize.one_block`): right at every size within the bound."""
     with pytest.raises(PassError) as caught:
-        Symbolize(**axes)(padded_blocks(3, 4, torchscript=torchscript), CPU)
+        Symbolize(**SEQ)(padded_blocks(3, 4, torchscript=torchscript), CPU)
     text = str(caught.value)
     assert "1 blocker(s)" in text and "Pad '' (input 'pads'): pads axis 1 (seq) by 1 to 4" in text
     assert "splits into 1 block(s) of 4: a pad to a multiple of 4 ((-seq) % 4 in torch" in text
     assert "baked at seq = 3, where seq = 4 needs 0, or a fixed pad of 1" in text
     assert "the padded length reads seq + 1" in text
     assert "[traced: axis 1 (seq) = 3 padded (0, 1) to 1 x 4]" in text
+    assert "bound seq (like seq<=traced among the axes symbolize names)" in text
+    model = Symbolize(**SEQ_BOUND)(padded_blocks(3, 4, torchscript=torchscript), CPU).model
+    assert agrees_with_numpy(model, 4, [(b, n) for b in (1, 3) for n in (1, 2, 3)])
 
 
 @pytest.mark.parametrize("piece", ["zeros", "constant-of-shape"])
@@ -193,12 +197,12 @@ def test_the_cli_says_it_in_one_line_with_exit_2(tmp_path):
     onnx.save(padded_blocks(3, 4), src)
     result = CliRunner().invoke(
         app, ["run", str(src), "-o", str(tmp_path / "o.onnx"), "--provider", "cpu",
-              "--passes", "symbolize(x:0=batch, x:1=seq<=traced)"],  # fmt: skip
+              "--passes", "symbolize(x:0=batch, x:1=seq)"],  # fmt: skip
     )
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert "Traceback" not in result.output and not (tmp_path / "o.onnx").exists()
-    assert any("a pad to a multiple of 4" in line for line in lines)
+    assert any("a pad to a multiple of 4" in line and "seq<=traced" in line for line in lines)
 
 
 def fixed_pad_then(op: str) -> onnx.ModelProto:

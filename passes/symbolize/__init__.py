@@ -12,6 +12,7 @@ The pass reads as stages, each a module that only reads what the one before it p
     blockers.py         a blocker (what holds only at the traced size), grouped and summarized
     baked.py            what an export baked at the traced size ('same' pads, grid tables)
     block_padding.py    a length padded to a multiple of a block at the traced size (a rule)
+    one_block.py        that pad read as block - seq within a bound (one block), guarded past it
     coincident.py       sizes a symbol and a fixed value both fit (kept ones blocked, hinted ambiguous)
     conflict_readings.py  a conflict's one reading: kept sizes following a symbol, a row broadcast
     wording.py          how blockers spell dims, axes and fixes in the input symbols

@@ -11,6 +11,10 @@ in :data:`~.graph_blockers.GRAPH_RULES`:
 
     Pad(x[batch, seq, d], pads: +120 on axis 1) -> [batch, seq + 120, d]     traced seq 8
     Reshape(., [2, 1, 128, d])                  -> 1 block of 128: 8 + 120 is 128
+
+Under a bound that keeps the size within the one block it was traced at (``seq<=traced``), the
+pad is ``128 - seq`` at every size the bound allows: :mod:`.one_block` ties its amount so before
+the plan is solved (:data:`ONE_BLOCK`), and a split whose amount is tied so is no blocker here.
 """
 
 from __future__ import annotations
@@ -37,10 +41,14 @@ from onnxsurgery.shapes.analysis import ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.solver import Solution
 
-__all__ = ["BlockSplit", "PadSite", "BlockPadding", "constant_pads"]
+__all__ = ["BlockSplit", "PadSite", "BlockPadding", "constant_pads", "ONE_BLOCK", "tied_amounts"]
 
 #: how many nodes past the Pad the Reshape that splits its output into blocks may be
 REACH = 3
+
+#: why a pad's amount follows the size: the bounded reading (:mod:`.one_block`) tied it so; a
+#: split whose amount is tied so is no blocker here
+ONE_BLOCK = "pads to one block at every size within the bound"
 
 
 @dataclass
@@ -57,6 +65,9 @@ class BlockSplit:
     reshape: onnx.NodeProto
     count: int
     block: int
+    #: the unknown the export's constant read left for the amount (the padded length less the
+    #: unpadded one, as propagated), where it is one; None: the amount is no such read
+    amount: str | None = None
 
 
 @dataclass
@@ -92,9 +103,37 @@ class PadSite:
             for node in _reached(self.consumers, self.node.output[0]):
                 split = _block_split(a, sol, node, padded, length)
                 if split is not None and split[1] > b + e:
-                    found.append(BlockSplit(axis, d, padded, a.traced(d), (b, e), node, *split))
+                    amount = _amount(a, self.shape[axis], out.shape[axis])
+                    found.append(
+                        BlockSplit(axis, d, padded, a.traced(d), (b, e), node, *split, amount)
+                    )
                     break
         return found
+
+    @cached_property
+    def open(self) -> list[BlockSplit]:
+        """The :attr:`splits` whose amount no bound made follow the size (:data:`ONE_BLOCK`)."""
+        tied = tied_amounts(self.analysis)
+        return [s for s in self.splits if s.amount is None or s.amount not in tied]
+
+
+def tied_amounts(a: ShapeAnalysis) -> set[str]:
+    """The pad amounts the bounded reading tied to the size (:data:`ONE_BLOCK`)."""
+    return {
+        next(iter(c.lhs.atoms()))
+        for c in a.constraints
+        if c.why == ONE_BLOCK and c.lhs is not None and c.lhs.is_atom()
+    }
+
+
+def _amount(a: ShapeAnalysis, before: Dim, after: Dim) -> str | None:
+    """The one unknown ``after - before`` is (a pad's amount on one end, as a constant read
+    left it: ``$v3`` of ``seq + $v3``), where it is one the export read from a constant."""
+    extra = after - before
+    if not extra.is_atom():
+        return None
+    (atom,) = extra.atoms()
+    return atom if a.atoms[atom].kind == "var" else None
 
 
 def constant_pads(a: ShapeAnalysis, sol: Solution) -> Iterator[PadSite]:
@@ -214,13 +253,15 @@ class BlockPadding(GraphRule):
     sites = staticmethod(constant_pads)
 
     def check(self, site: PadSite) -> str | None:
-        if site.splits:
+        if site.open:
             return None
+        if site.splits:
+            return "its pad follows the size within a bound (one block)"
         return "no symbolic axis it pads is split into blocks longer than the pad"
 
     def produce(self, site: PadSite) -> Blocker:
         a, sol, node = site.analysis, site.solution, site.node
-        found = site.splits
+        found = site.open
         syms = sorted(input_symbols(a, sol, set().union(*(s.dim.atoms() for s in found))))
         first = found[0]
         dim, p, block = dim_text(a, sol, first.dim), sum(first.pad), first.block

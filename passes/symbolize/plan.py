@@ -39,6 +39,7 @@ from onnxsurgery.passes.symbolize.coincident import (
 )
 from onnxsurgery.passes.symbolize.conflict_readings import broadcast_readings, conflict_readings
 from onnxsurgery.passes.symbolize.graph_blockers import find_blockers
+from onnxsurgery.passes.symbolize.one_block import advise_bound, read_under_bounds
 from onnxsurgery.passes.symbolize.rules import (
     Change,
     ConstRead,
@@ -313,11 +314,12 @@ def plan_symbolize(
     """
     axes = normalize_axes(default_axes(model) if dynamic_axes is None else dynamic_axes)
     analysis = propagate(model, axes, bare=bare)
-    context = plan_context(analysis, rows, keep, generalize)
-    context.bounds = symbol_bounds(analysis, bounds or {})
+    asked = symbol_bounds(analysis, bounds or {})
+    context = plan_context(analysis, rows, keep, generalize, asked)
     sol, row_syms = context.solution, context.rows
     changes, blockers = _decide_constants(context)
     graph_wide = find_blockers(analysis, sol)  # the graph's blockers: .graph_blockers.GRAPH_RULES
+    advise_bound(graph_wide, analysis, sol, asked)
     leading = [f.blocker for f in graph_wide if f.rule.leads]
     blockers = leading + blockers + [f.blocker for f in graph_wide if not f.rule.leads]
     symbols = {s: analysis.atoms[s].traced for s in analysis.symbols}
@@ -404,13 +406,17 @@ def plan_context(
     rows: set[str] | None,
     keep: Set[str] = frozenset(),
     generalize: bool = False,
+    bounds: Mapping[str, int] | None = None,
 ) -> PlanContext:
     """Solve the analysis with every constant that enumerates a batch (:mod:`.batch_indices`)
-    tied to it, and a Resize's sizes folded at the traced patch grid tied to the grid
-    (:func:`~.baked.grid_resizes`): the context the constant reads are decided in (``rows``,
-    ``keep`` and ``generalize``: as :func:`plan_symbolize` takes them)."""
+    tied to it, a Resize's sizes folded at the traced patch grid tied to the grid
+    (:func:`~.baked.grid_resizes`), and a pad to one block read from the size within
+    ``bounds`` (:func:`~.one_block.read_under_bounds`): the context the constant reads are
+    decided in (``rows``, ``keep`` and ``generalize``: as :func:`plan_symbolize` takes them)."""
     sol = _matmul_broadcasts(analysis, solve(analysis))
     if sol.conflicts and grid_resizes(analysis, sol):
+        sol = solve(analysis)
+    if read_under_bounds(analysis, sol, bounds or {}):
         sol = solve(analysis)
     row_syms = batch_like_symbols(analysis, rows)
     if sol.conflicts and (
@@ -446,6 +452,7 @@ def plan_context(
         sol = solve(analysis)
     context = PlanContext(analysis, sol, row_syms, forced, structural, open_)
     context.settled = settled
+    context.bounds = dict(bounds or {})
     return context
 
 

@@ -184,10 +184,23 @@ class _Rewriter:
                 ]
         vec = self.vector(values)
         tag = f"symbolize/{node.name or node.output[0]}/in{change.input_index}"
+        if change.guard:
+            vec = self.guarded(vec, change.guard, tag)
         if use.array.ndim == 0:
             vec = self.node("Reshape", [vec, self.const([])], f"{tag}/scalar")
         if use.array.dtype != np.int64:
             vec = self.node("Cast", [vec], f"{tag}/cast", to=elem_type_of(use.array))
+        return vec
+
+    def guarded(self, vec: str, bounds: dict[str, int], tag: str) -> str:
+        """``vec`` plus, per bounded symbol, a Gather of it from ``bound + 1`` zeros: the same
+        values within the bounds, and ONNX Runtime fails there, naming the bound, where a size is
+        over one (:attr:`~.rules.Change.guard`)."""
+        for sym, bound in sorted(bounds.items()):
+            zeros = self.initializer(f"symbolize/{sym}<={bound}/zeros", np.zeros(bound + 1, np.int64))
+            name = f"symbolize: {sym}<={bound} (a size over the bound fails here)/{sym}"
+            zero = self.node("Gather", [zeros, self.atom(sym)], name, axis=0)
+            vec = self.node("Add", [vec, zero], f"{tag}/within/{sym}")
         return vec
 
     def unfold(self, node: onnx.NodeProto, ext: int) -> None:

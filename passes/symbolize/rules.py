@@ -73,6 +73,9 @@ class Change:
     values: list[Dim]
     use: ConstUse = field(repr=False)  # the constant read
     rebuild: Generator | None = None  # data: how the constant is regenerated at run time
+    #: size: the bounded symbols its values are exact within (``seq`` -> 8, a pad to one block,
+    #: :mod:`.one_block`); the rewrite makes a size over a bound fail
+    guard: dict[str, int] = field(default_factory=dict)
 
     def __str__(self) -> str:
         where = f"{self.op} {self.node!r} input {self.input_index} ({self.input})"
