@@ -403,9 +403,11 @@ def score_row(
     memory_gb: float,
     bound: bool = False,
     advice: bool = True,
+    row_budget: float | None = None,
 ) -> dict[str, Any]:
-    """Run one row in a forked worker; what it finished before a time limit or a crash counts
-    (a case may run symbolize three times: plainly, and after each advice)."""
+    """Run one row in a forked worker; what it finished before a time limit (``row_budget``
+    seconds, or enough for every symbolize run to take ``timeout``) or a crash counts (a case
+    may run symbolize three times: plainly, and after each advice)."""
     folder = sweep_root() / "results"
     folder.mkdir(parents=True, exist_ok=True)
     # this sweep's own file: build/sweep/ is shared (a link to one cache for several checkouts),
@@ -413,13 +415,14 @@ def score_row(
     sink = folder / f"{row.name}.{os.getpid()}.jsonl"
     sink.unlink(missing_ok=True)
     start = time.perf_counter()
-    budget = 60 + timeout * (5 if advice else 3) * len(exporters) * len(batches)
+    budget = row_budget or 60 + timeout * (5 if advice else 3) * len(exporters) * len(batches)
     proc = multiprocessing.get_context("fork").Process(
         target=_worker, args=(row, exporters, batches, str(sink), timeout, memory_gb, bound, advice)
     )
     proc.start()
     proc.join(budget)
-    if proc.is_alive():
+    late = proc.is_alive()
+    if late:
         proc.kill()
         proc.join()
     entries = [json.loads(ln) for ln in sink.read_text().splitlines()] if sink.exists() else []
@@ -438,9 +441,9 @@ def score_row(
         result["build"] == "ok" and len(result["cases"]) < len(exporters) * len(batches)
     ):
         why = (
-            f"worker ended (exit {proc.exitcode})"
-            if proc.exitcode
-            else f"worker took longer than {budget:g} s"
+            f"worker took longer than {budget:g} s"
+            if late or not proc.exitcode
+            else f"worker ended (exit {proc.exitcode})"
         )
         result["worker"] = f"{why} after {len(result['cases'])} case(s)"
         result["build"] = result["build"] or why
@@ -718,6 +721,12 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds for one symbolize run (a row gets 3x that per case)",
     )
     parser.add_argument(
+        "--row-budget",
+        type=float,
+        help="seconds for a whole row (build, exports, every case); a row past it is listed "
+        "unfinished with the cases it scored (default: enough for every run to take --timeout)",
+    )
+    parser.add_argument(
         "--memory-gb", type=float, default=8.0, help="address-space cap of a worker"
     )
     parser.add_argument(
@@ -756,6 +765,7 @@ def score_rows(
     save: Callable[[list[dict[str, Any]]], Any] | None = None,
     bound: bool = False,
     advice: bool = True,
+    row_budget: float | None = None,
 ) -> list[dict[str, Any]]:
     """Every row in its worker, one after another, with a line per row on stderr; ``save`` gets
     the results so far after each row (an interrupted sweep keeps what it scored)."""
@@ -769,6 +779,7 @@ def score_rows(
             memory_gb=memory_gb,
             bound=bound,
             advice=advice,
+            row_budget=row_budget,
         )
         statuses = [
             "".join(
@@ -851,6 +862,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "save": save,
         "bound": args.bound,
         "advice": args.advice and not args.bound,
+        "row_budget": args.row_budget,
     }
     results = score_rows(rows, exporters, batches, **kwargs)
     data = save(results)

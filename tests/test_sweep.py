@@ -448,3 +448,29 @@ def test_the_oracle_forgives_rounding_within_the_output_s_scale_and_nothing_more
     small = torch_out / 460.0  # values of 1: 4.6e-4 at an element near 0 is past rounding
     problem, _ = mismatch("out_0", small + np.float32(4.6e-4), small)
     assert problem
+
+
+def _slow_worker(row, exporters, batches, sink, *rest):
+    """Builds, scores one case, then hangs (a row whose next export never ends)."""
+    import json
+    import time
+
+    with open(sink, "a") as f:
+        f.write(json.dumps({"build": "ok", "signature": {}}) + "\n")
+        f.write(json.dumps({"case": {"exporter": "torchscript", "batch": 2}}) + "\n")
+    time.sleep(60)
+
+
+def test_a_row_past_its_budget_is_unfinished_with_the_cases_it_scored(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setattr(sweep, "sweep_root", lambda: tmp_path)
+    monkeypatch.setattr(sweep, "_worker", _slow_worker)
+    row = sweep_rows.Row("transformers", "bert", "base", "encoder", "BertModel")
+    start = time.perf_counter()
+    result = sweep.score_row(
+        row, ("torchscript",), (2, 1), timeout=240, memory_gb=8, row_budget=2
+    )
+    assert time.perf_counter() - start < 20  # not 60 + 240 * 5 * 2 seconds
+    assert result["build"] == "ok" and len(result["cases"]) == 1
+    assert result["worker"] == "worker took longer than 2 s after 1 case(s)"
