@@ -432,6 +432,7 @@ def score_row(
         "name": row.name,
         "seconds": round(time.perf_counter() - start, 1),
         "versions": _versions(),
+        "commit": _commit(),
     }
     result["asked"] = [[e, b] for e in exporters for b in batches]
     result["build"] = next((e["build"] for e in entries if "build" in e), None)
@@ -621,6 +622,14 @@ def problems(data: dict[str, Any]) -> list[str]:
 
 
 @functools.cache
+def _commit() -> str:
+    """The code a row was scored with (rows of one results file may come from several runs)."""
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@functools.cache
 def _versions() -> dict[str, str]:
     """The versions a row is built and exported with (a source may need its own environment:
     torchvision installs here only beside another torch, see ``make sweep-torchvision``)."""
@@ -642,9 +651,7 @@ def _meta(
     """What the merged results were made with: each source's registry size (a source this
     environment cannot import keeps the count an earlier run recorded) and, per source, the
     versions its rows were scored with."""
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-    ).stdout.strip()
+    commit = _commit()
     counts = dict((previous or {}).get("registries", {}))
     for source in {r.source for r in all_rows}:
         counts[source] = sum(r.source == source for r in all_rows)
