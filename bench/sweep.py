@@ -248,13 +248,20 @@ def symbolize_by_cli(
 
 
 def _reference(
-    arch: Any, static: Path, traced: dict[str, int], least: dict[str, int] | None = None
+    arch: Any,
+    static: Path,
+    traced: dict[str, int],
+    least: dict[str, int] | None = None,
+    within: bool = False,
 ) -> tuple[Path | None, dict[str, int], str]:
     """(the folder of one torch reference case beside ``static``, its sizes, "") at the first
     of :func:`sweep_rows.reference_sizes` torch eager takes (``least``: the sizes the refusal
-    asked the case to reach), else (None, {}, why not)."""
+    asked the case to reach; ``within``: only sizes within the bound), else (None, {}, why
+    not)."""
     why = ""
     for sizes in reference_sizes(arch, traced, least):
+        if within and not _within(sizes, traced):
+            continue
         folder = static.with_name(f"reference-{sizes_label(sizes)}")
         try:
             return write_reference(arch, static, sizes, folder), sizes, ""
@@ -276,8 +283,10 @@ def follow_advice(
     :func:`sweep_rows.reference_sizes` torch eager takes, never a checked size;
     ``symbolize+bound`` with every symbol but batch bounded at its traced size (and that
     reference too where it was advised as well and is within the bound), where the refusal, or
-    the one after the reference, names a bound. Where the refusal names the sizes the reference
-    must reach (``least``, ``height 128 or more``), the case is at those. Each is scored as plain
+    the one after the reference, names a bound. In the other order too: where the bounded run's
+    refusal advises reference cases and it had none, it runs again with one within the bound
+    (:func:`_bound_then_reference`). Where the refusal names the sizes the reference must reach
+    (``least``, ``height 128 or more``), the case is at those. Each is scored as plain
     symbolize is."""
     out: dict[str, dict[str, Any]] = {}
     ref = None
@@ -291,11 +300,39 @@ def follow_advice(
             advice = [*advice, *out["symbolize+ref"].get("advice", ())]
     if "bound" in advice:  # with the reference where it is within the bound
         sizes = out.get("symbolize+ref", {}).get("reference", {})
-        within = ref is not None and all(v <= traced[k] for k, v in sizes.items() if k != "batch")
+        within = ref is not None and _within(sizes, traced)
         out["symbolize+bound"] = symbolize_by_cli(
             arch, static, traced, timeout, bound=True, ref=ref if within else None
         )
+        if not within:
+            out["symbolize+bound"] = _bound_then_reference(
+                arch, static, traced, timeout, out["symbolize+bound"]
+            )
     return out
+
+
+def _within(sizes: dict[str, int], traced: dict[str, int]) -> bool:
+    """Whether a reference at ``sizes`` is within the bound (every symbol but batch at most
+    its traced size)."""
+    return all(v <= traced[k] for k, v in sizes.items() if k != "batch")
+
+
+def _bound_then_reference(
+    arch: Any, static: Path, traced: dict[str, int], timeout: float, bounded: dict[str, Any]
+) -> dict[str, Any]:
+    """The bounded run ``bounded`` (made without reference cases) again with one, where its
+    refusal advises them: at the first of :func:`sweep_rows.reference_sizes` torch eager takes
+    within the bound (at the sizes it names it must reach, where it names some); the run
+    with it, the one before kept in its ``without reference``; else ``bounded``, why not said."""
+    if bounded["status"] != "refused" or "ref" not in bounded.get("advice", ()):
+        return bounded
+    least = bounded.get("reference at least")
+    ref, sizes, why = _reference(arch, static, traced, least, within=True)
+    if ref is None:
+        return {**bounded, "reference": why or "no reference case within the bound"}
+    again = symbolize_by_cli(arch, static, traced, timeout, bound=True, ref=ref)
+    first = {k: bounded[k] for k in ("status", "message") if k in bounded}
+    return {**again, "reference": sizes, "without reference": first}
 
 
 def score_case(

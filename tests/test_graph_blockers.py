@@ -205,3 +205,28 @@ def test_a_rule_finds_nothing_in_a_static_graph(rule):
     model = parse(f"{OPSET} net (float[2, 4] x) => (float[2, 4] y) {{ y = Relu (x) }}")
     found = [s for s in sites(model, {"x": {0: "batch"}}, rule) if rule.check(s) is None]
     assert found == []
+
+
+def test_a_message_cut_short_still_names_every_kind_of_advice():
+    """Blockers past the message's budget are counted, not listed; where their "what to do"
+    advises a step none shown does (reference cases here, the bound shown), the count names
+    it, so a user (and the sweep) following the message sees every step (LongT5 by
+    TorchScript showed the bound only)."""
+    from onnxsurgery.passes.symbolize.blockers import Blocker, blocker_summary
+    from onnxsurgery.passes.symbolize.wording import BOUND_HINT, FIX
+
+    bound = BOUND_HINT.format(syms="seq", example="seq")
+    ref = FIX["coincident-size"].format(syms="batch", readings="batch", node="/Slice")
+    shown = Blocker("/Pad", "Pad", None, "[120]", "x" * 600, bound + "re-export")
+    cut = [
+        Blocker(f"/Slice_{k}", "Slice", None, "[2]", f"cut {k} " + "y" * 600, ref + "re-export")
+        for k in range(3)
+    ]
+    text = blocker_summary([shown, *cut], budget=1000)
+    assert "(1) Pad '/Pad'" in text and "/Slice" not in text.split("; and ")[0]
+    assert "and 3 more kind(s) (3 blocker(s)), whose what to do includes: pass reference " \
+        "cases (--ref) at another batch;" in text
+    assert "includes" not in blocker_summary([shown, *cut[:1]], budget=5000)  # all shown
+    # advice a shown entry gives already is not repeated: the other order names the bound
+    other = blocker_summary([cut[0], shown, *cut[1:]], budget=1000)
+    assert other.count("--ref") == 1 and "includes: bound seq (like seq<=traced" in other

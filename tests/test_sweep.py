@@ -387,6 +387,38 @@ def test_a_refusal_advising_both_is_followed_with_the_reference_within_the_bound
         assert [bound for bound, _ in runs] == [False, True]  # advised after the reference
 
 
+def test_a_bounded_refusal_advising_reference_cases_is_followed_with_one_within_the_bound(
+    monkeypatch,
+):
+    """The other order (LongT5 by TorchScript): the plain refusal advises a bound, the bounded
+    run's refusal then reference cases; the bounded run is made again with one, at the first
+    size within the bound (one over it is skipped), the first bounded run kept beside it."""
+    runs = []
+
+    def fake_symbolize(arch, static, traced, timeout, bound=False, ref=None):
+        runs.append((bound, ref))
+        if ref is None:
+            return {"status": "refused", "exit": 2, "message": "coincident", "advice": ["ref"]}
+        return {"status": "pass", "exit": 0, "message": "4 sizes ok"}
+
+    def fake_reference(arch, static, traced, least=None, within=False):
+        sizes = [{"batch": 4, "seq": 11}, {"batch": 4, "seq": 7}]
+        sizes = [s for s in sizes if not within or s["seq"] <= traced["seq"]]
+        return Path(f"refs-{sizes[0]['seq']}"), sizes[0], ""
+
+    monkeypatch.setattr(sweep, "symbolize_by_cli", fake_symbolize)
+    monkeypatch.setattr(sweep, "_reference", fake_reference)
+    out = sweep.follow_advice(None, Path("m.onnx"), {"batch": 2, "seq": 8}, 1, ["bound"])
+    assert runs == [(True, None), (True, Path("refs-7"))]
+    bound = out["symbolize+bound"]
+    assert bound["status"] == "pass" and bound["reference"] == {"batch": 4, "seq": 7}
+    assert bound["without reference"] == {"status": "refused", "message": "coincident"}
+    assert sweep.after_advice({"symbolize": {"status": "refused"}, **out})["+bound"]
+    runs.clear()  # both advised, the reference over the bound: the bounded run gets one within
+    out = sweep.follow_advice(None, Path("m.onnx"), {"batch": 2, "seq": 8}, 1, ["ref", "bound"])
+    assert runs == [(False, Path("refs-11")), (True, None), (True, Path("refs-7"))]
+
+
 def test_a_refusal_naming_the_sizes_its_reference_must_reach_gets_a_case_there():
     """symbolize's one-point refusal asks for reference cases where the stage it met reaches 2
     (``height 32 or more, width 32 or more``): the sweep, as a user following it, records its

@@ -163,6 +163,8 @@ class ShapeAnalysis:
     #: constraint, the broadcast's kept aside); ``unfolded``: those read so (index -> how many)
     foldable: dict[int, tuple[int, Constraint, Constraint]] = field(default_factory=dict)
     unfolded: dict[int, int] = field(default_factory=dict)
+    #: tensors some Pad's pads are computed from (:func:`~.rules.core.pads_sources`), found once
+    pads_sources: frozenset[str] | None = None
     _counter: int = 0
     _use_cache: dict[tuple[int, int, str], TensorInfo] = field(default_factory=dict)
 

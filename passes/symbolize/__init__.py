@@ -17,7 +17,8 @@ The pass reads as stages, each a module that only reads what the one before it p
     conflict_readings.py  a conflict's one reading: kept sizes following a symbol, a row broadcast
     wording.py          how blockers spell dims, axes and fixes in the input symbols
     readings.py         the rewrites reference cases choose between where the graph cannot tell
-    by_references.py    the reference cases choosing among readings (coincident sizes, readings.py)
+    by_references.py    the reference cases choosing among readings (coincident sizes, each
+                        group fixed or following on its own; readings.py)
     rewrite.py          apply the plan to a copy of the graph
     graph_edits.py      names a node reads, stable topological order, orphans, stale value infos
     check.py            run the result on ONNX Runtime at the traced size and at other sizes

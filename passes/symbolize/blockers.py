@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from onnxsurgery.passes.symbolize.wording import ADVICE_WORDS
+
 __all__ = ["Blocker", "BlockerGroup", "blocker_summary", "group_blockers"]
 
 
@@ -128,9 +130,25 @@ def blocker_summary(blockers: list[Blocker], budget: int = 1500) -> str:
     left = groups[len(entries) :]
     if left:
         n = sum(len(g.blockers) for g in left)
-        text += f"; and {len(left)} more kind(s) ({n} blocker(s))"
+        text += f"; and {len(left)} more kind(s) ({n} blocker(s))" + _advice_left(left, text)
     if shared:
         text += f"; what to do for all: {next(iter(fixes))}"
     if left or len(groups) != len(blockers):
         text += f"; {report}"
     return text
+
+
+def _advice_left(left: list[BlockerGroup], shown: str) -> str:
+    """The kinds of advice (:data:`~.wording.ADVICE_WORDS`) the blockers ``left`` out of a
+    message give that the message ``shown`` does not: a refusal cut short still names every
+    step that could let the model through (LongT5 by TorchScript showed only the bound, the
+    reference cases its other blockers need cut off)."""
+    said: list[str] = []
+    for words in ADVICE_WORDS:
+        if words.search(shown):
+            continue
+        found = next((m.group(0) for g in left if (m := words.search(g.blockers[0].fix))), None)
+        if found:
+            said.append(found.strip().rstrip(","))
+    return f", whose what to do includes: {'; '.join(said)}" if said else ""
+

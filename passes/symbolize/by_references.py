@@ -22,6 +22,7 @@ from functools import partial
 
 import onnx
 
+from onnxsurgery.passes.symbolize.coincident import Coincidence
 from onnxsurgery.passes.symbolize.feeds import case_sizes
 from onnxsurgery.passes.symbolize.plan import SymbolizePlan, plan_symbolize
 from onnxsurgery.passes.symbolize.readings import GRID_RESIZES, resize_tables, same_padding
@@ -83,39 +84,94 @@ def decide_coincidences(
     by_rows: bool = True,
 ) -> tuple[SymbolizePlan, str | None]:
     """Where every blocker is a size kept at a traced value a symbol fits too
-    (:mod:`.coincident`), let the run's reference cases choose: the plan as it is (the sizes
-    fixed, its blockers gone) or the plan with those sizes following their symbols, whichever
-    alone matches every case. Without cases, where every such size reads as one batch whose
-    rows the graph shows independent, the original model run row by row at two larger batches
-    (:func:`_row_oracle`) chooses instead, unless ``by_rows`` is false (no check runs).
+    (:mod:`.coincident`), let the run's reference cases choose, per size
+    (:func:`_coincidence_groups`): each fixed as traced or following its symbol, the one
+    reading that alone matches every case; the plan as it is (those sizes fixed, its blockers
+    gone) and the plan with them all following are two of the readings. Without cases, where
+    every such size reads as one batch whose rows the graph shows independent, the original
+    model run row by row at two larger batches (:func:`_row_oracle`) chooses between those
+    two instead, unless ``by_rows`` is false (no check runs).
     Returns (the plan to go on with, what was decided or None)."""
     if not plan.blockers or any(b.kind != "coincident-size" for b in plan.blockers):
         return plan, None
     cases = references()
     if not cases and (not by_rows or _row_batch(plan) is None):
         return plan, None
-    kept = keep | {n for c in plan.coincidences for n in c.nodes()}
-    fixed_plan = plan_symbolize(model, plan.axes, rows, bare=bare, keep=kept, bounds=bounds)
-    general = plan_symbolize(
-        model, plan.axes, rows, bare=bare, keep=keep, generalize=True, bounds=bounds
-    )
-    if general.blockers or fixed_plan.blockers:
-        return plan, None
+    groups = _coincidence_groups(plan) if cases else []
+    n = len(groups)  # each mix of groups kept fixed (their indices), all of them first
+    readings = [tuple(i for i in range(n) if not m >> i & 1) for m in range(2**n)]
+    plans: dict[str, SymbolizePlan] = {}
+    for fixed_groups in readings if groups else [(), (None,)]:
+        label = _reading_label(groups, fixed_groups)
+        made = plan_symbolize(
+            model, plan.axes, rows, bare=bare, keep=keep | _pinned(plan, groups, fixed_groups),
+            generalize=label != FIXED, bounds=bounds,
+        )  # fmt: skip
+        if made.blockers and label in (FIXED, FOLLOWING):
+            return plan, None
+        if not made.blockers:  # a mix whose sizes break the graph is no reading
+            plans[label] = made
     oracle = "the reference cases"
     if not cases:
-        oracle, cases = _row_oracle(model, bare, plan, (fixed_plan, general), ctx)
+        oracle, cases = _row_oracle(model, bare, plan, tuple(plans.values()), ctx)
         if not cases:
             return plan, None
     root = model if goes_by_path(bare) else bare
-    fixed, following = "the sizes fixed as traced", "the sizes following their symbols"
-    candidates = {fixed: apply_plan(root, fixed_plan), following: apply_plan(root, general)}
+    candidates = {label: apply_plan(root, made) for label, made in plans.items()}
     passed = _matching(model, bare, plan, candidates, cases, ctx, oracle)
     if passed is None:
         return plan, None
     nodes = ", ".join(sorted({b.node for b in plan.blockers}))
-    other = following if passed == fixed else fixed
-    text = f"sizes of {nodes}: {passed} match {oracle}, {other} not"
-    return (fixed_plan if passed == fixed else general), text
+    others = "; ".join(label for label in plans if label != passed)
+    return plans[passed], f"sizes of {nodes}: {passed} match {oracle}, {others} not"
+
+
+#: at most this many groups of coincident sizes are decided one by one (every mix of fixed and
+#: following: 2**4 readings); past it, all fixed or all following, as one
+MAX_GROUPS = 4
+FIXED, FOLLOWING = "the sizes fixed as traced", "the sizes following their symbols"
+
+
+def _coincidence_groups(plan: SymbolizePlan) -> list[list[Coincidence]]:
+    """The blocked coincident sizes in groups decided together: those a node ties (``keep=``
+    names nodes, so sizes read or sized at one node are fixed or follow as one), in the
+    order found; one group where there are more than :data:`MAX_GROUPS`."""
+    blocked = {b.node for b in plan.blockers}
+    groups: list[tuple[set[str], list[Coincidence]]] = []
+    for c in plan.coincidences:
+        if not c.nodes() & blocked or c.rows:
+            continue
+        joined = [g for g in groups if g[0] & c.nodes()]
+        nodes, members = set(c.nodes()), [c]
+        for g in joined:
+            nodes |= g[0]
+            members = g[1] + members
+            groups.remove(g)
+        groups.append((nodes, members))
+    found = [members for _, members in groups]
+    return found if len(found) <= MAX_GROUPS else [[c for g in found for c in g]]
+
+
+def _pinned(plan: SymbolizePlan, groups: list[list[Coincidence]], fixed: tuple) -> set[str]:
+    """The nodes ``keep=`` names to keep the groups ``fixed`` fixed (``(None,)``: every
+    coincident size of the plan, where no groups were made)."""
+    if fixed == (None,):
+        return set()
+    if not groups:
+        return {n for c in plan.coincidences for n in c.nodes()}
+    return {n for i in fixed for c in groups[i] for n in c.nodes()}
+
+
+def _reading_label(groups: list[list[Coincidence]], fixed: tuple) -> str:
+    """A reading's name: all fixed, all following, or which sizes follow their symbols."""
+    if fixed == (None,) or (groups and not fixed):
+        return FOLLOWING
+    if not groups or len(fixed) == len(groups):
+        return FIXED
+    follow = [c for i, g in enumerate(groups) if i not in fixed for c in g]
+    return "the sizes of " + ", ".join(
+        f"{c.sets[0]} {c.sets[1]!r} ({c.value} as {c.reading})" for c in follow
+    ) + " following their symbols, the others fixed"
 
 
 def _row_batch(plan: SymbolizePlan) -> str | None:

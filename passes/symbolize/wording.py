@@ -3,6 +3,7 @@ names, and the fix a user can make (re-export with dynamic axes, or leave the ax
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence, Set
 
 from onnxsurgery.shapes.analysis import ShapeAnalysis
@@ -32,6 +33,7 @@ __all__ = [
     "PLAN_WORDS",
     "plan_words",
     "plan_fix_text",
+    "ADVICE_WORDS",
     "BOUND_HINT",
 ]
 
@@ -259,6 +261,15 @@ WHY["bounded-table"] = (
     "{length}: the values past the traced size are not in the graph, so the bound can be at most "
     "the traced size ({traced})"
 )
+#: Each kind of advice a blocker's "what to do" may give that a user follows by running
+#: symbolize again (reference cases; a bound, from :data:`BOUND_HINT` or the one-block pad's),
+#: as the words that give it: a refusal whose message cuts blockers names those of the cut ones
+#: it does not show (:func:`~.blockers.blocker_summary`)
+ADVICE_WORDS = (
+    re.compile(r"pass reference cases \(--ref\)[^:;]*"),
+    re.compile(r"bound [\w, ]+ \(like \w+<=traced[^)]*\)"),
+)
+
 #: added to a relative-position-bias or table-cut blocker where a bound would let it through
 BOUND_HINT = (
     "if no size you need is over the traced one, bound {syms} (like {example}<=traced in "

@@ -328,6 +328,28 @@ FOLD_LIMIT = 1 << 16  # elements of input
 #: Outputs up to this many elements are folded: scalars and pads-sized vectors. Larger tables
 #: built from constants (T5's relative buckets) stay as computations on their (regenerable) inputs.
 FOLD_OUTPUT_LIMIT = 8
+#: ... and up to this many where a Pad's pads are computed from them: the pads of a tensor of
+#: up to rank 8 (TorchScript builds a rank-5 Pad's 10 pads by Concat, Reshape [-1, 2], a
+#: reversing Slice and a Transpose; unfolded, the Pad's output shape, and every size after it,
+#: was lost: LongT5's local attention)
+FOLD_PADS_LIMIT = 16
+
+
+def pads_sources(analysis: ShapeAnalysis) -> frozenset[str]:
+    """The tensors of the main graph that some Pad's pads (input 1) are computed from, through
+    any nodes (found once per analysis)."""
+    if analysis.pads_sources is None:
+        producers = {o: n for n in analysis.model.graph.node for o in n.output if o}
+        todo = [n.input[1] for n in analysis.model.graph.node if n.op_type == "Pad" and len(n.input) > 1]
+        seen: set[str] = set()
+        while todo:
+            name = todo.pop()
+            if name and name not in seen:
+                seen.add(name)
+                node = producers.get(name)
+                todo += list(node.input) if node is not None else []
+        analysis.pads_sources = frozenset(seen)
+    return analysis.pads_sources
 
 
 def _fold(analysis: ShapeAnalysis, node: onnx.NodeProto) -> bool:
@@ -365,9 +387,12 @@ def _fold(analysis: ShapeAnalysis, node: onnx.NodeProto) -> bool:
             )
     except Exception:  # noqa: BLE001 - not foldable here: let the rules see it
         return False
+    limit = FOLD_OUTPUT_LIMIT
+    if any(o in pads_sources(analysis) for o in node.output):
+        limit = FOLD_PADS_LIMIT
     for name, value in zip([o for o in node.output if o], values, strict=False):
         arr = np.asarray(value)
-        if arr.size > FOLD_OUTPUT_LIMIT:
+        if arr.size > limit:
             return False
         analysis.consts[name] = arr
         analysis.tensors[name] = constant_info(arr, elem_type_of(arr))
