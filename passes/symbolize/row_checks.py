@@ -277,7 +277,7 @@ def rows_differ(
     for row, single in singles.items():
         if isinstance(single, Exception):
             return ort_failure(f"of {sym} row {row} alone ({text})", single, model)
-        for name, axis in out_axis.items():
+        for name, axis in {**_run_axes(outs, single, out_axis), **out_axis}.items():
             want = np.take(outs[name], [row], axis=axis)
             got = single[name]
             if got.shape != want.shape:
@@ -290,6 +290,24 @@ def rows_differ(
                     f"still carries the traced {sym} (a mask or an index that reads one row)"
                 )
     return None
+
+
+def _run_axes(
+    outs: Mapping[str, np.ndarray], single: Mapping[str, np.ndarray], known: Container[str]
+) -> dict[str, int]:
+    """The batch axis of each output whose dims the plan does not know (an op without a
+    symbolic rule: CLIP's pooled output, a GatherND of the last hidden state at each row's end
+    token), read off the runs: the one axis that is 1 in the run of one row alone and longer in
+    the batch's run. Not compared, a row reading row 0 there was verified ``rows``."""
+    found = {}
+    for name, full in outs.items():
+        alone = single.get(name)
+        if name in known or alone is None or np.ndim(full) != np.ndim(alone):
+            continue
+        differ = [k for k in range(np.ndim(full)) if np.shape(full)[k] != np.shape(alone)[k]]
+        if len(differ) == 1 and np.shape(alone)[differ[0]] == 1:
+            found[name] = differ[0]
+    return found
 
 
 #: The batches, in multiples of the traced one, at which :func:`row_cases` runs the original

@@ -1,0 +1,64 @@
+"""symbolize's rows check on outputs whose dims the plan does not know (issue 30, CLIP's text
+model by dynamo traced at batch 1): the pooled output is a GatherND of the last hidden state at
+each row's end token, its indices a Concat of ``arange(batch)`` (folded to ``[[0]]`` at batch 1)
+and the argmax of the ids. GatherND's shape fell back to ONNX shape inference, so the check did
+not know the pooled output's batch axis and compared no row of it: every row read row 0, and
+batch came out verified ``rows``. The axis is now read off the runs themselves (1 in the run of
+one row, longer in the batch's); the row reading row 0 is caught."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from test_symbolize import parse
+
+import onnxsurgery
+from onnxsurgery.errors import PassError
+from onnxsurgery.passes.symbolize import Symbolize
+
+CPU = onnxsurgery.PassContext(provider="cpu")
+
+
+def pooled(batch: int):
+    model = parse(
+        f"""<ir_version: 8, opset_import: ["" : 17]>
+        net (float[{batch}, 4, 3] x, int64[{batch}, 4] ids) => (float[{batch}, 3] y, float[{batch}, 4, 3] z) {{
+            am = ArgMax <axis = 1, keepdims = 0> (ids)
+            one = Constant <value = int64[1] {{1}}> ()
+            amu = Unsqueeze (am, one)
+            ind = Concat <axis = 1> (row, amu)
+            y = GatherND (x, ind)
+            z = Relu (x)
+        }}""",
+        row=np.arange(batch, dtype=np.int64).reshape(batch, 1),
+    )
+    for i, node in enumerate(model.graph.node):
+        node.name = f"/{node.op_type}_{i}"
+    return model
+
+
+def test_a_pooled_output_of_unknown_dims_is_checked_row_by_row():
+    try:
+        out = Symbolize(**{"x:0": "batch", "ids:0": "batch"})(pooled(1), CPU).model
+    except PassError as exc:  # refused: the row reading row 0 was caught
+        assert "rows are not independent" in str(exc) and "'y'" in str(exc)
+        return
+    rng = np.random.default_rng(0)  # or rewritten right: each row's own end token
+    x = rng.standard_normal((3, 4, 3)).astype(np.float32)
+    ids = rng.integers(0, 100, (3, 4))
+    got = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"])
+    y = got.run(["y"], {"x": x, "ids": ids})[0]
+    np.testing.assert_allclose(y, x[np.arange(3), ids.argmax(1)], atol=1e-6)
+
+
+@pytest.mark.parametrize("batch", [2, 3])
+def test_traced_at_a_larger_batch_its_rows_still_pass(batch):
+    # the rows check reads the pooled output's axis and finds each row its own
+    out = Symbolize(**{"x:0": "batch", "ids:0": "batch"})(pooled(batch), CPU).model
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((5, 4, 3)).astype(np.float32)
+    ids = rng.integers(0, 100, (5, 4))
+    got = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"])
+    y = got.run(["y"], {"x": x, "ids": ids})[0]
+    np.testing.assert_allclose(y, x[np.arange(5), ids.argmax(1)], atol=1e-6)
