@@ -4,7 +4,8 @@ each row's end token, its indices a Concat of ``arange(batch)`` (folded to ``[[0
 and the argmax of the ids. GatherND's shape fell back to ONNX shape inference, so the check did
 not know the pooled output's batch axis and compared no row of it: every row read row 0, and
 batch came out verified ``rows``. The axis is now read off the runs themselves (1 in the run of
-one row, longer in the batch's); the row reading row 0 is caught."""
+one row, longer in the batch's); the row reading row 0 is caught. And the ``[[0]]`` is read
+as what it is, the enumeration of the rows, with GatherND's shape from its own rule."""
 
 from __future__ import annotations
 
@@ -38,13 +39,25 @@ def pooled(batch: int):
     return model
 
 
-def test_a_pooled_output_of_unknown_dims_is_checked_row_by_row():
-    try:
-        out = Symbolize(**{"x:0": "batch", "ids:0": "batch"})(pooled(1), CPU).model
-    except PassError as exc:  # refused: the row reading row 0 was caught
-        assert "rows are not independent" in str(exc) and "'y'" in str(exc)
-        return
-    rng = np.random.default_rng(0)  # or rewritten right: each row's own end token
+def test_a_pooled_output_of_unknown_dims_is_checked_row_by_row(monkeypatch):
+    # the enumeration is read now (below); with it not read, the rows check must catch the
+    # row reading row 0 on the output whose dims the plan does not know
+    from onnxsurgery.passes.symbolize import batch_indices, plan
+
+    monkeypatch.setattr(plan, "find_batch_indices", lambda *args: [])
+    monkeypatch.setattr(batch_indices, "find_batch_indices", lambda *args: [])
+    with pytest.raises(PassError, match=r"rows are not independent: row \d of output 'y'"):
+        Symbolize(**{"x:0": "batch", "ids:0": "batch"})(pooled(1), CPU)
+
+
+def test_the_batch_index_concatenated_beside_a_per_row_index_counts_the_rows():
+    # at batch 1 arange(batch) is [[0]], tied to the batch by the Concat beside the argmax:
+    # still the enumeration of the rows (a Range), and GatherND's shape has its rule
+    result = Symbolize(**{"x:0": "batch", "ids:0": "batch"})(pooled(1), CPU)
+    said = " ".join(d.message for d in result.diagnostics)
+    assert "(Range on axis 0)" in said and "no symbolic rule for GatherND" not in said
+    out = result.model
+    rng = np.random.default_rng(0)
     x = rng.standard_normal((3, 4, 3)).astype(np.float32)
     ids = rng.integers(0, 100, (3, 4))
     got = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"])

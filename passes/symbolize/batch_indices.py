@@ -158,9 +158,10 @@ def addressed(
         axis = attrs.get("axis", 0)
         axis = axis + rank if axis < 0 else axis
         return [(-1, sol.resolve(data.shape[axis]))]
-    last = idx.shape[-1].value if idx.shape else None
-    if last is None:
+    if not idx.shape:
         return []
+    last = idx.shape[-1].value  # a fixed length, even where a constant read as data sets it
+    last = analysis.traced(idx.shape[-1]) if last is None else last
     b = attrs.get("batch_dims", 0)
     return [(c, sol.resolve(data.shape[b + c])) for c in range(int(last)) if b + c < rank]
 
@@ -228,8 +229,10 @@ def _enumerating_axis(
         if atom is None or arr.shape[k] != n:
             continue
         resolved = sol.resolve(Dim.sym(atom))
-        if not resolved.is_const():
-            return None  # already tied to a symbol
+        if not resolved.is_const() and not (n == 1 and resolved == Dim.sym(sym)):
+            # already tied to a symbol; at batch 1, tied to the batch itself by a Concat beside
+            # a per-row index (CLIP's [arange(batch), argmax]) it still counts the rows
+            return None
         part = arr[..., component] if component >= 0 else arr
         axis_part = k
         if n == 1:  # the batch is the outermost size-1 axis; its index is 0 in every row

@@ -395,10 +395,14 @@ def _gather_elements(ctx: NodeCtx):
 @rule("GatherND")
 def _gather_nd(ctx: NodeCtx):
     data, idx, plain = ctx.shape(0), ctx.shape(1, data=True), ctx.shape(1)
-    if data is None or idx is None or plain is None or plain[-1].value is None:
+    if data is None or idx is None or plain is None or not plain:
         return fallback(ctx)
     b = ctx.attr("batch_dims", 0)
-    last = int(plain[-1].value)  # the index tuple's length is fixed
+    # the index tuple's length is fixed (how many data axes it addresses), even where the
+    # indices are a Concat of a constant read as data (CLIP's [arange(batch), argmax])
+    last = int(plain[-1].value if plain[-1].value is not None else ctx.traced(plain[-1]))
+    if b + last > len(data):
+        return fallback(ctx)
     _gather_nd_spans(ctx, data, idx, b, last)
     return [out(idx[:-1] + data[b + last :], ctx.dtype(0))]
 
