@@ -573,6 +573,13 @@ def _torchvision_module(row: Row) -> Any:
                 return tuple(t for image in found for t in image.values())
             return tuple(t for _, t in _flat_outputs(self.model(*xs)))
 
+    # named as the inputs are (x; RAFT's image1, image2), so dynamo's dynamic_shapes match them
+    # one to one: with *xs the re-export of every torchvision row failed ("mismatch between the
+    # structure of inputs and dynamic_shapes")
+    names = [spec.name for spec in _torchvision_inputs(row, 32)]
+    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    Flat.forward.__signature__ = inspect.Signature([self_param, *params])  # type: ignore[attr-defined]  # read by torch.export
     return Flat()
 
 
