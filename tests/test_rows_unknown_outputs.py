@@ -39,6 +39,16 @@ def pooled(batch: int):
     return model
 
 
+def assert_each_row_pools_its_own(model, rows: int, seed: int) -> None:
+    """What torch computes: each row's hidden state at its own end token (the ids' argmax)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, 4, 3)).astype(np.float32)
+    ids = rng.integers(0, 100, (rows, 4))
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    y = got.run(["y"], {"x": x, "ids": ids})[0]
+    np.testing.assert_allclose(y, x[np.arange(rows), ids.argmax(1)], atol=1e-6)
+
+
 def test_a_pooled_output_of_unknown_dims_is_checked_row_by_row(monkeypatch):
     # the enumeration is read now (below); with it not read, the rows check must catch the
     # row reading row 0 on the output whose dims the plan does not know
@@ -56,22 +66,11 @@ def test_the_batch_index_concatenated_beside_a_per_row_index_counts_the_rows():
     result = Symbolize(**{"x:0": "batch", "ids:0": "batch"})(pooled(1), CPU)
     said = " ".join(d.message for d in result.diagnostics)
     assert "(Range on axis 0)" in said and "no symbolic rule for GatherND" not in said
-    out = result.model
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((3, 4, 3)).astype(np.float32)
-    ids = rng.integers(0, 100, (3, 4))
-    got = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"])
-    y = got.run(["y"], {"x": x, "ids": ids})[0]
-    np.testing.assert_allclose(y, x[np.arange(3), ids.argmax(1)], atol=1e-6)
+    assert_each_row_pools_its_own(result.model, rows=3, seed=0)
 
 
 @pytest.mark.parametrize("batch", [2, 3])
 def test_traced_at_a_larger_batch_its_rows_still_pass(batch):
     # the rows check reads the pooled output's axis and finds each row its own
     out = Symbolize(**{"x:0": "batch", "ids:0": "batch"})(pooled(batch), CPU).model
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal((5, 4, 3)).astype(np.float32)
-    ids = rng.integers(0, 100, (5, 4))
-    got = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"])
-    y = got.run(["y"], {"x": x, "ids": ids})[0]
-    np.testing.assert_allclose(y, x[np.arange(5), ids.argmax(1)], atol=1e-6)
+    assert_each_row_pools_its_own(out, rows=5, seed=1)
