@@ -14,6 +14,9 @@ matches here, verified element by element against the traced constant:
   one table, GPT-J's ``sincos``), ``lead`` a fixed start (XGLM's padding offset 2), the
   frequencies in any order (interleaved by ``repeat_interleave``, half-split by ``cat``), and
   columns that do not rotate (partial rotary: frequency 0);
+  A sinusoid over relative distances (distance 0 at a row past the first, the table
+  ``2T - 1`` rows long) is :mod:`.relative_tables`': its length and start follow a size the
+  plan ties it to, and it is rebuilt from ``Range + start`` (``offset``);
 - ``band``: two values split by ``lo <= j - i <= hi`` over two axes (a bound at the edge of the
   traced range is unbounded): a causal or sliding-window mask, boolean or additive.
 

@@ -40,6 +40,7 @@ from onnxsurgery.passes.symbolize.coincident import (
 from onnxsurgery.passes.symbolize.conflict_readings import broadcast_readings, conflict_readings
 from onnxsurgery.passes.symbolize.graph_blockers import find_blockers
 from onnxsurgery.passes.symbolize.one_block import advise_bound, read_under_bounds
+from onnxsurgery.passes.symbolize.relative_tables import relative_tables
 from onnxsurgery.passes.symbolize.rules import (
     Change,
     ConstRead,
@@ -447,10 +448,14 @@ def plan_context(
         sol = solve(analysis)
     forced = {id(bi.use): (bi.axis, bi.step) for bi in batch_indices if bi.step is not None}
     structural = {id(bi.use) for bi in batch_indices}
+    relative, windows = relative_tables(analysis, sol, row_syms)
+    if relative or windows:
+        sol = solve(analysis)
     open_, settled, tied = _coincidences(analysis, sol, row_syms, keep, generalize)
     if tied:
         sol = solve(analysis)
     context = PlanContext(analysis, sol, row_syms, forced, structural, open_)
+    context.relative = {id(t.use): (t.axis, t.start, t.traced_start) for t in relative}
     context.settled = settled
     context.bounds = dict(bounds or {})
     return context

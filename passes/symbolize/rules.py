@@ -34,6 +34,8 @@ from onnxsurgery.passes.symbolize.generators import (
     match_generator,
 )
 from onnxsurgery.passes.symbolize.sizes import Divisions
+from onnxsurgery.passes.symbolize.table_generator import broadcast_rest
+from onnxsurgery.passes.symbolize.trig_tables import sinusoid
 from onnxsurgery.passes.symbolize.wording import (
     BOUND_HINT,
     at_least_text,
@@ -113,6 +115,9 @@ class PlanContext:
     bounds: dict[str, int] = field(default_factory=dict)
     #: the bounded symbols a table was sliced under (the others' bounds are not needed)
     used_bounds: set[str] = field(default_factory=set)
+    #: relative-position sinusoids tied to the size they follow (:mod:`.relative_tables`):
+    #: ``id(use)`` -> (axis, the distance of row 0, its traced value)
+    relative: dict[int, tuple[int, Dim, int]] = field(default_factory=dict)
 
     @cached_property
     def cache(self) -> set[str]:
@@ -178,6 +183,16 @@ class ConstRead:
         """How the constant is regenerated along its symbolic axes, or None (no pattern)."""
         if self.enumerates is not None:
             return self._enumeration()
+        relative = self.context.relative.get(id(self.use))
+        if relative is not None:
+            axis, start, traced = relative
+            arr = self.use.array
+            gen = sinusoid(arr, [axis], start=traced)
+            rest = [k for k in self.symbolic_axes if k != axis]
+            if gen is None or axis not in self.symbolic_axes or any(arr.shape[k] > 1 for k in rest):
+                return None
+            gen.offset = ("phase", start, traced)
+            return broadcast_rest(gen, self.symbolic_axes)  # a leading 1 read as a batch
         blocks = {}  # an axis of size symbols * c may repeat a block of c
         for k in self.symbolic_axes:
             terms = self.dims[k].terms

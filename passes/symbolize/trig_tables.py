@@ -248,6 +248,9 @@ def _borrowed(freq: np.ndarray, pinned: np.ndarray, still: np.ndarray) -> np.nda
         return freq
     cols = freq.size
     moving = pinned & ~still
+    paired = _paired(freq, pinned, moving)
+    if paired is not None:
+        return paired
     for m in range(1, cols):
         a, b = freq[:-m], freq[m:]
         both = moving[:-m] & moving[m:]
@@ -262,6 +265,28 @@ def _borrowed(freq: np.ndarray, pinned: np.ndarray, still: np.ndarray) -> np.nda
         else:
             return out
     return None
+
+
+def _paired(freq: np.ndarray, pinned: np.ndarray, moving: np.ndarray) -> np.ndarray | None:
+    """:func:`_borrowed` for a table whose columns come in adjacent pairs of one frequency
+    (Vaswani's ``pe[:, 0::2] = sin, pe[:, 1::2] = cos``; a rotary table repeated by
+    ``repeat_interleave``): every pair with both columns moving and pinned agrees, and each
+    unpinned column takes its partner's. None where the columns are odd, a pinned pair
+    disagrees, or an unpinned column's partner is unpinned too."""
+    cols = freq.size
+    if cols % 2 or cols < 4:
+        return None
+    a, b = freq[0::2], freq[1::2]
+    both = moving[0::2] & moving[1::2]
+    if np.sum(both) < 2 or not np.allclose(a[both], b[both], rtol=1e-4, atol=1e-9):
+        return None
+    out = freq.copy()
+    for c in np.flatnonzero(~pinned):
+        partner = c ^ 1
+        if not moving[partner]:
+            return None
+        out[c] = freq[partner]
+    return out
 
 
 def _amplitude(x: np.ndarray, freq: np.ndarray, i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
