@@ -28,6 +28,7 @@ from onnxsurgery.passes.symbolize.plan import SymbolizePlan, plan_symbolize
 from onnxsurgery.passes.symbolize.readings import GRID_RESIZES, resize_tables, same_padding
 from onnxsurgery.passes.symbolize.reference_cases import reference_mismatch
 from onnxsurgery.passes.symbolize.rewrite import apply_plan
+from onnxsurgery.passes.symbolize.rounded_lengths import rounded_outputs
 from onnxsurgery.passes.symbolize.row_checks import ROW_CASE_MULTIPLES, row_cases
 from onnxsurgery.passes.symbolize.rules import one_point_axes
 from onnxsurgery.passes.symbolize.sizes import Divisions
@@ -58,7 +59,7 @@ def decide_readings(
     """
     choice = _readings(plan) if plan.blockers else None
     cases = references() if choice is not None else []
-    if choice is None or not cases or _one_point_unseen(plan, cases):
+    if choice is None or not cases or _one_point_unseen(plan, cases) or rounding_unseen(plan, cases):
         return None, None
     what, readings = choice
     base = apply_plan(model if goes_by_path(bare) else bare, plan)
@@ -272,6 +273,30 @@ def _one_point_unseen(plan: SymbolizePlan, cases: list) -> bool:
     return unseen
 
 
+def rounding_unseen(plan: SymbolizePlan, cases: list) -> bool:
+    """Whether a rounded output length (:mod:`.rounded_lengths`) comes out rounded at no
+    reference case's size: there the cases cannot tell rounding from padding back either, and
+    the blocker is told so."""
+    if not any(b.kind == "rounded-length" for b in plan.blockers):
+        return False
+    a, sol = plan.analysis, plan.solution
+    divisions = Divisions.of(a, sol)
+    sizes = [case_sizes(plan.axes, case.inputs) for case in cases]
+    unseen = False
+    for site in rounded_outputs(a, sol):
+        shown = [(_met_at(divisions, sol, site.dim, s), _met_at(divisions, sol, site.length, s)) for s in sizes]
+        if any(d is not None and x is not None and d != x for d, x in shown):
+            continue
+        unseen = True
+        for blocker in plan.blockers:
+            if blocker.kind == "rounded-length" and site.output in blocker.why:
+                blocker.why += (
+                    f"; at the reference cases given {dim_text(a, sol, site.dim)} is "
+                    f"{dim_text(a, sol, site.length)} (add a case where it rounds)"
+                )
+    return unseen
+
+
 def _met_at(divisions: Divisions, sol: Solution, met: Dim, size: dict[str, int]) -> int | None:
     """The size ``met`` (a dim in the symbols and the graph's divisions) takes at ``size``;
     None where ``size`` does not give it."""
@@ -294,6 +319,11 @@ def _readings(plan: SymbolizePlan) -> tuple[str, dict[str, Reading]] | None:
         return f"{len(plan.blockers)} constant(s) of one row met by a size traced at 1", {
             "one row repeated (a broadcast)": lambda m: m,
             "a table of that length": lambda m: None,
+        }
+    if all(b.kind == "rounded-length" for b in plan.blockers):
+        return f"{len(plan.blockers)} output length(s) rounded to a multiple at run time", {
+            "rounding as the graph does": lambda m: m,
+            "padded back in code the trace did not record": lambda m: None,
         }
     if nodes <= plan.same_padding.keys():
         ops = [plan.same_padding[n] for n in sorted(nodes)]

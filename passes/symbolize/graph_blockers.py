@@ -479,4 +479,5 @@ GRAPH_RULES: list[GraphRule] = [
     SamePadding(),
 ]
 
-from onnxsurgery.passes.symbolize import block_padding  # noqa: E402, F401  (registers its rule)
+# their rules register themselves in GRAPH_RULES
+from onnxsurgery.passes.symbolize import block_padding, rounded_lengths  # noqa: E402, F401
