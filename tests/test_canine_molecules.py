@@ -87,3 +87,46 @@ def test_the_molecules_repeated_back_match_the_model_written_at_other_sizes(trac
         ]
         got, want = (s.run(None, {"x": x})[0] for s in runs)
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=f"{batch}, {seq}")
+
+
+def test_a_hinted_start_whose_fixed_value_fits_once_the_minus_one_is_free_is_ambiguous(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reading before the fix, forced: the Reshape's middle ``n - 1`` merged into the batch
+    (ends matched 0 and 2). The start 1 hinted as ``n - 1`` breaks the graph fixed alone (the
+    ``-1`` hinted 4 with it needs ``n - 1 == 1``); with that ``-1`` free as well it fits, so
+    ``seq`` is reported ``ambiguous`` (it was verified ``runs``)."""
+    from onnxsurgery.shapes.reshape_reading import ReshapeReading
+
+    ends = ReshapeReading._ends_of_ones
+
+    def merged_into_the_batch(self, src, dst, *args, **kwargs):
+        most = ends(self, src, dst, *args, **kwargs)
+        return (0, 2) if (len(src), len(dst), most) == (4, 3, (1, 1)) else most
+
+    monkeypatch.setattr(ReshapeReading, "_ends_of_ones", merged_into_the_batch)
+    plan = plan_symbolize(molecules_repeated(1, 8), {"x": {0: "batch", 1: "seq"}})
+    assert {c.input: c.new for c in plan.changes}["one"] == "[((seq - 4)//4 + 1) - 1]"
+    assert list(plan.ambiguous) == ["seq"]
+    [said] = plan.ambiguous["seq"]
+    assert "fixed 1 (as traced) fits the graph too once the other sizes Reshape" in said, said
+    assert "((seq - 4)//4 + 1) - 1 chosen" in said, said
+
+
+def test_canine_by_dynamo_at_batch_1_matches_torch_through_the_sweep_worker() -> None:
+    """The real model (transformers' CANINE, cached under build/sweep/), as the sweep scores
+    it: was wrong at seq 13 (max abs err 3.66), exit 0."""
+    pytest.importorskip("transformers")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import sweep
+    import sweep_rows
+
+    rows, _ = sweep_rows.enumerate_rows()
+    [row] = sweep.select(rows, only=["canine.base"])
+    result = sweep.score_row(row, ["dynamo"], [1], timeout=120, memory_gb=8)
+    [case] = result["cases"]
+    assert case["static"]["status"] == "ok", case
+    assert case["symbolize"]["status"] == "pass", case["symbolize"]
