@@ -31,7 +31,6 @@ def molecules_repeated(batch: int, seq: int) -> onnx.ModelProto:
     """``y = cat([x, repeat(molecules)], -1)``: molecules by a max pool of 4 (``(seq - 4)//4 + 1``), the
     first dropped and each other repeated 4 times, the last ``seq % 4 + 4`` times, as CANINE's
     ``_repeat_molecules`` exported by dynamo at ``batch``, ``seq`` (every size a constant)."""
-    n = (seq - 4) // 4 + 1
     rest = seq % 4 + 4
     m = onnx.parser.parse_model(f"""{HEAD}
     g (float[{batch}, {seq}, 8] x) => (float[{batch}, {seq}, 16] y) {{
