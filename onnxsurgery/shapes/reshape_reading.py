@@ -191,7 +191,10 @@ class ReshapeReading:
         traced size but not constants (a strided conv's ``h``, ``w`` at its last stage), they
         would be hinted to 1 for good; a flatten ``[b, c, h, w] -> [b, c, 1]`` merges them
         instead. So the matched ends give back their pairs traced at 1 until the middle holds
-        a dim on both sides (``1 = h*w``). Where no pair traced at 1 is next to the middle, a
+        a dim on both sides (``1 = h*w``), except a pair that is one known dim on both sides
+        (the batch at batch 1, decided upstream): the middle would join it only to be hinted 1
+        for good (CANINE's ``[batch, n - 1, 4, C] -> [batch, -1, C]`` read ``n - 1 = 1``, its
+        slice start 1 as ``n - 1``, and came back wrong); it reads as at batch 2. Where no pair traced at 1 is next to the middle, a
         middle left alone before every matched dim joins the first pair, the only dim the
         row-major order lets it join (``[batch, 16, q, 4] -> [16, q, 4]`` at batch 1 is
         ``[batch*16, q, 4]``; a real 1 there merges just as well, and an output middle
@@ -226,12 +229,17 @@ class ReshapeReading:
         def open_pair(i: int, j: int) -> bool:
             return bool(self.unknowns(src[i]) and self.unknowns(dst[j]))
 
+        def one_to_give(i: int) -> bool:  # a pair traced at 1 that is not one dim on both sides
+            return self._traced_at(src[i]) == 1 and not (
+                src[i] == dst[i] and not self.unknowns(src[i])
+            )
+
         if not (loose(src) and not middle(dst)) and not (loose(dst) and not middle(src)):
             return free
         while not (middle(src) and middle(dst)):
-            if lead and self._traced_at(src[lead - 1]) == 1:
+            if lead and one_to_give(lead - 1):
                 lead -= 1
-            elif trail and self._traced_at(src[-trail]) == 1:
+            elif trail and one_to_give(-trail):
                 trail -= 1
             elif not lead:  # the middle leads: it joins the one pair next to it
                 if not trail:

@@ -35,6 +35,8 @@ class Solution:
     )  # unified run-time dims
     #: symbols the graph ties to others (``total`` -> ``past + seq``), with the constraint
     relations: dict[str, tuple[Dim, Constraint]] = field(default_factory=dict)
+    #: the soft constraint each hint came from (one Reshape's alignment hints several dims)
+    hinted_by: dict[str, Constraint] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._cache: dict[Dim, Dim] = {}

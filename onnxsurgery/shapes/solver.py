@@ -61,6 +61,7 @@ class _Solver(ReshapeReading):
         self.queue: deque[int] = deque(range(len(self.hard)))
         self.floor_atoms: dict[tuple[str, str, int], str] = {}
         self.aligns: dict[str, list[Constraint]] = defaultdict(list)
+        self.hinting: Constraint | None = None  # the soft constraint being read, for hinted_by
         for c in self.soft:  # a Reshape's unknowns, in its input or its output
             for x in {x for d in (c.src or []) + (c.dst or []) for x in d.atoms()}:
                 self.aligns[x].append(c)
@@ -79,6 +80,8 @@ class _Solver(ReshapeReading):
         vals = self.sol.values
         vals[atom] = value
         self.sol.how[atom] = how
+        if how == "hint" and self.hinting is not None:
+            self.sol.hinted_by[atom] = self.hinting
         for dep in self.dependents.pop(atom, set()):
             if dep in vals:
                 vals[dep] = vals[dep].subs({atom: value})
@@ -182,7 +185,9 @@ class _Solver(ReshapeReading):
                 # input or its output): align it again (it knows which position the unknown
                 # holds) before giving up.
                 for c in self.aligns.get(name, ()):
+                    self.hinting = c
                     self.align(c)
+                self.hinting = None
                 if name not in self.sol.values:
                     self.assign(name, Dim.const(atom.traced), "kept")
                     self.drain()
@@ -203,6 +208,7 @@ class _Solver(ReshapeReading):
     def apply_hints(self) -> None:
         for _ in range(2):
             for c in self.soft:
+                self.hinting = c
                 if c.src is not None:
                     self.align(c)
                     continue
@@ -218,6 +224,7 @@ class _Solver(ReshapeReading):
                     continue
                 self.assign(found[0], found[1], "hint")
                 self.drain()
+        self.hinting = None
 
     def try_hint(self, lhs: Dim, rhs: Dim) -> None:
         found = self.solve_for(self.resolve(lhs - rhs))

@@ -36,6 +36,7 @@ from onnxsurgery.shapes.analysis import Constraint, ConstUse, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.rules import op_traits
 from onnxsurgery.shapes.solver import Solution, solve
+from onnxsurgery.shapes.spelling import dim_text
 
 __all__ = [
     "SIZE_SETTERS",
@@ -79,18 +80,30 @@ class Coincidence:
 
 @dataclass
 class Ambiguity:
-    """A size tied to ``chosen`` by a hint at ``op`` ``node`` where the fixed ``value`` fits."""
+    """A size tied to ``chosen`` by a hint at ``op`` ``node`` where the fixed ``value`` fits
+    (``released``: with the other hints of that op and node released too, where one hint
+    read several sizes); ``symbols``: those ``chosen`` follows."""
 
     node: str
     op: str
     input_index: int
     value: int
     chosen: Dim
+    symbols: frozenset[str] = frozenset()
+    released: tuple[str, str] | None = None
+    #: ``chosen`` in the input symbols (:func:`~onnxsurgery.shapes.spelling.dim_text`)
+    text: str = ""
 
     def __str__(self) -> str:
+        also = (
+            f" once the other sizes {self.released[0]} {self.released[1]!r} hinted are free"
+            if self.released
+            else ""
+        )
         return (
-            f"{self.op} {self.node!r} input {self.input_index}: {self.chosen} chosen, the fixed "
-            f"{self.value} (as traced) fits the graph too"
+            f"{self.op} {self.node!r} input {self.input_index}: {self.text or self.chosen} "
+            f"chosen, the fixed "
+            f"{self.value} (as traced) fits the graph too{also}"
         )
 
 
@@ -455,10 +468,17 @@ def ambiguous_hints(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[Amb
     their fixed traced value fits the graph too: one per symbol, which is what makes it
     ``ambiguous``. Each probe solves the whole graph again, so the reads are tried from the
     outputs back (a size nothing downstream forces sits near them: a decoder's last Reshape)
-    and a symbol found ambiguous is not probed again (24 layers: 1 solve, not 73)."""
+    and a symbol found ambiguous is not probed again (24 layers: 1 solve, not 73).
+
+    Where the fixed value alone breaks the graph, the other reading may still fit with the
+    other sizes the same hint read released with it (:func:`_fits_released`): one Reshape's
+    alignment reads several sizes at once, and the other reading moves them together
+    (CANINE's ``[batch, n - start, 4, C] -> [batch, -1, C]``: the start 1 as ``n - 1`` and
+    the ``-1`` as 4, or the start fixed and the ``-1`` as ``4*(n - 1)``)."""
     found = []
     conflicts = len(sol.conflicts)
     settled: set[str] = set()
+    released: set[int] = set()  # the hints' sources probed released
     for use in reversed(a.uses):
         if use.kind != "size":
             continue
@@ -466,11 +486,69 @@ def ambiguous_hints(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[Amb
             if atom is None or sol.how.get(atom) != "hint":
                 continue
             chosen = sol.resolve(Dim.sym(atom))
-            syms = (chosen.atoms() & a.symbols.keys()) - rows
+            follows = _symbols_in(a, sol, chosen)
+            syms = follows - rows
             if chosen.is_const() or not syms or syms <= settled:
                 continue
             value = a.atoms[atom].traced
+            source = sol.hinted_by.get(atom)
             if _fits(a, atom, Dim.const(value), conflicts):
-                found.append(Ambiguity(use.node, use.op, use.input_index, value, chosen))
-                settled |= syms
+                other = None
+            elif source is not None and id(source) not in released:
+                released.add(id(source))
+                if not _fits_released(a, sol, source, rows, conflicts):
+                    continue
+                other = (source.op, source.node)
+            else:
+                continue
+            found.append(
+                Ambiguity(
+                    use.node, use.op, use.input_index, value, chosen, frozenset(follows), other,
+                    dim_text(a, sol, chosen),
+                )  # fmt: skip
+            )
+            settled |= syms
     return found
+
+
+def _symbols_in(a: ShapeAnalysis, sol: Solution, d: Dim) -> set[str]:
+    """The symbols ``d`` follows: its own, and those of a division an atom of it stands for
+    (CANINE's molecule count ``(seq - 4)//4 + 1``, an opaque atom of the solution)."""
+    todo, seen, found = set(d.atoms()), set(), set()
+    while todo:
+        x = todo.pop()
+        seen.add(x)
+        if x in a.symbols:
+            found.add(x)
+            continue
+        parts = a.value_divs.get(x) or a.floor_parts.get(x, ())[:2]
+        todo |= {y for p in parts for y in sol.resolve(p).atoms()} - seen
+    return found
+
+
+def _fits_released(
+    a: ShapeAnalysis, sol: Solution, source: Constraint, rows: Set[str], conflicts: int
+) -> bool:
+    """Whether the graph stays as consistent with the soft constraint ``source`` (a Reshape's
+    alignment) released: the sizes it hinted that follow a symbol other than a batch of
+    ``rows`` at their fixed traced values, the ``-1`` it read (a derived dim, the one the
+    model left to the element count) free, every other size it hinted as it was read. Only
+    where it hinted a ``-1`` beside them: otherwise the probe of the size alone was the
+    other reading."""
+    hinted = [x for x, c in sol.hinted_by.items() if c is source]
+    if not any(a.atoms[x].kind == "derived" for x in hinted) or len(hinted) < 2:
+        return False
+    at = next(i for i, c in enumerate(a.constraints) if c is source)
+    del a.constraints[at]
+    count = len(a.constraints)
+    try:
+        for x in hinted:
+            chosen = sol.resolve(Dim.sym(x))
+            if a.atoms[x].kind == "derived":
+                continue
+            follows = _symbols_in(a, sol, chosen) - rows
+            tie(a, x, Dim.const(a.atoms[x].traced) if follows else chosen, "", "", "probe")
+        return len(solve(a).conflicts) <= conflicts
+    finally:
+        del a.constraints[count:]
+        a.constraints.insert(at, source)

@@ -140,7 +140,7 @@ class SymbolizePlan:
         """Each symbol a choice between readings rests on, with what else fits."""
         out: dict[str, list[str]] = {}
         for amb in self.ambiguities:
-            for sym in sorted(amb.chosen.atoms() & self.symbols.keys()):
+            for sym in sorted(amb.symbols or amb.chosen.atoms() & self.symbols.keys()):
                 out.setdefault(sym, []).append(str(amb))
         return out
 
