@@ -11,7 +11,9 @@ it is not, :func:`band_bound_gap` and :func:`offset_gap` say why the plan cannot
 The graph settles one more relation over a cache: a gather whose index counts the keys
 (``arange(past + seq)``, HF's ``attention_mask[batch_idx, kv_idx]``) over the whole axis of an
 input of another length (the mask's ``total``) reads every element of that axis, so that length
-is ``past + seq`` (:func:`cache_index_relations`): the check's sizes keep it so."""
+is ``past + seq`` (:func:`cache_index_relations`): the check's sizes keep it so. So does a
+Slice of such an axis from 0 to the keys' length (Doge's ``mask[..., :key_len]``, traced where
+the mask was exactly that long, :func:`slice_end_relations`)."""
 
 from __future__ import annotations
 
@@ -29,7 +31,10 @@ from onnxsurgery.shapes.solver import Solution
 if TYPE_CHECKING:  # rules imports this module (cache_symbols)
     from onnxsurgery.passes.symbolize.rules import Change
 
-__all__ = ["band_bound_gap", "cache_index_relations", "cache_symbols", "offset_gap"]
+__all__ = [
+    "band_bound_gap", "cache_index_relations", "cache_symbols", "offset_gap",
+    "slice_end_relations",
+]  # fmt: skip
 
 
 def cache_symbols(a: ShapeAnalysis) -> set[str]:
@@ -227,3 +232,47 @@ def _counts(change: Change, component: int, cache: set[str]) -> list[Dim]:
         if np.all(pick(np.broadcast_to(step, gen.base.shape)) == 1):
             counts.append(length)
     return counts
+
+
+def slice_end_relations(
+    a: ShapeAnalysis,
+    sol: Solution,
+    changes: Sequence[Change],
+    rows: Set[str],
+    cache: set[str],
+    known: Set[str] = frozenset(),
+) -> dict[str, Dim]:
+    """``{total: past + seq}`` where a Slice from 0 cuts an axis sized by a symbol ``total`` (not
+    a batch, not in the end) to an end the plan reads as a sum over a cache length, traced at
+    that axis's length: the slice took the whole axis at the trace, and the values past it
+    (``mask[..., :key_len]`` over keys ``past + seq``) are read against the keys downstream, so
+    a shorter axis fails on ONNX Runtime where torch would fail too. The check then never runs
+    ``total`` apart from the keys (Doge by TorchScript ran ``total`` 8 against 9 keys and called
+    the plan wrong). ``known``: symbols already related, left alone."""
+    found: dict[str, Dim] = {}
+    graph = a.model.graph
+    for change in changes:
+        use = change.use
+        if use.graph or use.op != "Slice" or use.input_index != 2 or len(change.values) != 1:
+            continue
+        end = change.values[0]
+        if end.is_const() or not end.atoms() & cache or end.is_atom():
+            continue
+        node = graph.node[use.node_index]
+        starts = a.const(node.input[1])
+        if starts is None or np.any(np.asarray(starts) != 0) or np.asarray(starts).size != 1:
+            continue
+        steps = a.const(node.input[4]) if len(node.input) > 4 and node.input[4] else None
+        if steps is not None and np.any(np.asarray(steps) != 1):
+            continue
+        axes = a.const(node.input[3]) if len(node.input) > 3 and node.input[3] else None
+        data = a.tensors.get(node.input[0])
+        if data is None or data.shape is None:
+            continue
+        axis = int(np.asarray(axes).reshape(-1)[0]) if axes is not None else 0
+        dim = sol.resolve(data.shape[axis % len(data.shape)])
+        free = dim.atoms() - set(rows) - end.atoms() - set(found) - set(known)
+        hits = [x for x in sorted(free) if x in a.symbols and a.atoms[x].traced == a.traced(end)]
+        if len(hits) == 1 and dim == Dim.sym(hits[0]) and hits[0] not in sol.relations:
+            found[hits[0]] = end
+    return found

@@ -29,7 +29,7 @@ from onnxsurgery.passes.symbolize.batch_indices import (
 )
 from onnxsurgery.passes.symbolize.blockers import Blocker, group_blockers
 from onnxsurgery.passes.symbolize.bounds import symbol_bounds
-from onnxsurgery.passes.symbolize.cache_offsets import cache_index_relations
+from onnxsurgery.passes.symbolize.cache_offsets import cache_index_relations, slice_end_relations
 from onnxsurgery.passes.symbolize.coincident import (
     Ambiguity,
     Coincidence,
@@ -328,6 +328,9 @@ def plan_symbolize(
     notes = _notes(analysis, sol) + _untied_outputs(row_syms, symbols, outputs)
     relations = {s: v for s, (v, _) in sol.relations.items()}
     relations.update(cache_index_relations(analysis, sol, changes, row_syms, context.cache))
+    relations.update(
+        slice_end_relations(analysis, sol, changes, row_syms, context.cache, relations.keys())
+    )
     plan = SymbolizePlan(
         axes, symbols, changes, blockers, outputs, notes, analysis, sol, row_syms, relations
     )

@@ -1,0 +1,30 @@
+"""A mask sliced to the keys' length over a KV cache (issue 30, Doge with a cache by TorchScript).
+
+Doge cuts its expanded attention mask with ``mask[..., :key_len]``: a Slice from 0 to
+``past + seq`` of an axis sized by the mask's own ``total``, traced where both were 8. The plan
+read the end right, but did not know that ``total`` is the keys' length, so its check ran
+``total`` 8 against 9 keys, ONNX Runtime failed where torch would have too, and symbolize
+called its own plan wrong and refused. The relation ``total = past + seq`` now goes to the
+check; the oracle is torch eager at three other sizes, through the sweep's worker."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import sweep  # noqa: E402
+import sweep_rows  # noqa: E402
+
+
+@pytest.mark.parametrize("batch", [2, 1])
+def test_doge_with_a_cache_matches_torch_by_torchscript(batch):
+    rows, _ = sweep_rows.enumerate_rows()
+    [row] = sweep.select(rows, only=["doge.causal-lm-kv"])
+    result = sweep.score_row(row, ["torchscript"], [batch], timeout=120, memory_gb=8)
+    [case] = result["cases"]
+    assert case["symbolize"]["status"] == "pass", case["symbolize"]
