@@ -88,6 +88,13 @@ def _scatter(ctx: NodeCtx):
         for a, b in zip(data, idx, strict=False):
             if ctx.traced(a) == ctx.traced(b):
                 ctx.suggest(a, b, "Scatter into a buffer the size of the index set")
+    if idx and upd is not None and ctx.node.op_type == "ScatterND":
+        # updates are indices.shape[:-1] + data.shape[k:], k the index tuple's length: fixed by
+        # the model (a Concat of one column per indexed axis may leave it a sum of unknowns)
+        k = ctx.traced(idx[-1])
+        if 0 < k <= len(data) and len(upd) == len(idx) - 1 + len(data) - k:
+            for a, b in zip(upd, idx[:-1] + data[k:], strict=True):
+                ctx.equal(a, b, "ScatterND updates have the indices' leading shape")
     return [out(data, ctx.dtype(0))]
 
 
