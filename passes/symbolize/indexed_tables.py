@@ -106,6 +106,10 @@ class IndexedTable(Rule):
             return None  # the axis it reads follows the symbols too
         traced = {s: a.atoms[s].traced for s in sorted(input_symbols(a, sol, read.atoms))}
         table = folded_table(upstream_nodes(graph, [node])[1:], traced)
+        if table is not None and table[0] == node.input[0] and table[2] != axis % table[1].ndim:
+            # the Gather reads the table itself, along another axis than the one that matched
+            # (CTRL's positions [256, d_model 32] at seq 8): it holds every row it is read at
+            return None
         return None if table is None else (axis, size, table)
 
     def check(self, read: ConstRead) -> str | None:
