@@ -26,7 +26,7 @@ UNARY = (
     "Relu Sigmoid Tanh Exp Log Sqrt Erf Gelu Softmax LogSoftmax Hardmax Not LeakyRelu Elu Selu "
     "HardSigmoid HardSwish Softplus Softsign Sin Cos Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh "
     "Reciprocal Floor Ceil Round Sign IsNaN IsInf Mish Celu Shrink ThresholdedRelu BitwiseNot "
-    "LRN LpNormalization MeanVarianceNormalization InstanceNormalization CumSum Trilu "
+    "LRN LpNormalization MeanVarianceNormalization CumSum Trilu "
     "ReverseSequence QuantizeLinear DequantizeLinear "
     "DynamicQuantizeLinear Clip Bernoulli Swish"
 ).split()

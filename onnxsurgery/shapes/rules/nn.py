@@ -203,11 +203,19 @@ def _layer_norm(ctx: NodeCtx):
     ]
 
 
-@rule("BatchNormalization", "GroupNormalization")
+@rule("BatchNormalization", "GroupNormalization", "InstanceNormalization")
 def _batch_norm(ctx: NodeCtx):
     x = ctx.shape(0, data=True)
     if x is None:
         return fallback(ctx)
+    if ctx.node.op_type != "GroupNormalization" and len(x) >= 2:
+        # one scale (and bias, mean, var) per channel: ONNX Runtime rejects any other length
+        # (GroupNorm(1, C) exported as a Reshape to [N, 1, -1] then InstanceNormalization with
+        # a scale of 1: that 1 is the group count, not a size traced at 1)
+        for i in range(1, len(ctx.node.input)):
+            weight = ctx.a.const(ctx.node.input[i]) if ctx.has(i) else None
+            if weight is not None and weight.ndim == 1:  # a weight's length is the model's
+                ctx.equal(x[1], weight.shape[0], f"{ctx.node.op_type} has one parameter per channel")
     outs = [out(x, ctx.dtype(0))]
     for _ in ctx.node.output[1:]:
         outs.append(out(x[1:2], ctx.dtype(0)))
