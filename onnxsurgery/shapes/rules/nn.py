@@ -215,7 +215,8 @@ def _batch_norm(ctx: NodeCtx):
         for i in range(1, len(ctx.node.input)):
             weight = ctx.a.const(ctx.node.input[i]) if ctx.has(i) else None
             if weight is not None and weight.ndim == 1:  # a weight's length is the model's
-                ctx.equal(x[1], weight.shape[0], f"{ctx.node.op_type} has one parameter per channel")
+                why = f"{ctx.node.op_type} has one parameter per channel"
+                ctx.equal(x[1], weight.shape[0], why)
     outs = [out(x, ctx.dtype(0))]
     for _ in ctx.node.output[1:]:
         outs.append(out(x[1:2], ctx.dtype(0)))
