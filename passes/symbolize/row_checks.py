@@ -274,10 +274,20 @@ def rows_differ(
     ``singles`` holds the runs of :func:`rows_alone` (or the errors they raised). The failure,
     or None."""
     _, out_axis = axes_of(axes, output_dims, sym, outs)
+    n = max(singles) + 1 if singles else 0  # the rows run alone are the first and the last
     for row, single in singles.items():
         if isinstance(single, Exception):
             return ort_failure(f"of {sym} row {row} alone ({text})", single, model)
-        for name, axis in {**_run_axes(outs, single, out_axis), **out_axis}.items():
+        found = _run_axes(outs, single, out_axis)
+        for name, axis in found.items():
+            if np.shape(outs[name])[axis] != n:  # a row alone gives 1: a batch of n gives n
+                return PassError(
+                    f"check at {text}: {sym} rows are not independent: output {name!r} has "
+                    f"{np.shape(outs[name])[axis]} rows along axis {axis} at {sym} {n}, where "
+                    f"one row alone gives 1 (a size read as following {sym} where it is fixed, "
+                    "or the other way round)"
+                )
+        for name, axis in {**found, **out_axis}.items():
             want = np.take(outs[name], [row], axis=axis)
             got = single[name]
             if got.shape != want.shape:
