@@ -63,7 +63,7 @@ def _mono_div(a: Monomial, b: Monomial) -> Monomial | None:
 class Dim:
     """An immutable polynomial over named atoms with int coefficients (see module docstring)."""
 
-    __slots__ = ("_terms", "_hash")
+    __slots__ = ("_terms", "_hash", "_atomset")
 
     def __init__(self, terms: Mapping[Monomial, int] | None = None) -> None:
         items = [(m, c) for m, c in (terms or {}).items() if c != 0]
@@ -76,6 +76,7 @@ class Dim:
             items.sort(key=lambda t: _mono_key(t[0]))
         self._terms: tuple[tuple[Monomial, int], ...] = tuple(items)
         self._hash = hash(self._terms)
+        self._atomset: frozenset[str] | None = None
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -104,7 +105,14 @@ class Dim:
         return None
 
     def atoms(self) -> set[str]:
-        return {a for m, _ in self._terms for a in m}
+        return set(self.atom_set())
+
+    def atom_set(self) -> frozenset[str]:
+        """:meth:`atoms`, computed once (a Dim is immutable): for the solver's hot paths."""
+        found = self._atomset
+        if found is None:
+            found = self._atomset = frozenset(a for m, _ in self._terms for a in m)
+        return found
 
     def is_atom(self) -> bool:
         """True for a bare atom (``batch``), not ``2*batch`` or ``batch + 1``."""
@@ -230,8 +238,30 @@ class Dim:
 
     def subs(self, mapping: Mapping[str, DimLike]) -> Dim:
         """Replace atoms by Dims (or ints); atoms not in ``mapping`` stay."""
-        if not mapping or not (self.atoms() & mapping.keys()):
+        if not mapping or mapping.keys().isdisjoint(self.atom_set()):
             return self
+        # The product and sum on plain dicts (a Dim per step cost most of the solver's time);
+        # where one grows past 64 terms, the step by step Dims below check the size limit.
+        total: dict[Monomial, int] = {}
+        for m, c in self._terms:
+            term: dict[Monomial, int] = {(): c}
+            for atom in m:
+                factor = as_dim(mapping[atom])._terms if atom in mapping else (((atom,), 1),)
+                product: dict[Monomial, int] = {}
+                for m1, c1 in term.items():
+                    for m2, c2 in factor:
+                        mm = _mono_mul(m1, m2)
+                        product[mm] = product.get(mm, 0) + c1 * c2
+                term = product
+                if len(term) > 64:
+                    return self._subs_stepwise(mapping)
+            for mm, cc in term.items():
+                total[mm] = total.get(mm, 0) + cc
+            if len(total) > 64:
+                return self._subs_stepwise(mapping)
+        return Dim(total)
+
+    def _subs_stepwise(self, mapping: Mapping[str, DimLike]) -> Dim:
         total = Dim()
         for m, c in self._terms:
             term = Dim.const(c)

@@ -33,6 +33,7 @@ class ReshapeReading:
     traced: dict[str, int]
     sol: Solution
     hard: list[Constraint]
+    divs: list[tuple[Dim, Dim]]  # ``lhs`` and ``rhs`` of the hard constraints of exact Divs
     exprs: list[Dim]
     done: set[int]
 
@@ -125,11 +126,9 @@ class ReshapeReading:
         sides = (src, dst)
         if not any(d.is_atom() and self.unknowns(d) and self._is_var(d) for d in sides):
             return False
-        for c in self.hard:
-            if c.op != "Div" or c.lhs is None or c.rhs is None:
-                continue
-            counts = [x for x in c.lhs.atoms() if self._is_count_of_one(x)]
-            if counts and any(self.resolve(c.rhs) == self.resolve(d) for d in sides):
+        for lhs, rhs in self.divs:
+            counts = [x for x in lhs.atoms() if self._is_count_of_one(x)]
+            if counts and any(self.resolve(rhs) == self.resolve(d) for d in sides):
                 return True
         return False
 

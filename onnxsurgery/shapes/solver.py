@@ -55,6 +55,11 @@ class _Solver(ReshapeReading):
         self.dependents: dict[str, set[str]] = defaultdict(set)
         self.hard = [c for c in analysis.constraints if not c.soft]
         self.soft = [c for c in analysis.constraints if c.soft]
+        self.divs = [
+            (c.lhs, c.rhs)
+            for c in self.hard
+            if c.op == "Div" and c.lhs is not None and c.rhs is not None
+        ]
         self.watch: dict[str, set[int]] = defaultdict(set)
         self.exprs: list[Dim] = [c.expr for c in self.hard]
         self.done: set[int] = set()
@@ -69,7 +74,7 @@ class _Solver(ReshapeReading):
     def unknowns(self, d: Dim) -> set[str]:
         return {
             x
-            for x in d.atoms()
+            for x in d.atom_set()
             if self.a.atoms[x].kind in ("var", "data", "derived") and x not in self.sol.opaque
         }
 
@@ -78,6 +83,8 @@ class _Solver(ReshapeReading):
 
     def assign(self, atom: str, value: Dim, how: str) -> None:
         vals = self.sol.values
+        changed = {atom}
+        new = atom not in vals
         vals[atom] = value
         self.sol.how[atom] = how
         if how == "hint" and self.hinting is not None:
@@ -85,8 +92,10 @@ class _Solver(ReshapeReading):
         for dep in self.dependents.pop(atom, set()):
             if dep in vals:
                 vals[dep] = vals[dep].subs({atom: value})
+                changed.add(dep)
                 for x in vals[dep].atoms():
                     self.dependents[x].add(dep)
+        self.sol.changed(changed, new)
         for x in value.atoms():
             self.dependents[x].add(atom)
         self.queue.extend(self.watch.pop(atom, set()))
