@@ -38,12 +38,15 @@ __all__ = [
     "static_shapes",
     "elem_type",
     "SENTINEL_SIZE",
+    "UNSIZED",
     "UseKind",
 ]
 
 AtomKind = Literal["sym", "var", "data", "derived", "opaque"]
 #: How a rule reads a constant input: its elements as sizes, or its dims as data.
 UseKind = Literal["size", "data"]
+#: The note of an input dim declared without a size (traced at a stand-in 1).
+UNSIZED = "input dim without size"
 #: Stand-in traced size for a symbol whose input axis is already dynamic (matches no constant).
 SENTINEL_SIZE = 1_000_003
 #: Integer tensors with at most this many elements carry symbolic values (shape vectors).

@@ -35,6 +35,7 @@ from onnxsurgery.model.signature import fixed_size
 from onnxsurgery.model.walk import default_opset
 from onnxsurgery.shapes.analysis import (
     SENTINEL_SIZE,
+    UNSIZED,
     Atom,
     ShapeAnalysis,
     TensorInfo,
@@ -130,7 +131,7 @@ def _input_info(
         elif (size := fixed_size(d)) is not None:
             shape.append(Dim.const(size))
         else:
-            shape.append(analysis.new_atom("opaque", 1, (name, k), "input dim without size"))
+            shape.append(analysis.new_atom("opaque", 1, (name, k), UNSIZED))
     return TensorInfo(shape if known else None, elem_type(vi))
 
 

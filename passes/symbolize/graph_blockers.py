@@ -44,7 +44,7 @@ from onnxsurgery.passes.symbolize.wording import (
     symbol_hint,
     why_text,
 )
-from onnxsurgery.shapes.analysis import ShapeAnalysis
+from onnxsurgery.shapes.analysis import UNSIZED, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.solver import Conflict, Solution
 
@@ -151,6 +151,27 @@ class ConflictSite:
         return symbol_hint(self.analysis.symbols, lhs.atoms() | rhs.atoms())
 
     @cached_property
+    def unsized_only(self) -> bool:
+        """Whether the sides name no symbol, only sizes that stem (through the graph's
+        divisions) from input dims declared without a size: those are traced at a stand-in 1
+        (PP-OCRv4's recognizer: height '?' pooled to 0 against its Squeeze's 1), so the conflict
+        says nothing of a traced size and no symbol is generalized there."""
+        a = self.analysis
+        todo = set().union(*(d.atoms() for d in self.cancelled))
+        seen: set[str] = set()
+        unsized = False
+        while todo:
+            x = todo.pop()
+            seen.add(x)
+            if x in a.symbols:
+                return False
+            atom = a.atoms.get(x)
+            unsized |= atom is not None and atom.note == UNSIZED
+            parts = a.value_divs.get(x) or a.floor_parts.get(x, ())[:2]
+            todo |= {y for p in parts for y in p.atoms()} - seen
+        return unsized
+
+    @cached_property
     def fixed(self) -> int | None:
         """The size the model pins an input axis to, where the constraint reads ``symbol ==
         N`` (a weight's channels, a Gemm's features: no export makes that vary); else None."""
@@ -205,6 +226,8 @@ class TracedSizeConstraint(GraphRule):
     sites = staticmethod(conflicts)
 
     def check(self, site: ConflictSite) -> str | None:
+        if site.unsized_only:
+            return "it names only sizes of input dims declared without one"
         return None if site.fixed is None else f"the model fixes {site.syms} at {site.fixed}"
 
     def produce(self, site: ConflictSite) -> Blocker:
