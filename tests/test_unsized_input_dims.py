@@ -37,3 +37,22 @@ def test_a_model_with_a_height_declared_without_a_size_goes_through_symbolize() 
     x = np.random.default_rng(0).standard_normal((2, 2, 4, 7)).astype(np.float32)
     got = run_model(report.model, {"x": x}, provider="cpu")["y"]
     np.testing.assert_array_equal(got, run_model(model, {"x": x}, provider="cpu")["y"])
+
+
+def test_symbolize_alone_names_the_dims_the_model_already_names() -> None:
+    """silero-vad declares ``input [batch, sequence]`` and ``state [2, batch, 128]``: the
+    state's axis 0 is its two directions. ``symbolize`` alone named axis 0 of every input
+    ``batch`` and refused over the LSTM's directions; it now takes the model's own names."""
+    from onnxsurgery.passes.symbolize.plan import default_axes
+
+    model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+    net (float[batch, sequence] input, float[2, batch, 128] state) => (float[batch, sequence] y) {
+      y = Identity (input)
+    }""")
+    assert default_axes(model) == {
+        "input": {0: "batch", 1: "sequence"},
+        "state": {1: "batch"},
+    }
+    plain = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+    net (float[2, 3] x) => (float[2, 3] y) { y = Identity (x) }""")
+    assert default_axes(plain) == {"x": {0: "batch"}}

@@ -152,21 +152,26 @@ class ConflictSite:
 
     @cached_property
     def unsized_only(self) -> bool:
-        """Whether the sides name no symbol, only sizes that stem (through the graph's
-        divisions) from input dims declared without a size: those are traced at a stand-in 1
-        (PP-OCRv4's recognizer: height '?' pooled to 0 against its Squeeze's 1), so the conflict
-        says nothing of a traced size and no symbol is generalized there."""
+        """Whether the sides name no symbol that symbolize generalizes, only sizes that stem
+        (through the graph's divisions) from input dims declared without a size or already
+        dynamic: those are traced at a stand-in (PP-OCRv4's recognizer: height '?' pooled to 0
+        against its Squeeze's 1), so the conflict says nothing of a traced size and symbolize
+        leaves those axes as the model declares them."""
         a = self.analysis
-        todo = set().union(*(d.atoms() for d in self.cancelled))
+        # the unknowns as written too: a stand-in may have resolved them to constants
+        todo = (
+            set().union(*(d.atoms() for d in self.cancelled))
+            | self.conflict.constraint.expr.atoms()
+        )
         seen: set[str] = set()
         unsized = False
         while todo:
             x = todo.pop()
             seen.add(x)
-            if x in a.symbols:
+            if x in a.symbols and x not in a.dynamic:
                 return False
             atom = a.atoms.get(x)
-            unsized |= atom is not None and atom.note == UNSIZED
+            unsized |= x in a.dynamic or (atom is not None and atom.note == UNSIZED)
             parts = a.value_divs.get(x) or a.floor_parts.get(x, ())[:2]
             todo |= {y for p in parts for y in p.atoms()} - seen
         return unsized
@@ -228,6 +233,12 @@ class TracedSizeConstraint(GraphRule):
     def check(self, site: ConflictSite) -> str | None:
         if site.unsized_only:
             return "it names only sizes of input dims declared without one"
+        lhs, rhs = site.cancelled
+        if lhs.is_const() and rhs.is_const():
+            # two constants that differ do not hold at the traced size either, where the model
+            # runs (the check runs it there first): a size the analysis lost (silero-vad's, read
+            # through an If from a stand-in), which the check, not a blocker, judges
+            return "its sides are constants, unequal at the traced size too"
         return None if site.fixed is None else f"the model fixes {site.syms} at {site.fixed}"
 
     def produce(self, site: ConflictSite) -> Blocker:

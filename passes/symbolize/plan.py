@@ -281,8 +281,18 @@ def _output_dims(a: ShapeAnalysis, sol: Solution) -> dict[str, list[str | int | 
 
 
 def default_axes(model: onnx.ModelProto) -> dict[str, dict[int, str]]:
-    """What ``symbolize`` alone means: axis 0 of every graph input of rank >= 1, as ``batch``."""
+    """What ``symbolize`` alone means: the model's own named dims where its inputs declare any
+    (``[batch, sequence]``, ``state [2, batch, 128]``: silero-vad's, whose axis 0 of the state is
+    its two directions, no batch), each under its own name; else axis 0 of every graph input of
+    rank >= 1, as ``batch``."""
     inits = {i.name for i in model.graph.initializer}
+    named = {
+        vi.name: {k: d.dim_param for k, d in enumerate(vi.type.tensor_type.shape.dim) if d.dim_param}
+        for vi in model.graph.input
+        if vi.name not in inits
+    }
+    if any(named.values()):
+        return {name: spec for name, spec in named.items() if spec}
     return {
         vi.name: {0: "batch"}
         for vi in model.graph.input
