@@ -32,7 +32,9 @@ The pass reads as stages, each a module that only reads what the one before it p
 :class:`Symbolize` below ties them together: options -> plan -> rewrite -> check.
 
 Options in detail: ``INPUT:AXIS=NAME`` entries (``*`` matches every input), or ``dynamic_axes``
-in torch's format (``{"x": {0: "batch"}}`` or ``{"x": [0]}``); neither means ``*:0=batch``.
+in torch's format (``{"x": {0: "batch"}}`` or ``{"x": [0]}``); neither means the dims the
+model's inputs already name (``[batch, sequence]``), each under its name, or ``*:0=batch``
+where they name none.
 ``strict`` (default true) fails listing the blockers (identical ones as one entry, the message
 kept to a screen, every one in the --report JSON); false applies what it can and reports the
 rest. ``check`` (default true) runs the result on ONNX Runtime at the traced size (same outputs
