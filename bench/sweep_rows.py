@@ -18,9 +18,11 @@ shapes of its outputs at several sizes (an axis that follows a symbol gets that 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import inspect
 import json
+import math
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -184,9 +186,9 @@ _TOKEN_IDS = re.compile(r"^(pad|bos|eos|unk|sep|cls|mask|decoder_start)_token_id
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 
 
-def _shrink_value(key: str, value: Any) -> Any:
+def _shrink_value(key: str, value: Any, consistent: bool = False, widths: Any = None) -> Any:
     if isinstance(value, dict):  # a sub-config (id2label and friends are not)
-        return shrink(value) if "model_type" in value else value
+        return shrink(value, consistent, widths) if "model_type" in value else value
     if isinstance(value, bool) or value is None:
         return value
     if key in _SIZES and isinstance(value, int):
@@ -210,12 +212,22 @@ def _shrink_value(key: str, value: Any) -> Any:
     return value
 
 
-def shrink(config: dict[str, Any]) -> dict[str, Any]:
+def shrink(
+    config: dict[str, Any], consistent: bool = False, widths: dict[int, int] | None = None
+) -> dict[str, Any]:
     """A config dict made tiny: whatever of hidden size, layers, heads, intermediate size,
     vocabulary (and the token ids inside it), positions, image and patch size, stage widths and
     depths, audio conv stacks it has (sub-configs too: text, vision, audio, encoder, decoder).
-    Per-layer lists as long as the old layer count are cut to the new one."""
-    out = {k: _shrink_value(k, v) for k, v in config.items()}
+    Per-layer lists as long as the old layer count are cut to the new one.
+
+    ``consistent``: also the rules that keep the shrunk sizes consistent with each other
+    (:func:`_consistent`). :func:`_config` asks for them only where the config as shrunk without
+    them fails validation or construction, so a row that built without them keeps its config
+    (and its cache key) byte for byte. ``widths``: {old width: new} over the whole config (its
+    sub-configs'), which the top-level call gathers."""
+    if consistent and widths is None:
+        widths = _old_widths(config)
+    out = {k: _shrink_value(k, v, consistent, widths) for k, v in config.items()}
     heads = config.get("num_attention_heads")
     kv = config.get("num_key_value_heads")
     if isinstance(kv, int) and not isinstance(kv, bool):
@@ -223,6 +235,8 @@ def shrink(config: dict[str, Any]) -> dict[str, Any]:
     layers = next((config[k] for k in _LAYER_KEYS if isinstance(config.get(k), int)), None)
     for key, value in config.items():
         if isinstance(value, list) and layers and len(value) == layers and key not in ("depths",):
+            if consistent and _per_stage(config, value):
+                continue
             out[key] = value[:LAYERS]
     if (
         "attn_implementation" in config
@@ -230,6 +244,132 @@ def shrink(config: dict[str, Any]) -> dict[str, Any]:
         or "model_type" in config
     ):
         out["attn_implementation"] = "eager"
+    return _consistent(config, out, widths or {}) if consistent else out
+
+
+_HEAD_KEYS = (
+    "num_attention_heads", "num_heads", "n_head", "n_heads", "encoder_attention_heads",
+    "decoder_attention_heads",
+)  # fmt: skip
+_WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "hidden_sizes", "embed_dims")
+
+
+def _per_stage(config: dict[str, Any], value: list[Any]) -> bool:
+    """A list with one entry per stage (as long as ``depths``: Swin's ``num_heads``, CLAP's
+    ``num_attention_heads``), where the layer count is the stage count: not a per-layer list."""
+    depths = config.get("depths")
+    return isinstance(depths, list) and len(depths) == len(value)
+
+
+def _ints(value: Any) -> list[int]:
+    items = value if isinstance(value, list) else [value]
+    return [v for v in items if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+
+
+def _old_widths(config: dict[str, Any]) -> dict[int, int]:
+    """{old width: shrunk width} of every width of ``config`` and its sub-configs (a stage list
+    entry by entry); the first seen of a width wins."""
+    found: dict[int, int] = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and "model_type" in value:
+            for old, new in _old_widths(value).items():
+                found.setdefault(old, new)
+        elif key in _WIDTH_KEYS and _ints(value):
+            small = _shrink_value(key, value)
+            pairs = zip(value, small, strict=True) if isinstance(value, list) else [(value, small)]
+            for old, new in pairs:
+                found.setdefault(old, new)
+    return found
+
+
+def _consistent(
+    config: dict[str, Any], out: dict[str, Any], widths: dict[int, int]
+) -> dict[str, Any]:
+    """The shrunk config ``out`` of ``config`` with its sizes made consistent again, one class of
+    build failure per rule, each leaving alone what was already consistent:
+
+    - head counts divide the width they split (per stage too: PVT's ``[1, 2, 5, 8]`` heads over
+      widths ``[8, 8, 8, 16]``; Bark's 12 heads of a 32 wide layer): the greatest common divisor;
+    - key/value heads divide the heads;
+    - a group count (GroupNorm's ``num_groups``, a grouped conv's ``*_groups``) divides the
+      smallest width: BiT's 32 groups over 4 bottleneck channels (a quarter of its least stage
+      width), so at most 4;
+    - a size the shrink did not name but that was an old width of the config or of another
+      sub-config (``codebook_dim``, ``audio_hidden_size``, ``backbone_hidden_size``,
+      ``hidden_size_global``, ``upsample_groups``; a list of them, every entry) is that width
+      shrunk;
+    - ``per_layer_config`` keeps the layers that are left, its overrides shrunk;
+    - a backbone keeps its stages, so its ``out_indices`` and ``out_features`` are kept; where
+      they named layers (which a strict config may not leave unset), the layers left;
+    - ``mrope_section`` sums to half the shrunk head as it did to half the old one;
+    - any other ``*_token_id`` is within the shrunk vocabulary."""
+    out = dict(out)
+    new_width = [v for k in _WIDTH_KEYS for v in _ints(out.get(k))]
+    for key, value in config.items():  # an old width under another name
+        if (
+            key not in _SIZES
+            and key not in _WIDTH_KEYS
+            and out.get(key) == value
+            and _ints(value)
+            and len(_ints(value)) == (len(value) if isinstance(value, list) else 1)
+            and all(v in widths for v in _ints(value))
+            and re.search(r"(hidden|_dim$|_dims$|channels|groups)", key)
+        ):
+            out[key] = [widths[v] for v in value] if isinstance(value, list) else widths[value]
+    for key in _HEAD_KEYS:
+        heads = out.get(key)
+        width = next((out[k] for k in _WIDTH_KEYS if _ints(out.get(k))), None)
+        if width is None or not _ints(heads):
+            continue
+        if isinstance(heads, list):
+            widths = width if isinstance(width, list) and len(width) == len(heads) else None
+            out[key] = [
+                math.gcd(h, widths[i] if widths else min(_ints(width))) if isinstance(h, int) else h
+                for i, h in enumerate(heads)
+            ]
+        elif isinstance(heads, int) and isinstance(width, int):
+            out[key] = math.gcd(heads, width)
+    if _ints(out.get("num_key_value_heads")) and isinstance(out.get("num_attention_heads"), int):
+        out["num_key_value_heads"] = math.gcd(
+            out["num_key_value_heads"], out["num_attention_heads"]
+        )
+    least = min(new_width, default=None)
+    for key, value in out.items():
+        if (
+            key.endswith("groups")
+            and least
+            and isinstance(value, int)
+            and not isinstance(value, bool)
+            and value > 1
+            and least % value
+        ):
+            out[key] = math.gcd(value, 4)
+    if isinstance(out.get("per_layer_config"), dict):
+        kept = {
+            k: {n: _shrink_value(n, v) for n, v in layer.items()}
+            for k, layer in out["per_layer_config"].items()
+            if str(k).isdigit() and int(k) < LAYERS and isinstance(layer, dict)
+        }
+        out["per_layer_config"] = kept or None
+    if isinstance(config.get("out_indices"), list | tuple):
+        if "depths" in config:
+            out["out_indices"], out["out_features"] = (
+                config["out_indices"],
+                config.get("out_features"),
+            )
+        else:
+            out["out_indices"] = [i for i in config["out_indices"] if i <= LAYERS] or [LAYERS]
+    rope = out.get("rope_parameters")
+    head = out.get("head_dim")
+    if isinstance(rope, dict) and _ints(rope.get("mrope_section")) and isinstance(head, int):
+        old = rope["mrope_section"]
+        half = head // 2
+        sections = [max(1, s * half // sum(old)) for s in old]
+        sections[0] += half - sum(sections)
+        out["rope_parameters"] = {**rope, "mrope_section": sections}
+    for key, value in out.items():  # a token id the shrink did not name (NeMo's blank_token_id)
+        if key.endswith("_token_id") and _ints(value) == [value] and value >= VOCAB:
+            out[key] = VOCAB - 1
     return out
 
 
@@ -238,18 +378,48 @@ def shrink(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _config(row: Row, use_cache: bool) -> Any:
+    """The row's shrunk config: as :func:`shrink` makes it, or, where that fails validation or
+    construction (or, for a row over a KV cache, returns no cache), with its sizes made
+    consistent too (``shrink(consistent=True)``) and, over a cache, as a decoder (BERT and its
+    kin return a cache only as one). A row that built without these is built exactly as before."""
+    import transformers
     from transformers import AutoConfig
 
     try:
         base = AutoConfig.for_model(row.model)
     except Exception as exc:
         raise BuildError(f"AutoConfig.for_model: {_first_line(exc)}") from None
-    small = shrink(base.to_dict())
-    small["use_cache"] = use_cache
+    cls = getattr(transformers, row.cls, None)
+    why = ""
+    for consistent in (False, True):
+        small = shrink(base.to_dict(), consistent)
+        small["use_cache"] = use_cache
+        if consistent and use_cache and small.get("is_decoder") is False:
+            small["is_decoder"] = True
+        try:
+            config = type(base).from_dict(small)
+        except Exception as exc:
+            why = f"shrunk config: {_first_line(exc)}"
+            continue
+        if consistent or cls is None or _builds(cls, config, use_cache):
+            return config
+    raise BuildError(why)
+
+
+def _builds(cls: Any, config: Any, use_cache: bool) -> bool:
+    """Whether ``cls`` builds from ``config`` (a copy: a model may set its config's fields, as
+    BartForCausalLM's is_decoder) and, over a cache, returns one."""
+    import torch
+
     try:
-        return type(base).from_dict(small)
-    except Exception as exc:
-        raise BuildError(f"shrunk config: {_first_line(exc)}") from None
+        model = cls(copy.deepcopy(config))
+        if not use_cache:
+            return True
+        with torch.no_grad():
+            out = model.eval()(input_ids=torch.full((2, 3), 3), use_cache=True)
+        return getattr(out, "past_key_values", None) is not None
+    except Exception:
+        return False
 
 
 def _first_line(exc: BaseException) -> str:

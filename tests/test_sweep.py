@@ -55,6 +55,80 @@ def test_shrink_makes_any_config_tiny_sub_configs_and_per_layer_lists_too():
     assert beit["out_features"] is None  # named the 12th stage, which no longer exists
 
 
+def _consistent(model_type):
+    from transformers import AutoConfig
+
+    base = AutoConfig.for_model(model_type)
+    return type(base).from_dict(sweep_rows.shrink(base.to_dict(), consistent=True))
+
+
+def test_a_row_that_builds_as_shrunk_keeps_that_config_the_consistency_rules_are_a_fallback():
+    from transformers import AutoConfig
+
+    row = sweep_rows.Row("transformers", "bert", "base", "encoder", "BertModel")
+    plain = sweep_rows.shrink(AutoConfig.for_model("bert").to_dict())
+    assert (
+        sweep_rows._config(row, use_cache=False).to_dict()
+        == type(AutoConfig.for_model("bert")).from_dict({**plain, "use_cache": False}).to_dict()
+    )
+
+
+def test_per_stage_lists_keep_one_entry_per_stage():
+    # Swin's 4 stages are its "num_layers": its num_heads was cut to 2 entries (index out of range)
+    swin = _consistent("swin")
+    assert len(swin.num_heads) == len(swin.depths) == 4
+    clap = _consistent("clap").audio_config
+    assert len(clap.num_attention_heads) == len(clap.depths) == 4
+
+
+def test_head_counts_divide_the_width_they_split():
+    pvt = _consistent("pvt")  # heads [1, 2, 5, 8] over widths [8, 8, 16, 32]
+    assert all(w % h == 0 for h, w in zip(pvt.num_attention_heads, pvt.hidden_sizes, strict=True))
+    bark = _consistent("bark").semantic_config  # 12 heads of a 32 wide layer
+    assert bark.hidden_size % bark.num_heads == 0
+
+
+def test_group_counts_divide_the_shrunk_channels():
+    import transformers
+
+    bit = _consistent("bit")  # 32 groups over 4 bottleneck channels
+    assert bit.num_groups <= 4
+    transformers.BitModel(bit)
+
+
+def test_strict_configs_validate_out_indices_mrope_sections_and_token_ids():
+    assert _consistent("data2vec-vision").out_indices == [2]  # named layers 3..11 of 12
+    from transformers import AutoConfig
+
+    swin = _consistent("maskformer-swin")  # a backbone keeps its stages and what it names
+    assert swin.out_features == AutoConfig.for_model("maskformer-swin").out_features
+    text = _consistent("cosmos3_edge_text")  # three sections summing to half the head
+    sections = text.rope_parameters["mrope_section"]
+    assert len(sections) == 3 and sum(sections) == text.head_dim // 2
+
+
+def test_sizes_that_were_an_old_width_follow_it_across_sub_configs():
+    csm = _consistent("csm")
+    assert csm.depth_decoder_config.backbone_hidden_size == csm.hidden_size == 32
+    assert csm.codec_config.upsample_groups == csm.codec_config.hidden_size  # depthwise
+
+
+def test_per_layer_overrides_keep_only_the_layers_left():
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model("embedding_gemma2")  # overrides at layers 5, 11, 17, 23
+    small = sweep_rows.shrink(config.to_dict(), consistent=True)
+    assert all(int(k) < 2 for k in small["text_config"]["per_layer_config"] or ())
+    type(config).from_dict(small)  # was: keys must be layer indices in the range [0, 2)
+
+
+def test_a_row_over_a_kv_cache_of_an_encoder_kin_is_built_as_a_decoder():
+    bert = sweep_rows.Row("transformers", "bert", "causal-lm-kv", "decoder-kv", "BertLMHeadModel")
+    assert sweep_rows._config(bert, use_cache=True).is_decoder
+    gpt2 = sweep_rows.Row("transformers", "gpt2", "causal-lm-kv", "decoder-kv", "GPT2LMHeadModel")
+    assert not getattr(sweep_rows._config(gpt2, use_cache=True), "is_decoder", False)  # as it was
+
+
 def test_a_limited_sweep_takes_the_kinds_in_turn():
     rows, _ = sweep_rows.enumerate_rows()
     first = sweep.select(rows, limit=8)
@@ -100,10 +174,22 @@ def test_the_table_counts_each_kind_exporter_and_traced_batch():
     text = sweep.table({"meta": meta, "rows": rows})
     # rows, not built, static failed, unfinished, scored, pass, refused, wrong, crash,
     # +ref, +bound (passes plainly or after the advice), advice wrong, re-export, umd
-    assert "| encoder | torchscript | b2 | 4 | 1 | 0 | 0 | 3 | 1 | 1 | 0 | 1 | 2 | 2 | 0 | 3 | 0 |" in text
-    assert "| encoder | torchscript | b1 | 4 | 1 | 1 | 1 | 1 | 0 | 0 | 1 | 0 | 0 | 0 | 0 | 1 | 0 |" in text
-    assert "| decoder | torchscript | b2 | 1 | 0 | 0 | 0 | 1 | 0 | 1 | 0 | 0 | 0 | 1 | 0 | 1 | 0 |" in text
-    assert "| decoder | torchscript | b1 | 1 | 0 | 0 | 0 | 1 | 0 | 1 | 0 | 0 | 0 | 0 | 1 | 1 | 0 |" in text
+    assert (
+        "| encoder | torchscript | b2 | 4 | 1 | 0 | 0 | 3 | 1 | 1 | 0 | 1 | 2 | 2 | 0 | 3 | 0 |"
+        in text
+    )
+    assert (
+        "| encoder | torchscript | b1 | 4 | 1 | 1 | 1 | 1 | 0 | 0 | 1 | 0 | 0 | 0 | 0 | 1 | 0 |"
+        in text
+    )
+    assert (
+        "| decoder | torchscript | b2 | 1 | 0 | 0 | 0 | 1 | 0 | 1 | 0 | 0 | 0 | 1 | 0 | 1 | 0 |"
+        in text
+    )
+    assert (
+        "| decoder | torchscript | b1 | 1 | 0 | 0 | 0 | 1 | 0 | 1 | 0 | 0 | 0 | 0 | 1 | 1 | 0 |"
+        in text
+    )
     assert "dynamo" not in text and "4 of the 10 rows" in text and "(partial)" in text
     # by kind: scored, symbolize, symbolize after advice, re-export (both traced batches)
     assert "| encoder | 4 | 1 | 2 | 4 |" in text and "| decoder | 2 | 0 | 1 | 2 |" in text
@@ -138,7 +224,10 @@ def test_rows_of_a_source_this_environment_cannot_import_are_kept_with_their_cou
     here = [_row("bert.base", "transformers", {"torch": "2.13.0+cpu", "transformers": "5"})]
     known = {"bert.base", "gpt2.base", "vit.base"}
     merged = sweep._merge(previous, here, known, {"torchvision": "No module named 'torchvision'"})
-    assert [r["name"] for r in merged] == ["alexnet.base", "bert.base"]  # gone.base: no longer a row
+    assert [r["name"] for r in merged] == [
+        "alexnet.base",
+        "bert.base",
+    ]  # gone.base: no longer a row
     assert merged[1]["versions"]["torch"] == "2.13.0+cpu"  # this run's row replaces the old one
     rows = [sweep_rows.Row("transformers", n.split(".")[0], "base", "encoder", "X") for n in known]
     meta = sweep._meta(rows, {"torchvision": "No module"}, merged, previous["meta"])
@@ -500,9 +589,7 @@ def test_a_row_past_its_budget_is_unfinished_with_the_cases_it_scored(tmp_path, 
     monkeypatch.setattr(sweep, "_worker", _slow_worker)
     row = sweep_rows.Row("transformers", "bert", "base", "encoder", "BertModel")
     start = time.perf_counter()
-    result = sweep.score_row(
-        row, ("torchscript",), (2, 1), timeout=240, memory_gb=8, row_budget=2
-    )
+    result = sweep.score_row(row, ("torchscript",), (2, 1), timeout=240, memory_gb=8, row_budget=2)
     assert time.perf_counter() - start < 20  # not 60 + 240 * 5 * 2 seconds
     assert result["build"] == "ok" and len(result["cases"]) == 1
     assert result["worker"] == "worker took longer than 2 s after 1 case(s)"
