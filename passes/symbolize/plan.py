@@ -29,7 +29,11 @@ from onnxsurgery.passes.symbolize.batch_indices import (
 )
 from onnxsurgery.passes.symbolize.blockers import Blocker, group_blockers
 from onnxsurgery.passes.symbolize.bounds import symbol_bounds
-from onnxsurgery.passes.symbolize.cache_offsets import cache_index_relations, slice_end_relations
+from onnxsurgery.passes.symbolize.cache_offsets import (
+    cache_index_relations,
+    count_starts,
+    slice_end_relations,
+)
 from onnxsurgery.passes.symbolize.coincident import (
     Ambiguity,
     Coincidence,
@@ -507,6 +511,7 @@ def _decide_constants(context: PlanContext) -> tuple[list[Change], list[Blocker]
             blockers.append(made)
         elif made is not None:
             changes.append(made)
+    changes += count_starts(context)  # scalars no rule sees (positions counted over a mask)
     return changes, blockers
 
 

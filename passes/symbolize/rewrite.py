@@ -261,6 +261,8 @@ class _Rewriter:
         dims = list(change.values)
         tag = f"symbolize/{change.use.tensor}[{','.join(safe_name(str(v)) for v in dims)}]"
         acc, full = self.EMITTERS[gen.kind](self, gen, change.use.array, dims, tag)
+        if change.use.array.ndim == 0:  # a scalar stays one (a start moved with a cache)
+            return self.node("Reshape", [acc, self.const([])], f"{tag}/scalar")
         rank = len(dims)
         missing = [
             k
