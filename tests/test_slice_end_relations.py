@@ -41,3 +41,15 @@ def test_camembert_with_a_cache_counts_positions_from_past(exporter):
     result = sweep.score_row(row, [exporter], [2], timeout=120, memory_gb=8)
     [case] = result["cases"]
     assert case["symbolize"]["status"] == "pass", case["symbolize"]
+
+
+def test_gemma4_with_a_cache_moves_a_partial_rotary_start_with_past():
+    """Gemma 4's partial rotary angles by TorchScript are ``[p, 0, 0, 0, p, 0, 0, 0]`` at
+    positions p = 5, 6, 7 (past 5): every moving step is 1, and the columns that do not rotate
+    hold 0, so no uniform base read the start 5 and it stayed fixed: 0.72 off torch at past 7
+    (output scale 0.93), exit 0. It is read as ``past`` steps now."""
+    rows, _ = sweep_rows.enumerate_rows()
+    [row] = sweep.select(rows, only=["gemma4.causal-lm-kv"])
+    result = sweep.score_row(row, ["torchscript"], [1], timeout=120, memory_gb=8)
+    [case] = result["cases"]
+    assert case["symbolize"]["status"] == "pass", case["symbolize"]

@@ -149,7 +149,10 @@ def offset_gap(
         ratio = base[on] / step[on]
         if ratio.size and np.all(base[~on] == 0) and np.allclose(ratio, ratio[0], rtol=1e-5):
             r = float(np.round(ratio[0]))
-            if abs(r - ratio[0]) < 1e-4 and not np.all(step[on] == 1):
+            # scaled: base = start * step per column; also where every moving step is 1 but
+            # columns that do not rotate hold 0 (Gemma 4's partial rotary: angles [p, 0, 0, 0,
+            # p, 0, 0, 0]), which no uniform base reads (kept, its start stayed the traced past)
+            if abs(r - ratio[0]) < 1e-4 and (not np.all(step[on] == 1) or not np.all(on)):
                 where, start = "scaled", r
     if where == "base" and not np.all(gen.base == start):
         return None
