@@ -18,6 +18,7 @@ import onnx
 import onnx.parser
 import onnxruntime as ort
 import pytest
+from sweep_cases import scored_case
 
 import onnxsurgery
 from onnxsurgery.passes.symbolize import Symbolize
@@ -56,7 +57,10 @@ def molecules_repeated(batch: int, seq: int) -> onnx.ModelProto:
       y = Concat <axis = -1> (x, rep)
     }}""")
     onnx.checker.check_model(m)
-    assert [d.dim_value for d in onnx.shape_inference.infer_shapes(m).graph.output[0].type.tensor_type.shape.dim] == [batch, seq, 16]
+    assert [
+        d.dim_value
+        for d in onnx.shape_inference.infer_shapes(m).graph.output[0].type.tensor_type.shape.dim
+    ] == [batch, seq, 16]
     return m
 
 
@@ -115,17 +119,6 @@ def test_a_hinted_start_whose_fixed_value_fits_once_the_minus_one_is_free_is_amb
 def test_canine_by_dynamo_at_batch_1_matches_torch_through_the_sweep_worker() -> None:
     """The real model (transformers' CANINE, cached under build/sweep/), as the sweep scores
     it: was wrong at seq 13 (max abs err 3.66), exit 0."""
-    pytest.importorskip("transformers")
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-    import sweep
-    import sweep_rows
-
-    rows, _ = sweep_rows.enumerate_rows()
-    [row] = sweep.select(rows, only=["canine.base"])
-    result = sweep.score_row(row, ["dynamo"], [1], timeout=120, memory_gb=8)
-    [case] = result["cases"]
+    case = scored_case("canine.base", "dynamo", 1)
     assert case["static"]["status"] == "ok", case
     assert case["symbolize"]["status"] == "pass", case["symbolize"]

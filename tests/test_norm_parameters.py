@@ -10,13 +10,10 @@ contract: a weight's length now fixes the channel axis, and PoolFormer passes af
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import onnx.parser
-import pytest
 from onnx import numpy_helper
+from sweep_cases import scored_cases
 
 import onnxsurgery
 from onnxsurgery.passes.symbolize import Symbolize
@@ -55,13 +52,7 @@ def test_the_group_count_of_1_stays_1_where_a_stage_was_traced_at_1x1():
 
 
 def test_poolformer_passes_after_its_advice_by_both_exporters():
-    pytest.importorskip("transformers")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-    import sweep
-    import sweep_rows
+    from sweep import after_advice  # sweep_cases puts bench/ on the path
 
-    rows, _ = sweep_rows.enumerate_rows()
-    [row] = sweep.select(rows, only=["poolformer.base"])
-    result = sweep.score_row(row, ["torchscript", "dynamo"], [2], timeout=120, memory_gb=8)
-    for case in result["cases"]:
-        assert sweep.after_advice(case)["+ref"], case
+    for case in scored_cases("poolformer.base", ["torchscript", "dynamo"], [2]):
+        assert after_advice(case)["+ref"], case

@@ -9,21 +9,9 @@ oracle is torch eager at three other sizes, through the sweep's worker."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-import pytest
-
-pytest.importorskip("transformers")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-
-import sweep  # noqa: E402
-import sweep_rows  # noqa: E402
+from sweep_cases import scored_case
 
 
 def test_ctrl_by_torchscript_matches_torch():
-    rows, _ = sweep_rows.enumerate_rows()
-    [row] = sweep.select(rows, only=["ctrl.base"])
-    result = sweep.score_row(row, ["torchscript"], [2], timeout=120, memory_gb=8)
-    [case] = result["cases"]
+    case = scored_case("ctrl.base", "torchscript", 2)
     assert case["symbolize"]["status"] == "pass", case["symbolize"]

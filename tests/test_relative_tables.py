@@ -10,15 +10,10 @@ torch eager, through the sweep's own worker."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
-import pytest
+from sweep_cases import scored_cases
 
 from onnxsurgery.passes.symbolize.trig_tables import sinusoid
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 def vaswani(positions: np.ndarray, width: int) -> np.ndarray:
@@ -38,17 +33,7 @@ def test_an_interleaved_table_over_descending_distances_is_a_sinusoid_from_minus
     assert sinusoid(table, [1]) is None  # from row 0 it is no table (distance 0 is row 3)
 
 
-@pytest.mark.skipif(
-    pytest.importorskip("transformers") is None, reason="transformers is not installed"
-)
 def test_wav2vec2_conformer_matches_torch_at_other_lengths_by_both_exporters():
-    sys.path.insert(0, str(BENCH))
-    import sweep
-    import sweep_rows
-
-    rows, _ = sweep_rows.enumerate_rows()
-    [row] = sweep.select(rows, only=["wav2vec2-conformer.base"])
-    result = sweep.score_row(row, ["torchscript", "dynamo"], [2, 1], timeout=120, memory_gb=8)
-    assert result["build"] == "ok", result
-    got = {(c["exporter"], c["batch"]): c["symbolize"]["status"] for c in result["cases"]}
-    assert got == {(e, b): "pass" for e in ("torchscript", "dynamo") for b in (2, 1)}, result
+    cases = scored_cases("wav2vec2-conformer.base", ["torchscript", "dynamo"], [2, 1])
+    got = {(c["exporter"], c["batch"]): c["symbolize"]["status"] for c in cases}
+    assert got == {(e, b): "pass" for e in ("torchscript", "dynamo") for b in (2, 1)}, cases

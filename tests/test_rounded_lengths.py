@@ -9,14 +9,12 @@ where the rounding shows decide: the graph as it is, or refused."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import onnx
 import onnx.parser
 import pytest
 from onnx import numpy_helper
+from sweep_cases import scored_case
 
 import onnxsurgery
 from onnxsurgery.errors import PassError
@@ -102,15 +100,7 @@ def test_cases_where_the_length_does_not_round_decide_nothing(tmp_path) -> None:
 
 
 def test_sew_by_torchscript_is_refused_not_wrong() -> None:
-    pytest.importorskip("transformers")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-    import sweep
-    import sweep_rows
-
-    rows, _ = sweep_rows.enumerate_rows()
-    [row] = sweep.select(rows, only=["sew.base"])
-    result = sweep.score_row(row, ["torchscript"], [2], timeout=120, memory_gb=8)
-    [case] = result["cases"]
+    case = scored_case("sew.base", "torchscript", 2)
     assert case["symbolize"]["status"] == "refused", case["symbolize"]
     assert "pooled by 2 and expanded back" in case["symbolize"]["message"]
     # its advice followed, a reference at an odd frame count: torch pads back, still refused

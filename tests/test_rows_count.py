@@ -11,25 +11,14 @@ through the sweep's worker."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-import pytest
-
-pytest.importorskip("transformers")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-
-import sweep  # noqa: E402
-import sweep_rows  # noqa: E402
+from sweep_cases import scored_case
 
 
 def test_siglip_vision_by_torchscript_at_batch_1_is_not_wrong():
-    rows, _ = sweep_rows.enumerate_rows()
-    [row] = sweep.select(rows, only=["siglip_vision_model.base"])
-    result = sweep.score_row(row, ["torchscript"], [1], timeout=120, memory_gb=8)
-    [case] = result["cases"]
+    case = scored_case("siglip_vision_model.base", "torchscript", 1)
     assert case["symbolize"]["status"] in ("pass", "refused"), case["symbolize"]
     if case["symbolize"]["status"] == "refused":
-        assert "rows along axis 0 at batch 2, where one row alone gives 1" in case["symbolize"][
-            "message"
-        ]
+        assert (
+            "rows along axis 0 at batch 2, where one row alone gives 1"
+            in case["symbolize"]["message"]
+        )

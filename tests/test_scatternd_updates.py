@@ -9,21 +9,9 @@ symbolize refused its own plan. The oracle is torch eager at three other sizes."
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-import pytest
-
-pytest.importorskip("transformers")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-
-import sweep  # noqa: E402
-import sweep_rows  # noqa: E402
+from sweep_cases import scored_case
 
 
 def test_cosmos3_omni_by_torchscript_at_batch_1_matches_torch():
-    rows, _ = sweep_rows.enumerate_rows()
-    [row] = sweep.select(rows, only=["cosmos3_omni.base"])
-    result = sweep.score_row(row, ["torchscript"], [1], timeout=120, memory_gb=8)
-    [case] = result["cases"]
+    case = scored_case("cosmos3_omni.base", "torchscript", 1)
     assert case["symbolize"]["status"] == "pass", case["symbolize"]

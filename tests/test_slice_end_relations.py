@@ -10,24 +10,13 @@ check; the oracle is torch eager at three other sizes, through the sweep's worke
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-pytest.importorskip("transformers")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-
-import sweep  # noqa: E402
-import sweep_rows  # noqa: E402
+from sweep_cases import scored_case
 
 
 @pytest.mark.parametrize("batch", [2, 1])
 def test_doge_with_a_cache_matches_torch_by_torchscript(batch):
-    rows, _ = sweep_rows.enumerate_rows()
-    [row] = sweep.select(rows, only=["doge.causal-lm-kv"])
-    result = sweep.score_row(row, ["torchscript"], [batch], timeout=120, memory_gb=8)
-    [case] = result["cases"]
+    case = scored_case("doge.causal-lm-kv", "torchscript", batch)
     assert case["symbolize"]["status"] == "pass", case["symbolize"]
 
 
@@ -36,10 +25,7 @@ def test_camembert_with_a_cache_counts_positions_from_past(exporter):
     """RoBERTa's position ids over a cache are ``cumsum(mask) + past_key_values_length``, the
     length a Python int the export folds (5 here): it now moves with ``past``; kept, CamemBERT
     was 0.56 off torch at past 7 (output scale 0.89), exit 0, by both exporters."""
-    rows, _ = sweep_rows.enumerate_rows()
-    [row] = sweep.select(rows, only=["camembert.causal-lm-kv"])
-    result = sweep.score_row(row, [exporter], [2], timeout=120, memory_gb=8)
-    [case] = result["cases"]
+    case = scored_case("camembert.causal-lm-kv", exporter, 2)
     assert case["symbolize"]["status"] == "pass", case["symbolize"]
 
 
@@ -48,8 +34,5 @@ def test_gemma4_with_a_cache_moves_a_partial_rotary_start_with_past():
     positions p = 5, 6, 7 (past 5): every moving step is 1, and the columns that do not rotate
     hold 0, so no uniform base read the start 5 and it stayed fixed: 0.72 off torch at past 7
     (output scale 0.93), exit 0. It is read as ``past`` steps now."""
-    rows, _ = sweep_rows.enumerate_rows()
-    [row] = sweep.select(rows, only=["gemma4.causal-lm-kv"])
-    result = sweep.score_row(row, ["torchscript"], [1], timeout=120, memory_gb=8)
-    [case] = result["cases"]
+    case = scored_case("gemma4.causal-lm-kv", "torchscript", 1)
     assert case["symbolize"]["status"] == "pass", case["symbolize"]
