@@ -9,6 +9,7 @@ import onnx
 import pytest
 from test_symbolize import parse
 
+from onnxsurgery.passes.symbolize import reads as const_reads
 from onnxsurgery.passes.symbolize import rules, wording
 from onnxsurgery.passes.symbolize.blockers import Blocker
 from onnxsurgery.passes.symbolize.plan import normalize_axes, plan_context, plan_symbolize
@@ -17,14 +18,14 @@ from onnxsurgery.shapes.propagation import propagate
 OPSET = '<ir_version: 8, opset_import: ["" : 17]>'
 
 
-def reads(model: onnx.ModelProto, axes: dict) -> dict[str, rules.ConstRead]:
+def reads(model: onnx.ModelProto, axes: dict) -> dict[str, const_reads.ConstRead]:
     """Each constant read of ``model`` (by tensor name), in the context the plan decides it in."""
     analysis = propagate(model, normalize_axes(axes))
     context = plan_context(analysis, None)
-    return {use.tensor: rules.ConstRead(context, use) for use in analysis.uses}
+    return {use.tensor: const_reads.ConstRead(context, use) for use in analysis.uses}
 
 
-def deciding(read: rules.ConstRead) -> rules.Rule:
+def deciding(read: const_reads.ConstRead) -> rules.Rule:
     """The first rule of :data:`rules.CONST_RULES` that applies."""
     return next(rule for rule in rules.CONST_RULES if rule.check(read) is None)
 

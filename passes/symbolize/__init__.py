@@ -7,6 +7,10 @@ The pass reads as stages, each a module that only reads what the one before it p
     trig_tables.py      its cos/sin and rotary tables; table_generator.py: the Generator both match to
     batch_indices.py    constant indices that enumerate the batch
     plan.py             the plan: every change (constant -> shape computation) and every blocker
+    reads.py            one constant read as the rules see it, its context, the Change made of it
+    rules.py            the rules for one constant read (CONST_RULES), the first that applies decides
+    relative_tables.py  sinusoids over relative distances, their length tied to the size they follow
+    rounded_lengths.py  output lengths pooled by k and expanded back (a rule reference cases decide)
     graph_blockers.py   blockers of the graph as a whole, declared rules (GRAPH_RULES)
     cache_offsets.py    counts and band bounds that move with a KV cache's length, or cannot be told
     blockers.py         a blocker (what holds only at the traced size), grouped and summarized

@@ -13,29 +13,33 @@ The graph settles one more relation over a cache: a gather whose index counts th
 input of another length (the mask's ``total``) reads every element of that axis, so that length
 is ``past + seq`` (:func:`cache_index_relations`): the check's sizes keep it so. So does a
 Slice of such an axis from 0 to the keys' length (Doge's ``mask[..., :key_len]``, traced where
-the mask was exactly that long, :func:`slice_end_relations`). And one scalar the graph leaves as
-a value: the cache length an export folds into positions counted over a mask
-(``cumsum(mask) + past``, :func:`count_starts`)."""
+the mask was exactly that long, :func:`slice_end_relations`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence, Set
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from onnxsurgery.passes.symbolize.batch_indices import addressed, index_constants
 from onnxsurgery.passes.symbolize.generators import MAX_LEAD, Generator
-from onnxsurgery.shapes.analysis import ShapeAnalysis
+from onnxsurgery.shapes.analysis import ConstUse, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.solver import Solution
 
-if TYPE_CHECKING:  # rules imports this module (cache_symbols)
-    from onnxsurgery.passes.symbolize.rules import Change, PlanContext
+
+class Change(Protocol):
+    """What the relations read of a plan's change (:class:`~.reads.Change`, whose module
+    imports this one)."""
+
+    values: list[Dim]
+    use: ConstUse
+    rebuild: Generator | None
 
 __all__ = [
     "band_bound_gap", "cache_index_relations", "cache_symbols", "offset_gap",
-    "slice_end_relations", "count_starts",
+    "slice_end_relations",
 ]  # fmt: skip
 
 
@@ -282,46 +286,3 @@ def slice_end_relations(
             found[hits[0]] = end
     return found
 
-
-def count_starts(context: PlanContext) -> list[Change]:
-    """Integer scalars added to positions counted over a mask (``cumsum(mask) + past``:
-    RoBERTa's padding-aware position ids with a cache, whose ``past_key_values_length`` is a
-    Python int the export folds) whose value is the traced length of a cache, the only symbol of
-    that size (``context.starts``): they move with that length, as a count's start does. Kept,
-    every position past the traced cache length was off by the difference (CamemBERT with a
-    cache: 0.56 against an output scale of 0.89 at past 7, both exporters, exit 0). The shape
-    analysis reads no size in such a scalar, so no rule sees it: the graph is scanned here."""
-    from onnxsurgery.model.dtypes import dtype_name, elem_type_of
-    from onnxsurgery.passes.symbolize.rules import Change
-    from onnxsurgery.shapes.analysis import ConstUse
-
-    a = context.analysis
-    found: list[Change] = []
-    for index, node in enumerate(a.model.graph.node):
-        if node.op_type not in ("Add", "Sub") or len(node.input) != 2:
-            continue
-        for k, name in enumerate(node.input):
-            arr = a.const(name)
-            if arr is None or arr.size != 1 or arr.dtype.kind not in "iu":
-                continue
-            value = int(arr.reshape(-1)[0])
-            sym = context.starts.get(value)
-            if sym is None or value < 1 or not _counted(a, node.input[1 - k]):
-                continue
-            use = ConstUse(node.name, node.op_type, index, k, name, "data", arr, [None] * arr.ndim)
-            gen = Generator("affine", [], base=arr, offset=("base", Dim.sym(sym), value))
-            old = f"{dtype_name(elem_type_of(arr))} {value}"
-            new = f"{sym} (positions counted over the mask start there)"
-            dims = [Dim.const(n) for n in arr.shape]
-            found.append(
-                Change("", node.name, node.op_type, k, name, "data", old, new, dims, use, gen)
-            )
-    return found
-
-
-def _counted(a: ShapeAnalysis, tensor: str) -> bool:
-    """Whether ``tensor`` is a CumSum's output (through Casts): positions counted over a mask."""
-    made = a.producers.get(tensor)
-    while made is not None and made[1].op_type in ("Cast", "Identity"):
-        made = a.producers.get(made[1].input[0])
-    return made is not None and made[1].op_type == "CumSum"

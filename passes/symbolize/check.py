@@ -46,6 +46,7 @@ from onnxsurgery.passes.symbolize.ort_failure import (
     ort_failure,
     wrong_values,
 )
+from onnxsurgery.passes.symbolize.reads import Change
 from onnxsurgery.passes.symbolize.reference_cases import (
     Claims,
     OutputMap,
@@ -64,7 +65,6 @@ from onnxsurgery.passes.symbolize.row_checks import (
     rows_alone,
     rows_differ,
 )
-from onnxsurgery.passes.symbolize.rules import Change
 from onnxsurgery.passes.symbolize.sizes import Divisions, check_sizes
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.validation.references import Case

@@ -25,7 +25,8 @@ import onnx
 from onnxsurgery.model.dtypes import dtype_name, elem_type_of
 from onnxsurgery.model.walk import graphs_by_path
 from onnxsurgery.passes.symbolize.blockers import Blocker
-from onnxsurgery.passes.symbolize.rules import CONST_RULES, BatchIndices, ConstRead, Rule
+from onnxsurgery.passes.symbolize.reads import ConstRead
+from onnxsurgery.passes.symbolize.rules import CONST_RULES, BatchIndices, Rule
 from onnxsurgery.passes.symbolize.wording import fmt_values, input_symbols, why_text
 from onnxsurgery.shapes.dims import Dim
 

@@ -37,7 +37,8 @@ from onnxsurgery.passes.symbolize.block_padding import (
 from onnxsurgery.passes.symbolize.bounds import bound_text, largest
 from onnxsurgery.passes.symbolize.coincident import tie
 from onnxsurgery.passes.symbolize.graph_blockers import ConflictSite, Found
-from onnxsurgery.passes.symbolize.rules import CONST_RULES, Change, ConstRead, Rule, SizeConstant
+from onnxsurgery.passes.symbolize.reads import Change, ConstRead
+from onnxsurgery.passes.symbolize.rules import CONST_RULES, Rule, SizeConstant
 from onnxsurgery.passes.symbolize.wording import dim_text, input_symbols
 from onnxsurgery.shapes.analysis import ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim

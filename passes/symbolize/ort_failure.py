@@ -20,7 +20,7 @@ import onnx
 from onnxsurgery.errors import PassError
 from onnxsurgery.model.dtypes import dtype_name, elem_type_of
 from onnxsurgery.passes.symbolize.indexed_tables import folded_table, upstream_nodes
-from onnxsurgery.passes.symbolize.rules import Change
+from onnxsurgery.passes.symbolize.reads import Change
 from onnxsurgery.passes.symbolize.wording import fmt_values, plan_fix_text, plan_words
 from onnxsurgery.validation.runtime import describe_ort_error
 

@@ -29,11 +29,7 @@ from onnxsurgery.passes.symbolize.batch_indices import (
 )
 from onnxsurgery.passes.symbolize.blockers import Blocker, group_blockers
 from onnxsurgery.passes.symbolize.bounds import symbol_bounds
-from onnxsurgery.passes.symbolize.cache_offsets import (
-    cache_index_relations,
-    count_starts,
-    slice_end_relations,
-)
+from onnxsurgery.passes.symbolize.cache_offsets import cache_index_relations, slice_end_relations
 from onnxsurgery.passes.symbolize.coincident import (
     Ambiguity,
     Coincidence,
@@ -44,13 +40,9 @@ from onnxsurgery.passes.symbolize.coincident import (
 from onnxsurgery.passes.symbolize.conflict_readings import broadcast_readings, conflict_readings
 from onnxsurgery.passes.symbolize.graph_blockers import find_blockers
 from onnxsurgery.passes.symbolize.one_block import advise_bound, read_under_bounds
+from onnxsurgery.passes.symbolize.reads import Change, ConstRead, PlanContext
 from onnxsurgery.passes.symbolize.relative_tables import relative_tables
-from onnxsurgery.passes.symbolize.rules import (
-    Change,
-    ConstRead,
-    PlanContext,
-    decide,
-)
+from onnxsurgery.passes.symbolize.rules import count_starts, decide
 from onnxsurgery.passes.symbolize.wording import fix_lead, traced_words
 from onnxsurgery.shapes.analysis import Constraint, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim, dim_product

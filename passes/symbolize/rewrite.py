@@ -195,7 +195,7 @@ class _Rewriter:
     def guarded(self, vec: str, bounds: dict[str, int], tag: str) -> str:
         """``vec`` plus, per bounded symbol, a Gather of it from ``bound + 1`` zeros: the same
         values within the bounds, and ONNX Runtime fails there, naming the bound, where a size is
-        over one (:attr:`~.rules.Change.guard`)."""
+        over one (:attr:`~.reads.Change.guard`)."""
         for sym, bound in sorted(bounds.items()):
             zeros = self.initializer(f"symbolize/{sym}<={bound}/zeros", np.zeros(bound + 1, np.int64))
             name = f"symbolize: {sym}<={bound} (a size over the bound fails here)/{sym}"
