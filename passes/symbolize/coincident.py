@@ -45,6 +45,7 @@ __all__ = [
     "find_coincidences",
     "ambiguous_hints",
     "expressions",
+    "fits",
     "tie",
 ]
 
@@ -130,7 +131,7 @@ def tie(a: ShapeAnalysis, atom: str, value: Dim, node: str, op: str, why: str) -
     return c
 
 
-def _fits(a: ShapeAnalysis, atom: str, value: Dim, conflicts: int) -> bool:
+def fits(a: ShapeAnalysis, atom: str, value: Dim, conflicts: int) -> bool:
     """Whether tying ``atom`` to ``value`` leaves the graph as consistent as it was."""
     tie(a, atom, value, "", "", "probe")
     try:
@@ -403,7 +404,7 @@ def find_coincidences(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[C
             fitting = [
                 e
                 for e in expressions(a, value)
-                if not e.atoms() & within and _fits(a, atom, e, conflicts)
+                if not e.atoms() & within and fits(a, atom, e, conflicts)
             ]
             if not fitting:
                 continue
@@ -478,7 +479,7 @@ def _broadcast_partners(
             axis = use.atoms.index(atom)
             if not _only_broadcast(a.model, use.tensor, axis, use.array.ndim):
                 continue
-            if _fits(a, atom, reading, conflicts):
+            if fits(a, atom, reading, conflicts):
                 sets = _sized(a.model, use, consumers) or (use.op, use.node)
                 found.append(Coincidence(atom, use, axis, 1, reading, sets, True))
                 break
@@ -514,7 +515,7 @@ def ambiguous_hints(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[Amb
                 continue
             value = a.atoms[atom].traced
             source = sol.hinted_by.get(atom)
-            if _fits(a, atom, Dim.const(value), conflicts):
+            if fits(a, atom, Dim.const(value), conflicts):
                 other = None
             elif source is not None and id(source) not in released:
                 released.add(id(source))

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxsurgery.passes.symbolize.coincident import tie
+from onnxsurgery.passes.symbolize.coincident import fits, tie
 from onnxsurgery.passes.symbolize.trig_tables import sinusoid
 from onnxsurgery.shapes.analysis import ConstUse, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
@@ -163,12 +163,7 @@ def _reading(
                 if a.traced(e) != traced:
                     continue
                 length, start = form(e)  # type: ignore[operator]
-                tie(a, atom, length, use.node, use.op, "probe")
-                try:
-                    fits = len(solve(a).conflicts) <= conflicts
-                finally:
-                    a.constraints.pop()
-                if fits:
+                if fits(a, atom, length, conflicts):
                     return RelativeTable(use, axis, atom, length, start, -c)
     return None
 
