@@ -116,6 +116,8 @@ class ConstUse:
     ``kind`` is ``"size"`` (its integer elements are unknowns: ``atoms[i]`` for element ``i``,
     ``None`` where the element is kept fixed) or ``"data"`` (its dims are unknowns).
     ``graph`` is the path of the (sub)graph holding the node (``""`` for the main graph).
+    ``negated``: the elements read as minus their unknown (a Slice bound counted from the end,
+    ``x[:, -8:]``: element ``-8`` is ``-atom``, the atom traced at 8).
     """
 
     node: str
@@ -127,6 +129,7 @@ class ConstUse:
     array: np.ndarray
     atoms: list[str | None]
     graph: str = ""
+    negated: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -243,8 +246,10 @@ class ShapeAnalysis:
         """The info of input ``i`` of ``node``, with per-use unknowns if it is a constant.
 
         ``kind="size"`` turns the integer elements of a small constant into ``var`` atoms
-        (negative and zero elements stay fixed: they are flags, never sizes); ``kind="data"``
-        turns the dims of a constant tensor into ``data`` atoms.
+        (negative and zero elements stay fixed: they are flags, never sizes; except a Slice
+        start or end of -2 or less, counted from the end of its axis: ``x[:, -seq:]`` traced at
+        seq 8 holds -8, read as minus an atom traced at 8); ``kind="data"`` turns the dims of a
+        constant tensor into ``data`` atoms.
         """
         name = node.input[i] if i < len(node.input) else ""
         base = self.info(name)
@@ -259,9 +264,16 @@ class ShapeAnalysis:
                 return base
             atoms: list[str | None] = []
             values: list[Dim] = []
-            for v in arr.reshape(-1).tolist():
+            negated: set[int] = set()
+            from_end = node.op_type == "Slice" and i in (1, 2)
+            for k, v in enumerate(arr.reshape(-1).tolist()):
                 v = int(v)
-                if v <= 0 or v >= 2**31 - 1:
+                if from_end and -(2**31) < v <= -2:
+                    d = self.new_atom("var", -v)
+                    atoms.append(next(iter(d.atoms())))
+                    values.append(-d)
+                    negated.add(k)
+                elif v <= 0 or v >= 2**31 - 1:
                     atoms.append(None)
                     values.append(Dim.const(v))
                 else:
@@ -282,6 +294,8 @@ class ShapeAnalysis:
                 return base
             info = TensorInfo(dims, base.dtype, base.value)
         use = ConstUse(node.name, node.op_type, node_index, i, name, kind, arr, atoms, graph)
+        if kind == "size":
+            use.negated = frozenset(negated)
         for k, a in enumerate(atoms):
             if a is not None:
                 self.atoms[a].origin = (use, k)

@@ -88,14 +88,16 @@ def _smallest_gap(sol: Solution, split: BlockSplit) -> str | None:
 
 def read_under_bounds(a: ShapeAnalysis, sol: Solution, bounds: Mapping[str, int]) -> bool:
     """Tie each block padding's amount that :func:`one_block` reads exactly within ``bounds``
-    to ``block - size`` (a hard constraint marked :data:`~.block_padding.ONE_BLOCK`); whether
-    any was tied (the caller solves again)."""
+    to ``block - size`` (a hard constraint marked :data:`~.block_padding.ONE_BLOCK`), unless
+    tied already; whether any was tied (the caller solves again)."""
     if not bounds:
         return False
-    tied = False
+    tied, done = False, tied_amounts(a)
     for site in constant_pads(a, sol):
         for split in site.splits:
-            if split.amount is None or one_block(site, split, bounds) is not None:
+            if split.amount is None or split.amount in done:
+                continue
+            if one_block(site, split, bounds) is not None:
                 continue
             value = Dim.const(split.block) - sol.resolve(split.dim)
             tie(a, split.amount, value, site.node.name, site.node.op_type, ONE_BLOCK)

@@ -463,6 +463,10 @@ def plan_context(
     open_, settled, tied = _coincidences(analysis, sol, row_syms, keep, generalize)
     if tied:
         sol = solve(analysis)
+        # a size tied to its symbol only now may be what a pad to one block pads
+        # (``x[:, :, :8]`` read as ``seq``, then padded to one block of 64)
+        if read_under_bounds(analysis, sol, bounds or {}):
+            sol = solve(analysis)
     context = PlanContext(analysis, sol, row_syms, forced, structural, open_)
     context.relative = {id(t.use): (t.axis, t.start, t.traced_start) for t in relative}
     context.settled = settled

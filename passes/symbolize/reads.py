@@ -128,9 +128,13 @@ class ConstRead:
 
     @cached_property
     def resolved(self) -> list[Dim | None]:
-        """Each element (size) or axis (data) as the solver resolves it; None: no unknown."""
-        sol = self.context.solution
-        return [sol.resolve(Dim.sym(x)) if x is not None else None for x in self.use.atoms]
+        """Each element (size) or axis (data) as the solver resolves it; None: no unknown (a
+        Slice bound counted from the end: minus its unknown, :attr:`~ConstUse.negated`)."""
+        sol, negated = self.context.solution, self.use.negated
+        return [
+            None if x is None else -sol.resolve(Dim.sym(x)) if k in negated else sol.resolve(Dim.sym(x))
+            for k, x in enumerate(self.use.atoms)
+        ]
 
     @cached_property
     def dims(self) -> list[Dim]:

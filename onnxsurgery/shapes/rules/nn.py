@@ -26,7 +26,7 @@ def _matmul(ctx: NodeCtx):
     if ctx.node.op_type == "QLinearMatMul":
         a, b = ctx.shape(0, data=True), ctx.shape(3)
     else:
-        a, b = ctx.shape(0, data=True), ctx.shape(1, data=ctx.node.input[1] not in ctx.a.consts)
+        a, b = ctx.shape(0, data=True), ctx.shape(1, data=_not_a_weight(ctx, 1))
     if a is None or b is None:
         return fallback(ctx)
     drop_a, drop_b = len(a) == 1, len(b) == 1
@@ -42,6 +42,15 @@ def _matmul(ctx: NodeCtx):
     shape = batch + ([] if drop_a else [a[-2]]) + ([] if drop_b else [b[-1]])
     dtype = onnx.TensorProto.INT32 if ctx.node.op_type == "MatMulInteger" else ctx.dtype(0)
     return [out(shape, dtype)]
+
+
+def _not_a_weight(ctx: NodeCtx, i: int) -> bool:
+    """Input ``i`` read as data, its dims unknowns: not a constant, or a constant with batch
+    dims (rank over 2), which a weight of a MatMul seldom has and a state the exporter folded
+    does (a linear attention's zero state ``torch.zeros(batch, heads, k, v)``, traced at its
+    batch; a plain ``[K, N]`` weight stays fixed)."""
+    const = ctx.a.consts.get(ctx.node.input[i])
+    return const is None or const.ndim > 2
 
 
 def _foldable(

@@ -299,6 +299,12 @@ def _slice_len(ctx: NodeCtx, d: Dim, s: Dim, e: Dim, step: int, axis: int) -> Di
                 return d + v if td + v >= 0 else Dim.const(0)
             return d if v >= td else x
         tx = ctx.traced(x)
+        if tx < 0:  # counted from the end (``x[:, -seq:]``): a negated unknown
+            if td + tx < 0:
+                return Dim.const(0)
+            if td + tx == 0:
+                ctx.suggest(-x, d, f"Slice bound from the end spans the whole axis {axis}")
+            return d + x
         if tx > td:
             return d
         if tx == td:

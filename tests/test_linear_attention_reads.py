@@ -1,0 +1,146 @@
+"""What TorchScript leaves of a chunked linear attention (issue 30: Bailing hybrid and GLM-5 next
+by TorchScript at batch 2, where re-export passes), in three reads symbolize did not make:
+
+- ``attention_mask[:, -seq:]``: a Slice from the end, whose start the trace folded to ``-8``.
+  Negative sizes were kept fixed (flags, never sizes), so the slice was 8 long at every size and
+  met ``seq``: "needs 8 == seq". A Slice start or end of -2 or less is now minus an unknown.
+- ``torch.zeros(batch, heads, k, v)``: the recurrent state, folded to a constant of the traced
+  batch and read by a MatMul, whose constant second input was taken for a weight: "needs
+  batch == 2". A MatMul constant with batch dims (rank over 2) is read as data now, and its
+  zeros are rebuilt at the batch.
+- a causal conv's output cut to ``x[:, :, :seq]`` (8, a size ``seq`` fits too), then padded to
+  one chunk of 64: read as following ``seq`` (reference cases choose that reading), the pad
+  went unread under ``seq<=traced``, since the bounded pad was read before the cut was tied to
+  ``seq``; it is read again after.
+
+The oracle is numpy's formula at other sizes (and the original model at the traced one).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from test_symbolize import parse
+
+import onnxsurgery
+from onnxsurgery.passes.symbolize import Symbolize
+from onnxsurgery.passes.symbolize.plan import plan_symbolize
+from onnxsurgery.validation.runtime import run_model
+
+RNG = np.random.default_rng(0)
+CPU = onnxsurgery.PassContext(provider="cpu")
+
+
+def test_a_slice_from_the_end_by_the_traced_length_follows_seq():
+    model = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[2, 8] mask, float[2, 8, 4] x) => (float[2, 8, 4] y) {
+            starts = Constant <value = int64[1] {-8}> ()
+            ends = Constant <value = int64[1] {9223372036854775807}> ()
+            axes = Constant <value = int64[1] {1}> ()
+            last = Slice (mask, starts, ends, axes)
+            two = Constant <value = int64[1] {2}> ()
+            m = Unsqueeze (last, two)
+            y = Mul (x, m)
+        }
+        """
+    )
+    axes = {"mask:0": "batch", "mask:1": "seq", "x:0": "batch", "x:1": "seq"}
+    out = Symbolize(**axes)(model, CPU).model
+    for batch, seq in [(3, 5), (1, 8), (2, 11)]:
+        mask = RNG.random((batch, seq)).astype(np.float32)
+        x = RNG.standard_normal((batch, seq, 4)).astype(np.float32)
+        got = run_model(out, {"mask": mask, "x": x}, "cpu")["y"]
+        np.testing.assert_allclose(got, x * mask[:, -seq:, None], rtol=1e-6)
+
+
+def test_a_last_token_slice_stays_one_long():
+    """``x[:, -1:]`` keeps its -1 fixed: one token at every length."""
+    model = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[2, 8, 4] x) => (float[2, 1, 4] y) {
+            starts = Constant <value = int64[1] {-1}> ()
+            ends = Constant <value = int64[1] {9223372036854775807}> ()
+            axes = Constant <value = int64[1] {1}> ()
+            y = Slice (x, starts, ends, axes)
+        }
+        """
+    )
+    out = Symbolize(**{"x:0": "batch", "x:1": "seq"})(model, CPU).model
+    x = RNG.standard_normal((3, 6, 4)).astype(np.float32)
+    np.testing.assert_array_equal(run_model(out, {"x": x}, "cpu")["y"], x[:, -1:])
+
+
+def test_a_zero_state_folded_at_the_traced_batch_follows_the_batch():
+    model = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[2, 3, 5, 4] q) => (float[2, 3, 5, 4] y) {
+            s = MatMul (q, state)
+            y = Add (s, q)
+        }
+        """,
+        state=np.zeros((2, 3, 4, 4), np.float32),
+    )
+    out = Symbolize(**{"q:0": "batch"})(model, CPU).model
+    assert not {i.name for i in out.graph.initializer} & {"state"}
+    for batch in (1, 3, 5):
+        q = RNG.standard_normal((batch, 3, 5, 4)).astype(np.float32)
+        np.testing.assert_array_equal(run_model(out, {"q": q}, "cpu")["y"], q)
+
+
+def test_a_weight_of_a_matmul_stays_a_weight():
+    """A plain ``[K, N]`` weight keeps its sizes (and its initializer)."""
+    w = RNG.standard_normal((4, 2)).astype(np.float32)
+    model = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[2, 5, 4] x) => (float[2, 5, 2] y) {
+            y = MatMul (x, w)
+        }
+        """,
+        w=w,
+    )
+    out = Symbolize(**{"x:0": "batch", "x:1": "seq"})(model, CPU).model
+    x = RNG.standard_normal((3, 7, 4)).astype(np.float32)
+    np.testing.assert_allclose(run_model(out, {"x": x}, "cpu")["y"], x @ w, rtol=1e-5)
+    assert "w" in {i.name for i in out.graph.initializer}
+
+
+def causal_chunk_model() -> onnx.ModelProto:
+    """x [1, 8, 4] padded by 3 in front (a causal conv's reach), cut back to ``[:8]`` (a size
+    ``seq`` fits too), padded by 56 to one chunk of 64, split into chunks, cut to ``[:8]`` again
+    and added to x."""
+    return parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[1, 8, 4] x) => (float[1, 8, 4] y) {
+            front = Constant <value = int64[6] {0, 3, 0, 0, 0, 0}> ()
+            conv = Pad (x, front)
+            zero = Constant <value = int64[1] {0}> ()
+            eight = Constant <value = int64[1] {8}> ()
+            one = Constant <value = int64[1] {1}> ()
+            cut = Slice (conv, zero, eight, one)
+            tail = Constant <value = int64[6] {0, 0, 0, 0, 56, 0}> ()
+            padded = Pad (cut, tail)
+            chunks = Constant <value = int64[4] {1, 1, 64, 4}> ()
+            split = Reshape (padded, chunks)
+            two = Constant <value = int64 {2}> ()
+            summed = CumSum (split, two)
+            flat = Constant <value = int64[3] {1, 64, 4}> ()
+            back = Reshape (summed, flat)
+            first = Slice (back, zero, eight, one)
+            y = Add (first, x)
+        }
+        """
+    )
+
+
+def test_a_cut_read_as_seq_pads_to_one_chunk_within_the_bound():
+    model = causal_chunk_model()
+    axes = {"x": {1: "seq"}}
+    following = plan_symbolize(model, axes, generalize=True, bounds={"seq": None})
+    assert not following.blockers, [b.why for b in following.blockers]
+    assert following.bounds == {"seq": 8}
