@@ -25,6 +25,7 @@ from test_symbolize import parse
 import onnxsurgery
 from onnxsurgery.passes.symbolize import Symbolize
 from onnxsurgery.passes.symbolize.plan import plan_symbolize
+from onnxsurgery.validation.references import Case, save_case
 from onnxsurgery.validation.runtime import run_model
 
 RNG = np.random.default_rng(0)
@@ -111,9 +112,9 @@ def test_a_weight_of_a_matmul_stays_a_weight():
 
 def causal_chunk_model() -> onnx.ModelProto:
     """x [1, 8, 4] padded by 3 in front (a causal conv's reach), cut back to ``[:8]`` (a size
-    ``seq`` fits too), padded by 56 to one chunk of 64, split into chunks, cut to ``[:8]`` again
-    and added to x."""
-    return parse(
+    ``seq`` fits too), padded by 56 to one chunk of 64, split into chunks, summed along them,
+    cut to x's own length (read at run time) and added to x: :func:`causal_chunk_sums`."""
+    model = parse(
         """
         <ir_version: 8, opset_import: ["" : 17]>
         net (float[1, 8, 4] x) => (float[1, 8, 4] y) {
@@ -131,11 +132,24 @@ def causal_chunk_model() -> onnx.ModelProto:
             summed = CumSum (split, two)
             flat = Constant <value = int64[3] {1, 64, 4}> ()
             back = Reshape (summed, flat)
-            first = Slice (back, zero, eight, one)
+            sx = Shape (x)
+            two1 = Constant <value = int64[1] {2}> ()
+            length = Slice (sx, one, two1)
+            first = Slice (back, zero, length, one)
             y = Add (first, x)
         }
         """
     )
+    for i, node in enumerate(model.graph.node):
+        node.name = f"/{node.op_type}_{i}"  # an exporter names every node
+    return model
+
+
+def causal_chunk_sums(x: np.ndarray) -> np.ndarray:
+    """What torch computes: the running sums of x delayed by 3, plus x."""
+    seq = x.shape[1]
+    delayed = np.pad(x, ((0, 0), (3, 0), (0, 0)))[:, :seq]
+    return np.cumsum(delayed, axis=1) + x
 
 
 def test_a_cut_read_as_seq_pads_to_one_chunk_within_the_bound():
@@ -144,3 +158,20 @@ def test_a_cut_read_as_seq_pads_to_one_chunk_within_the_bound():
     following = plan_symbolize(model, axes, generalize=True, bounds={"seq": None})
     assert not following.blockers, [b.why for b in following.blockers]
     assert following.bounds == {"seq": 8}
+
+
+def test_a_reading_that_fails_on_ort_where_the_other_runs_is_dropped(tmp_path):
+    """The cut fixed at 8 and the cut following seq both match a case at seq 7 (the sums are
+    causal: the row the fixed cut keeps is cut off at the end), so the case cannot choose; the
+    fixed cut fails on ONNX Runtime at seq 2 (7 rows, short of the 64 a chunk needs), where the
+    other runs: that one is taken, and it matches numpy at every length within the bound."""
+    x = RNG.standard_normal((1, 7, 4)).astype(np.float32)
+    save_case(Case("given", {"x": x}, {"y": causal_chunk_sums(x)}), tmp_path)
+    ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path)
+    result = Symbolize(**{"x:1": "seq<=traced"})(causal_chunk_model(), ctx)
+    said = " ".join(d.message for d in result.diagnostics)
+    assert "fails on ONNX Runtime at seq=2" in said, said
+    for seq in range(1, 9):
+        x = RNG.standard_normal((1, seq, 4)).astype(np.float32)
+        got = run_model(result.model, {"x": x}, "cpu")["y"]
+        np.testing.assert_allclose(got, causal_chunk_sums(x), rtol=1e-5, atol=1e-5)

@@ -346,7 +346,6 @@ class Symbolize(Pass):
             )
         except ValueError as exc:
             self.fail(str(exc))
-        diagnostics = [Diagnostic.warning(n) for n in plan.notes]
         def references() -> list:  # the --ref cases, loaded where they could decide
             return self._references(ctx) if self.check else []
 
@@ -354,6 +353,7 @@ class Symbolize(Pass):
             model, bare, plan, references, ctx, rows=self.rows, keep=self.keep, bounds=self.bounds,
             by_rows=self.check,
         )
+        diagnostics = [Diagnostic.warning(n) for n in plan.notes]  # of the plan decided on
         reading: Reading | None = None
         if decided is None:
             decided, reading = decide_readings(model, bare, plan, references, ctx)

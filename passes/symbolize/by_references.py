@@ -26,12 +26,12 @@ from onnxsurgery.passes.symbolize.coincident import Coincidence
 from onnxsurgery.passes.symbolize.feeds import case_sizes
 from onnxsurgery.passes.symbolize.plan import SymbolizePlan, plan_symbolize
 from onnxsurgery.passes.symbolize.readings import GRID_RESIZES, resize_tables, same_padding
-from onnxsurgery.passes.symbolize.reference_cases import reference_mismatch
+from onnxsurgery.passes.symbolize.reference_cases import failing_size, reference_mismatch, size_text
 from onnxsurgery.passes.symbolize.rewrite import apply_plan
 from onnxsurgery.passes.symbolize.rounded_lengths import rounded_outputs
 from onnxsurgery.passes.symbolize.row_checks import ROW_CASE_MULTIPLES, row_cases
 from onnxsurgery.passes.symbolize.rules import one_point_axes
-from onnxsurgery.passes.symbolize.sizes import Divisions
+from onnxsurgery.passes.symbolize.sizes import Divisions, check_sizes
 from onnxsurgery.pipeline.contract import PassContext
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.solver import Solution
@@ -64,12 +64,14 @@ def decide_readings(
     what, readings = choice
     base = apply_plan(model if goes_by_path(bare) else bare, plan)
     candidates = {label: rewrite(base) for label, rewrite in readings.items()}
-    passed = _matching(model, bare, plan, candidates, cases, ctx)
-    if passed is None:
+    found = _matching(model, bare, plan, candidates, cases, ctx)
+    if found is None:
         return None, None
+    passed, why = found
     plan.blockers = []
     others = ", ".join(label for label in readings if label != passed)
-    return f"{what}: {passed} matches the reference cases, {others} not", readings[passed]
+    why = f" ({why})" if why else ""
+    return f"{what}: {passed} matches the reference cases, {others} not{why}", readings[passed]
 
 
 def decide_coincidences(
@@ -119,12 +121,15 @@ def decide_coincidences(
             return plan, None
     root = model if goes_by_path(bare) else bare
     candidates = {label: apply_plan(root, made) for label, made in plans.items()}
-    passed = _matching(model, bare, plan, candidates, cases, ctx, oracle)
-    if passed is None:
+    limits = {s: plan.symbols[s] if b is None else b for s, b in bounds.items() if s in plan.symbols}
+    found = _matching(model, bare, plan, candidates, cases, ctx, oracle, limits)
+    if found is None:
         return plan, None
+    passed, why = found
     nodes = ", ".join(sorted({b.node for b in plan.blockers}))
     others = "; ".join(label for label in plans if label != passed)
-    return plans[passed], f"sizes of {nodes}: {passed} match {oracle}, {others} not"
+    why = f" ({why})" if why else ""
+    return plans[passed], f"sizes of {nodes}: {passed} match {oracle}, {others} not{why}"
 
 
 #: at most this many groups of coincident sizes are decided one by one (every mix of fixed and
@@ -222,9 +227,12 @@ def _matching(
     references: list,
     ctx: PassContext,
     oracle: str = "the reference cases",
-) -> str | None:
-    """The one candidate rewrite that alone matches every reference case (from ``oracle``);
-    None (each of ``plan``'s blockers told why) where none or several do."""
+    bounds: Mapping[str, int] | None = None,
+) -> tuple[str, str] | None:
+    """The one candidate rewrite that alone matches every reference case (from ``oracle``), of
+    several that do, the one ONNX Runtime runs where the others fail (:func:`_running`, within
+    ``bounds``, else the plan's), and why each other did not; None (each of ``plan``'s blockers
+    told why) where none or several do."""
     mapping = ctx.map_outputs if ctx.output_maps else None
     verdict = {
         label: "cannot be rewritten"
@@ -236,9 +244,16 @@ def _matching(
         for label, candidate in candidates.items()
     }  # fmt: skip
     passed = [label for label, why in verdict.items() if why is None]
-    if len(passed) == 1:
-        return passed[0]
     given = oracle == "the reference cases"
+    if len(passed) > 1 and given:
+        matching = {k: candidates[k] for k in passed}
+        limits = plan.bounds if bounds is None else bounds
+        passed = _running(model, bare, plan, matching, ctx, verdict, limits)
+    if len(passed) == 1:
+        ran = "; ".join(
+            f"{k}: {v}" for k, v in verdict.items() if k != passed[0] and v and v.startswith(_FAILS)
+        )
+        return passed[0], ran
     why = (
         f"match {' and '.join(passed)} alike"
         + (" (add cases at other sizes)" if given else " (the readings give the same values there)")
@@ -248,6 +263,59 @@ def _matching(
     for blocker in plan.blockers:
         blocker.why += f"; {oracle} given {why}" if given else f"; {oracle}: {why}"
     return None
+
+
+def _running(
+    model: onnx.ModelProto,
+    bare: onnx.ModelProto,
+    plan: SymbolizePlan,
+    matching: Mapping[str, onnx.ModelProto | None],
+    ctx: PassContext,
+    verdict: dict[str, str | None],
+    bounds: Mapping[str, int],
+) -> list[str]:
+    """Of readings that all match the reference cases, those ONNX Runtime runs at every size of
+    :func:`_probe_sizes` where another of them runs: a reading that fails where another runs is
+    no model there (Bailing's causal conv cut fixed at 8, then padded to one chunk of 64, runs
+    at seq 7 as the reading that follows seq does, with the same values, and fails at seq 4).
+    Each reading dropped is told why in ``verdict``; all of them where none or all fail."""
+    sizes = _probe_sizes(plan, bounds)
+    failed = {
+        label: failing_size(model, m, plan.axes, sizes, ctx.provider, bare=bare)
+        for label, m in matching.items()
+        if m is not None
+    }
+    running = [label for label, why in failed.items() if why is None]
+    if not running or len(running) == len(matching):
+        return list(matching)
+    for label, why in failed.items():
+        if why is not None:
+            size, text = why
+            text = text if len(text) <= 240 else text[:240] + "..."
+            verdict[label] = f"{_FAILS} {size_text(size)}, where {running[0]} runs: {text}"
+    return running
+
+
+#: how a reading dropped by :func:`_running` is told
+_FAILS = "fails on ONNX Runtime at"
+
+
+def _probe_sizes(plan: SymbolizePlan, bounds: Mapping[str, int]) -> list[dict[str, int]]:
+    """The check's sizes (within ``bounds``) and, per symbol, the traced size with that symbol
+    at 2: the small sizes a reading fixed at the traced one breaks at first."""
+    related = plan.relations
+    sizes = check_sizes(plan.symbols, relations=related, bounds=bounds)
+    for sym, traced in plan.symbols.items():
+        if traced <= 2 or sym in related:
+            continue
+        small = {**plan.symbols, sym: 2}
+        try:
+            small.update({r: d.evaluate(small) for r, d in related.items()})
+        except KeyError:
+            continue
+        if small not in sizes:
+            sizes.append(small)
+    return sizes
 
 
 def _one_point_unseen(plan: SymbolizePlan, cases: list) -> bool:

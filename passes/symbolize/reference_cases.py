@@ -14,7 +14,7 @@ import onnxruntime as ort
 
 from onnxsurgery.errors import OnnxSurgeryError, PassError, ReferenceDataError
 from onnxsurgery.model.signature import CaseFailure, InputSpec, check_inputs, model_inputs
-from onnxsurgery.passes.symbolize.feeds import case_sizes
+from onnxsurgery.passes.symbolize.feeds import case_sizes, check_feeds
 from onnxsurgery.passes.symbolize.ort_failure import (
     PlanDecisions,
     ort_failure,
@@ -24,7 +24,15 @@ from onnxsurgery.validation.references import Case, bind_cases
 from onnxsurgery.validation.runtime import create_session, run_model, session_weights
 from onnxsurgery.validation.tolerances import DEFAULT_ATOL
 
-__all__ = ["Claims", "OutputMap", "claimed_cases", "reference_mismatch", "run_reference_cases", "size_text"]
+__all__ = [
+    "Claims",
+    "OutputMap",
+    "claimed_cases",
+    "failing_size",
+    "reference_mismatch",
+    "run_reference_cases",
+    "size_text",
+]
 
 #: A function from a case's outputs to the model's (concat-outputs' layout).
 OutputMap = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
@@ -80,6 +88,36 @@ def reference_mismatch(
         return str(ort_failure("building a session", exc, model))
     _, failure = run_reference_cases(model, session, traced, claims)
     return None if failure is None else str(failure)
+
+
+def failing_size(
+    original: onnx.ModelProto,
+    model: onnx.ModelProto,
+    axes: Mapping[str, Mapping[int, str]],
+    sizes: Sequence[Mapping[str, int]],
+    provider: str = "auto",
+    *,
+    bare: onnx.ModelProto | None = None,
+) -> tuple[dict[str, int], str] | None:
+    """The first of ``sizes`` at which ONNX Runtime fails to run ``model`` (``original``
+    rewritten, its weights shared from the original's session as in :func:`reference_mismatch`)
+    on random inputs, and why; None where it runs at all of them (values are not compared)."""
+    try:
+        reference = create_session(
+            original, provider, threads=1, prepack=False, bare=bare, mapped=True
+        )
+        shared = session_weights(reference)
+        del reference
+        session = create_session(model, provider, threads=1, prepack=False, share_with=shared)
+        del shared
+    except Exception as exc:  # noqa: BLE001 - ORT raises several types
+        return dict(sizes[0]) if sizes else {}, str(exc)
+    for k, size in enumerate(sizes):
+        try:
+            run_model(session, check_feeds(model, axes, size, seed=k))
+        except Exception as exc:  # noqa: BLE001
+            return dict(size), str(ort_failure("running", exc, model))
+    return None
 
 
 def _export_error(

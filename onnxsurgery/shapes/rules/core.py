@@ -435,7 +435,15 @@ def fallback(ctx: NodeCtx) -> list[TensorInfo | None]:
         for k, name in enumerate(node.output)
     ]
     if symbolic and node.op_type not in ("Constant",):
-        ctx.a.note(node, f"no symbolic rule for {node.op_type}; used ONNX shape inference")
+        ruled = (node.domain or "", node.op_type) in RULES or (
+            node.domain == "ai.onnx" and ("", node.op_type) in RULES
+        )
+        why = (
+            "its symbolic rule could not read its inputs (a shape or size left unknown upstream)"
+            if ruled
+            else f"no symbolic rule for {node.op_type}"
+        )
+        ctx.a.note(node, f"{why}; used ONNX shape inference")
     return outs
 
 
