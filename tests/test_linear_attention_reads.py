@@ -175,3 +175,4 @@ def test_a_reading_that_fails_on_ort_where_the_other_runs_is_dropped(tmp_path):
         x = RNG.standard_normal((1, seq, 4)).astype(np.float32)
         got = run_model(result.model, {"x": x}, "cpu")["y"]
         np.testing.assert_allclose(got, causal_chunk_sums(x), rtol=1e-5, atol=1e-5)
+

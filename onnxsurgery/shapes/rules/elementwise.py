@@ -138,7 +138,10 @@ def _binary(ctx: NodeCtx):
         if shape_arith and op in ("Add", "Sub", "Mul", "Div", "Max", "Min", "Equal")
         else "data"
     )
-    found = with_shapes([ctx.info(i, kind) for i in range(ctx.n_inputs())])
+    kinds = [kind] * ctx.n_inputs()
+    if shape_arith and op == "Mul":
+        kinds = ["data" if _row_numbers(ctx, i) else kind for i in range(ctx.n_inputs())]
+    found = with_shapes([ctx.info(i, k) for i, k in enumerate(kinds)])
     if found is None:
         return fallback(ctx)
     infos, shapes = found
@@ -153,6 +156,21 @@ def _binary(ctx: NodeCtx):
     if op == "Add" and not shape_arith and dtype in INT_TYPES:
         _flat_index_columns(ctx)
     return [out(shape, dtype, value)]
+
+
+def _row_numbers(ctx: NodeCtx, i: int) -> bool:
+    """Whether input ``i`` is a constant ``0, 1, .., n-1`` times a size: the rows of a flat
+    index ``arange(batch) * seq`` (CLIP's pooled token by TorchScript), folded at the traced
+    batch (``[0]`` at batch 1). Its length is then an unknown (read as data), which the index it
+    builds may tie to the batch, not a fixed count of sizes."""
+    arr = ctx.a.consts.get(ctx.node.input[i])
+    return (
+        arr is not None
+        and arr.ndim == 1
+        and arr.dtype.kind in "iu"
+        and arr.size >= 1
+        and bool(np.array_equal(arr, np.arange(arr.size)))
+    )
 
 
 def _flat_index_columns(ctx: NodeCtx) -> None:
