@@ -13,7 +13,8 @@ The graph settles one more relation over a cache: a gather whose index counts th
 input of another length (the mask's ``total``) reads every element of that axis, so that length
 is ``past + seq`` (:func:`cache_index_relations`): the check's sizes keep it so. So does a
 Slice of such an axis from 0 to the keys' length (Doge's ``mask[..., :key_len]``, traced where
-the mask was exactly that long, :func:`slice_end_relations`)."""
+the mask was exactly that long, :func:`slice_end_relations`), and a window of a fixed buffer
+cut from a cache length (:func:`window_starts`)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,11 @@ from typing import Protocol
 import numpy as np
 
 from onnxsurgery.passes.symbolize.batch_indices import addressed, index_constants
+from onnxsurgery.passes.symbolize.coincident import tie
 from onnxsurgery.passes.symbolize.generators import MAX_LEAD, Generator
 from onnxsurgery.shapes.analysis import ConstUse, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
-from onnxsurgery.shapes.solver import Solution
+from onnxsurgery.shapes.solver import Solution, solve
 
 
 class Change(Protocol):
@@ -39,7 +41,7 @@ class Change(Protocol):
 
 __all__ = [
     "band_bound_gap", "cache_index_relations", "cache_symbols", "offset_gap",
-    "slice_end_relations",
+    "slice_end_relations", "window_starts",
 ]  # fmt: skip
 
 
@@ -286,3 +288,56 @@ def slice_end_relations(
             found[hits[0]] = end
     return found
 
+
+
+def window_starts(a: ShapeAnalysis, sol: Solution) -> dict[str, Dim]:
+    """Slice starts the solver kept at the traced length of a cache, read as that length where
+    the window's length moves: the start is in a conflict, or the window's end follows a symbol.
+
+    GPT-Neo cuts its causal buffer ``bias[:, :, key_length - query_length : key_length]``, the
+    rows of the new positions; dynamo folds the bounds to 5 and 8 (past 5, seq 3), and the
+    window's length must be ``seq`` downstream. A start fixed at 5 (the end then ``5 + seq``),
+    one at ``past`` and one at ``batch + seq`` all make that hold: a conflict the graph cannot
+    read one way (:func:`~.conflict_readings.conflict_readings` takes none), and once one
+    layer's is read, the next layer's window holds with its start kept at 5 (wrong at any other
+    ``past``, and no check without torch would see it). The positions a cache's new tokens read
+    start at its length, as a count from it does (:func:`offset_gap`), so such a start is read
+    as moving with the one cache length traced at its value (:func:`cache_symbols`), and the
+    check against references decides. Each tie is probed: taken only where it adds no
+    conflict. The ties are appended to ``a``."""
+    cache = cache_symbols(a)
+    if not cache:
+        return {}
+    ends = {
+        u.node_index: u.atoms
+        for u in a.uses
+        if not u.graph and u.op == "Slice" and u.input_index == 2 and u.kind == "size"
+    }
+    found: dict[str, Dim] = {}
+    current = sol
+    for use in a.uses:
+        if use.graph or use.op != "Slice" or use.input_index != 1 or use.kind != "size":
+            continue
+        for element, atom in enumerate(use.atoms):
+            if atom is None or current.how.get(atom) != "kept":
+                continue
+            traced = a.atoms[atom].traced
+            hits = [s for s in sorted(cache) if a.atoms[s].traced == traced]
+            if traced < 1 or len(hits) != 1:
+                continue
+            near = {x for k in current.conflicts for x in k.constraint.expr.atoms()}
+            ends_here = ends.get(use.node_index, [])
+            end = ends_here[element] if element < len(ends_here) else None
+            moving = end is not None and not current.resolve(Dim.sym(end)).is_const()
+            if atom not in near and not moving:
+                continue
+            before = {id(k.constraint) for k in current.conflicts}
+            c = tie(a, atom, Dim.sym(hits[0]), use.node, use.op, f"a window from {hits[0]}")
+            probe = solve(a)
+            now = {id(k.constraint) for k in probe.conflicts}
+            if now <= before and (now < before or atom not in near):
+                found[atom] = Dim.sym(hits[0])
+                current = probe
+            else:
+                a.constraints.remove(c)
+    return found

@@ -29,7 +29,11 @@ from onnxsurgery.passes.symbolize.batch_indices import (
 )
 from onnxsurgery.passes.symbolize.blockers import Blocker, group_blockers
 from onnxsurgery.passes.symbolize.bounds import symbol_bounds
-from onnxsurgery.passes.symbolize.cache_offsets import cache_index_relations, slice_end_relations
+from onnxsurgery.passes.symbolize.cache_offsets import (
+    cache_index_relations,
+    slice_end_relations,
+    window_starts,
+)
 from onnxsurgery.passes.symbolize.coincident import (
     Ambiguity,
     Coincidence,
@@ -429,6 +433,8 @@ def plan_context(
     if read_under_bounds(analysis, sol, bounds or {}):
         sol = solve(analysis)
     row_syms = batch_like_symbols(analysis, rows)
+    if window_starts(analysis, sol):
+        sol = solve(analysis)
     if sol.conflicts and (
         conflict_readings(analysis, sol, row_syms) or broadcast_readings(analysis, sol)
     ):

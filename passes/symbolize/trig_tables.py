@@ -143,15 +143,49 @@ def sinusoid(arr: np.ndarray, axes: list[int], start: int = 0) -> Generator | No
         snapped = np.round(turns)
         if np.any((np.abs(turns - snapped) > 1e-3) & pinned & (freq > 0)):
             continue
-        shift = freq * lead + snapped * quarter
-        if not close(flat, amp * np.sin(pos * freq + shift)):
+        at = _through_phase(flat, pos + lead, freq, amp, snapped * quarter)
+        shift = at * lead + snapped * quarter
+        if not _fits(flat, amp, pos * at + shift, (pos + lead) * at, arr.dtype):
             continue
         return Generator(
-            "sin", axes, steps={k: back(freq).astype(np.float32)},
+            "sin", axes, steps={k: back(at).astype(np.float32)},
             amp=back(amp).astype(arr.dtype), phase=start or None,
             shift=back(np.mod(shift, 2 * np.pi)).astype(np.float32), lead=lead,
         )  # fmt: skip
     return None
+
+
+def _fits(x: np.ndarray, amp: np.ndarray, angle: np.ndarray, turned: np.ndarray, dtype) -> bool:
+    """Whether ``x`` holds ``amp * sin(angle)``: :func:`close`, or off by no more than the
+    rounding of the angle the table turned through (``turned``, ``pos * f``) in its own dtype.
+    A float32 table at position 100 has angles near 100 whose rounding (4e-6) moves its
+    values past :func:`close`'s 1e-6: the exporter's arithmetic, not another table."""
+    fit = amp * np.sin(angle)
+    if close(x, fit):
+        return True
+    scale = max(1.0, float(np.max(np.abs(x))) if x.size else 1.0)
+    rounding = np.finfo(dtype).eps * np.abs(turned) * np.abs(amp)
+    return bool(np.all(np.abs(x - fit) <= 1e-6 * scale + 1e-5 * np.abs(fit) + rounding))
+
+
+def _through_phase(
+    x: np.ndarray, pos: np.ndarray, freq: np.ndarray, amp: np.ndarray, phase: np.ndarray
+) -> np.ndarray:
+    """Per column, the frequency of ``amp * sin(pos * f + phase)`` nearest ``x`` with the
+    phase known (snapped by :func:`sinusoid`): Gauss-Newton steps from ``freq``, on the columns
+    whose values pin it (``sum (df x)^2 >= 1``, as :func:`_fit_sinusoid`'s ``reach``).
+
+    The line of :func:`_angle_line` has its intercept free: over a few positions far from 0
+    (a table from a cache length, positions 9 .. 11) its slope is off by float32 noise over the
+    span (2), and that error times the position (11) outgrows the tolerance. With the angle at
+    0 known, the lever arm is the position itself."""
+    for _ in range(2):
+        angle = pos * freq + phase
+        jac = amp * np.cos(angle) * pos
+        jj = np.sum(jac * jac, axis=0)
+        step = np.sum((x - amp * np.sin(angle)) * jac, axis=0) / np.where(jj > 0, jj, 1.0)
+        freq = np.where((jj >= 1.0) & (freq > 0), freq + step, freq)
+    return freq
 
 
 def _fit_sinusoid(
@@ -176,8 +210,14 @@ def _fit_sinusoid(
     # how far the values move per unit of frequency: float32 values (~1e-7) pin a frequency
     # to 1e-7 / reach, under 1e-7 (1e-4 of angle at position 1000) where reach >= 1
     reach = np.sqrt(np.sum((amp * np.cos(theta) * pos) ** 2, axis=0))
-    pinned = still | (reach >= 1.0)
-    every = _borrowed(freq, pinned, still)
+    # the line's slope, its intercept free, is pinned by the span of the positions: to
+    # 1e-7 / spread (a cos near its peak at positions 17 .. 19 moves 1e-4: 3e-4 of its
+    # frequency), what a pinned pair may differ by beyond float32 rounding; a spread of 1 pins
+    # it as a reach of 1 does (sin(p) at 0, 1, 2 turns past its peak: reach 0.99, spread 1.08)
+    spread = np.sqrt(np.sum((amp * np.cos(theta) * (i - i.mean())) ** 2, axis=0))
+    slack = 1e-7 / np.maximum(spread, 1e-12)
+    pinned = still | (reach >= 1.0) | (spread >= 1.0)
+    every = _borrowed(freq, pinned, still, slack)
     if every is None:
         return None
     freq = every
@@ -212,12 +252,21 @@ def _angle_line(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Frequency and angles per column at a known amplitude: each value's angle on the branch
     nearest the current fit, then a line through them weighted by how well each value pins its
-    angle (twice, from the first frequency)."""
+    angle (twice, from the first frequency).
+
+    A moving column whose first frequency is 0 turns too little per step for the recurrence
+    to see (a low frequency's sin near 0, ``sin(p f) ~ p f``: CTRL's last columns at positions
+    5 .. 7). A fit at frequency 0 is a constant, at angle pi/2, as far from either branch of
+    every value: each would take one at random and the line through them would be steep
+    nonsense. Such a column's values lie on one branch (a turn too small to see crosses no
+    peak, or the column does not pin its frequency, :func:`_fit_sinusoid`), so its first
+    angles are the principal ones; the line then gives its frequency."""
     theta = np.zeros_like(x)
-    for _ in range(2):
+    unseen = ~still & (freq == 0)
+    for step in range(2):
         _, first = _amplitude(x, freq, i)
-        guess = first + freq * i
         base = np.arcsin(np.clip(x / np.where(amp != 0, amp, 1.0), -1.0, 1.0))
+        guess = np.where(unseen, base, first + freq * i) if step == 0 else first + freq * i
         best = None
         for br in (base, np.pi - base):
             cand = br + 2 * np.pi * np.round((guess - br) / (2 * np.pi))
@@ -238,9 +287,12 @@ def _angle_line(
     return freq, theta
 
 
-def _borrowed(freq: np.ndarray, pinned: np.ndarray, still: np.ndarray) -> np.ndarray | None:
+def _borrowed(
+    freq: np.ndarray, pinned: np.ndarray, still: np.ndarray, slack: np.ndarray
+) -> np.ndarray | None:
     """Frequencies with each unpinned column's taken from a pinned one at the distance ``m``
-    (1 .. columns - 1, the smallest) at which every pinned pair of moving columns agrees: a
+    (1 .. columns - 1, the smallest) at which every pinned pair of moving columns agrees (to
+    1e-4, or to the ``slack`` of each column's fitted frequency where that is wider): a
     ``[sin | cos]`` table repeats its frequencies at half its width (columns that never move,
     a partial rotary's pass-through, are no pair). None where an unpinned column has no pinned
     one in its repeat."""
@@ -248,13 +300,13 @@ def _borrowed(freq: np.ndarray, pinned: np.ndarray, still: np.ndarray) -> np.nda
         return freq
     cols = freq.size
     moving = pinned & ~still
-    paired = _paired(freq, pinned, moving)
+    paired = _paired(freq, pinned, moving, slack)
     if paired is not None:
         return paired
     for m in range(1, cols):
         a, b = freq[:-m], freq[m:]
         both = moving[:-m] & moving[m:]
-        if not np.any(both) or not np.allclose(a[both], b[both], rtol=1e-4, atol=1e-9):
+        if not np.any(both) or not _agree(a[both], b[both], (slack[:-m] + slack[m:])[both]):
             continue
         out = freq.copy()
         for c in np.flatnonzero(~pinned):
@@ -267,7 +319,14 @@ def _borrowed(freq: np.ndarray, pinned: np.ndarray, still: np.ndarray) -> np.nda
     return None
 
 
-def _paired(freq: np.ndarray, pinned: np.ndarray, moving: np.ndarray) -> np.ndarray | None:
+def _agree(a: np.ndarray, b: np.ndarray, slack: np.ndarray) -> bool:
+    """Whether frequencies ``a`` and ``b`` agree to 1e-4 or within ``slack``."""
+    return bool(np.all(np.abs(a - b) <= 1e-9 + np.maximum(1e-4 * np.abs(b), slack)))
+
+
+def _paired(
+    freq: np.ndarray, pinned: np.ndarray, moving: np.ndarray, slack: np.ndarray
+) -> np.ndarray | None:
     """:func:`_borrowed` for a table whose columns come in adjacent pairs of one frequency
     (Vaswani's ``pe[:, 0::2] = sin, pe[:, 1::2] = cos``; a rotary table repeated by
     ``repeat_interleave``): every pair with both columns moving and pinned agrees, and each
@@ -278,7 +337,7 @@ def _paired(freq: np.ndarray, pinned: np.ndarray, moving: np.ndarray) -> np.ndar
         return None
     a, b = freq[0::2], freq[1::2]
     both = moving[0::2] & moving[1::2]
-    if np.sum(both) < 2 or not np.allclose(a[both], b[both], rtol=1e-4, atol=1e-9):
+    if np.sum(both) < 2 or not _agree(a[both], b[both], (slack[0::2] + slack[1::2])[both]):
         return None
     out = freq.copy()
     for c in np.flatnonzero(~pinned):
