@@ -119,12 +119,35 @@ def decide_coincidences(
             return plan, None
     root = model if goes_by_path(bare) else bare
     candidates = {label: apply_plan(root, made) for label, made in plans.items()}
-    passed = _matching(model, bare, plan, candidates, cases, ctx, oracle)
+    rows_at = _other_batches(plan, cases)
+    alike = FIXED if rows_at else None
+    passed = _matching(model, bare, plan, candidates, cases, ctx, oracle, alike)
     if passed is None:
         return plan, None
     nodes = ", ".join(sorted({b.node for b in plan.blockers}))
     others = "; ".join(label for label in plans if label != passed)
+    if passed == alike and FOLLOWING in plans:
+        sym = _row_batch(plan)
+        return plans[passed], (
+            f"sizes of {nodes}: {passed} and {FOLLOWING} match {oracle} alike ({rows_at}, the "
+            f"rows of {sym} independent): following {sym} only repeats a row the fixed size "
+            "broadcasts, as a size that counted rows would show there; kept fixed as traced"
+        )
     return plans[passed], f"sizes of {nodes}: {passed} match {oracle}, {others} not"
+
+
+def _other_batches(plan: SymbolizePlan, cases: list) -> str:
+    """Where every blocked coincident size reads as one batch whose rows the graph shows
+    independent (:func:`_row_batch`), the batches other than the traced one the cases hold
+    (``batch=2 and 3``); else "". There two readings that both match are one: a size that
+    counted rows (a Slice, a Reshape folding them, a sum) would give other values at a batch
+    other than its fixed value, so one that does not only repeats a row broadcasting gives."""
+    sym = _row_batch(plan)
+    if sym is None:
+        return ""
+    traced = plan.symbols[sym]
+    seen = sorted({n for c in cases if (n := case_sizes(plan.axes, c.inputs).get(sym, traced)) != traced})
+    return f"{sym}={' and '.join(map(str, seen))}" if seen else ""
 
 
 #: at most this many groups of coincident sizes are decided one by one (every mix of fixed and
@@ -222,9 +245,11 @@ def _matching(
     references: list,
     ctx: PassContext,
     oracle: str = "the reference cases",
+    alike: str | None = None,
 ) -> str | None:
-    """The one candidate rewrite that alone matches every reference case (from ``oracle``);
-    None (each of ``plan``'s blockers told why) where none or several do."""
+    """The one candidate rewrite that alone matches every reference case (from ``oracle``),
+    or ``alike`` where it and every other candidate match them (readings the cases show give
+    one set of values); None (each of ``plan``'s blockers told why) where none or several do."""
     mapping = ctx.map_outputs if ctx.output_maps else None
     verdict = {
         label: "cannot be rewritten"
@@ -236,8 +261,8 @@ def _matching(
         for label, candidate in candidates.items()
     }  # fmt: skip
     passed = [label for label, why in verdict.items() if why is None]
-    if len(passed) == 1:
-        return passed[0]
+    if len(passed) == 1 or (alike in passed and len(passed) == len(verdict)):
+        return passed[0] if len(passed) == 1 else alike
     given = oracle == "the reference cases"
     why = (
         f"match {' and '.join(passed)} alike"
