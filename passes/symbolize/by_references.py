@@ -121,12 +121,13 @@ def decide_coincidences(
     candidates = {label: apply_plan(root, made) for label, made in plans.items()}
     rows_at = _other_batches(plan, cases)
     alike = FIXED if rows_at else None
-    passed = _matching(model, bare, plan, candidates, cases, ctx, oracle, alike)
+    matched: list[str] = []
+    passed = _matching(model, bare, plan, candidates, cases, ctx, oracle, alike, matched)
     if passed is None:
         return plan, None
     nodes = ", ".join(sorted({b.node for b in plan.blockers}))
     others = "; ".join(label for label in plans if label != passed)
-    if passed == alike and FOLLOWING in plans:
+    if len(matched) > 1:  # every reading matched: the fixed one (``alike``) taken
         sym = _row_batch(plan)
         return plans[passed], (
             f"sizes of {nodes}: {passed} and {FOLLOWING} match {oracle} alike ({rows_at}, the "
@@ -246,10 +247,12 @@ def _matching(
     ctx: PassContext,
     oracle: str = "the reference cases",
     alike: str | None = None,
+    matched: list[str] | None = None,
 ) -> str | None:
     """The one candidate rewrite that alone matches every reference case (from ``oracle``),
     or ``alike`` where it and every other candidate match them (readings the cases show give
-    one set of values); None (each of ``plan``'s blockers told why) where none or several do."""
+    one set of values); None (each of ``plan``'s blockers told why) where none or several do.
+    ``matched``: filled with every candidate that matched."""
     mapping = ctx.map_outputs if ctx.output_maps else None
     verdict = {
         label: "cannot be rewritten"
@@ -261,6 +264,8 @@ def _matching(
         for label, candidate in candidates.items()
     }  # fmt: skip
     passed = [label for label, why in verdict.items() if why is None]
+    if matched is not None:
+        matched += passed
     if len(passed) == 1 or (alike in passed and len(passed) == len(verdict)):
         return passed[0] if len(passed) == 1 else alike
     given = oracle == "the reference cases"
