@@ -26,6 +26,7 @@ from onnxsurgery.shapes.dims import Dim, as_dim
 
 __all__ = [
     "Atom",
+    "BroadcastSite",
     "TensorInfo",
     "Constraint",
     "ConstUse",
@@ -90,6 +91,10 @@ class TensorInfo:
     @property
     def rank(self) -> int | None:
         return None if self.shape is None else len(self.shape)
+
+
+#: one broadcast's output axis: (graph, node index, what it broadcasts, axis from the end)
+BroadcastSite = tuple[str, int, str, int]
 
 
 @dataclass
@@ -164,6 +169,19 @@ class ShapeAnalysis:
     #: (dropped atom -> kept dim): where the kept one is the constant 1, the dropped one is 1
     #: too, or the output the analysis wrote would be wrong (attention heads, 1 at the trace)
     dropped_ones: dict[str, Dim] = field(default_factory=dict)
+    #: where each of those was dropped: dropped atom -> (the broadcast, the dropped operand's
+    #: place in it); a broadcast is (graph, node index, what it broadcasts, output axis from the
+    #: end), as :attr:`follow` names it
+    dropped_at: dict[str, tuple[BroadcastSite, int]] = field(default_factory=dict)
+    #: broadcasts (every operand traced at 1) whose output follows the operand at this place,
+    #: not the first unknown: one a solve found the constant 1 while this one varies
+    #: (:func:`~onnxsurgery.shapes.solver.misfollowed`); given to :func:`propagate`
+    follow: dict[BroadcastSite, int] = field(default_factory=dict)
+    #: broadcast axes whose every operand is 1 at the traced size, one at least an unknown:
+    #: (node, the operands' dims, the dim the output follows); there the graph writes no
+    #: equality (a 1 fits either side), yet two dims the solution makes vary must be one
+    #: (:func:`~onnxsurgery.shapes.solver.unmatched_ones`)
+    ones_met: list[tuple[str, list[Dim], Dim]] = field(default_factory=list)
     #: MatMuls (node index, main graph) read as B folding A's leading batch dims (traced at 1)
     #: into its first dim: index -> (how many dims A has more than B, the folded reading's
     #: constraint, the broadcast's kept aside); ``unfolded``: those read so (index -> how many)

@@ -26,6 +26,7 @@ symbolic only when a constraint forces it, never because its value happens to ma
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import onnx
 
@@ -37,6 +38,7 @@ from onnxsurgery.shapes.analysis import (
     SENTINEL_SIZE,
     UNSIZED,
     Atom,
+    BroadcastSite,
     ShapeAnalysis,
     TensorInfo,
     elem_type,
@@ -54,10 +56,13 @@ def propagate(
     axes: dict[str, dict[int, str]],
     *,
     bare: onnx.ModelProto | None = None,
+    follow: Mapping[BroadcastSite, int] | None = None,
 ) -> ShapeAnalysis:
     """Propagate symbolic shapes through ``model`` with ``axes`` ({input: {axis: symbol}}).
     ``bare``: ``weightless(model)`` where the caller has made it (ONNX shape inference reads
-    it; else it is made here).
+    it; else it is made here). ``follow``: broadcasts whose operands are all 1 at the traced
+    size that follow a given operand (:attr:`~.analysis.ShapeAnalysis.follow`; what
+    :func:`~.solver.misfollowed` found in an earlier propagation).
 
     Raises ValueError for an input or axis that does not exist, or for one symbol given to axes
     of different traced sizes.
@@ -67,6 +72,7 @@ def propagate(
     inputs = {i.name: i for i in graph.input if i.name not in inits}
     analysis = ShapeAnalysis(model=model, symbols={}, opset=default_opset(model, missing=17))
     analysis.static = static_shapes(model, bare)
+    analysis.follow = dict(follow or {})
     analysis.consts = read_constants(graph)
     _declare_symbols(analysis, inputs, axes)
     for name, vi in inputs.items():

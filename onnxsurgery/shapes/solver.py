@@ -39,12 +39,12 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict, deque
 
-from onnxsurgery.shapes.analysis import Constraint, ShapeAnalysis
+from onnxsurgery.shapes.analysis import BroadcastSite, Constraint, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.reshape_reading import ReshapeReading
 from onnxsurgery.shapes.solution import Conflict, Solution
 
-__all__ = ["Conflict", "Solution", "solve"]
+__all__ = ["Conflict", "Solution", "misfollowed", "solve", "unmatched_ones"]
 
 
 class _Solver(ReshapeReading):
@@ -363,6 +363,51 @@ class _Solver(ReshapeReading):
             self.assign(drop, Dim.sym(keep), "assumed")
             self.done.add(cid)
             self.sol.assumed.append((c, drop, keep))
+
+
+def misfollowed(analysis: ShapeAnalysis, sol: Solution) -> dict[BroadcastSite, int]:
+    """Broadcasts whose every operand is 1 at the traced size, whose output the analysis wrote
+    following an unknown ``sol`` made the constant 1, while an operand it dropped
+    (``dropped_ones``) is a size that varies: at run time the output is that size, not 1, and
+    the shapes written downstream hold only at the traced size (SwiftFormer's global query
+    ``[batch, 1, C]`` tiled by a repeat of 1 and multiplied with the keys ``[batch, h*w, C]``
+    at a 1x1 grid: the product followed the repeat, and the Reshape back to the grid read
+    ``[batch, 1, 1, C]``, which ONNX Runtime refused at a 2x2 grid). Each such broadcast and
+    the place of the operand to follow (:attr:`~.analysis.ShapeAnalysis.follow`), for
+    :func:`~.propagation.propagate` to follow it; none when every broadcast holds."""
+    one = Dim.const(1)
+    found: dict[BroadcastSite, int] = {}
+    for atom, kept in analysis.dropped_ones.items():
+        at = analysis.dropped_at.get(atom)
+        if at is None or at[0] in analysis.follow or sol.resolve(kept) != one:
+            continue
+        if not sol.resolve(Dim.sym(atom)).is_const():
+            found.setdefault(*at)
+    return found
+
+
+def unmatched_ones(analysis: ShapeAnalysis, sol: Solution) -> list[Constraint]:
+    """Where every operand of a broadcast axis is 1 at the traced size, the graph writes no
+    equality (a 1 fits either side); but an unknown there that ``sol`` made a size that varies,
+    other than the size the output follows, breaks that broadcast at every other size (ONNX
+    Runtime refuses ``2`` against ``4``): the equalities that make them one, for the caller
+    to add and solve again. SwiftFormer at batch 1 views its tokens ``[batch, h*w, C]`` back
+    as ``[batch, $a, $b, C]`` at a 1x1 grid and adds it to ``[batch, C, h, w]``: the split
+    ``$a = 1, $b = h*w`` fits the element count, not the Add."""
+    found: list[Constraint] = []
+    for node, dims, out in analysis.ones_met:
+        target = sol.resolve(out)
+        if target.is_const():
+            continue
+        for d in dims:
+            got = sol.resolve(d)
+            if d == out or got.is_const() or got == target:
+                continue
+            if not any(analysis.atoms[x].kind in ("var", "data", "derived") for x in d.atoms()):
+                continue  # two symbols: which one the graph means, the check shows
+            why = f"broadcast: {d} meets {out} where both are 1 at the traced size"
+            found.append(Constraint(d - out, node, "", why, False, d, out))
+    return found
 
 
 def solve(analysis: ShapeAnalysis) -> Solution:

@@ -122,14 +122,39 @@ def decide_coincidences(
     root = model if goes_by_path(bare) else bare
     candidates = {label: apply_plan(root, made) for label, made in plans.items()}
     limits = {s: plan.symbols[s] if b is None else b for s, b in bounds.items() if s in plan.symbols}
-    found = _matching(model, bare, plan, candidates, cases, ctx, oracle, limits)
+    rows_at = _other_batches(plan, cases)
+    alike = FIXED if rows_at else None
+    matched: list[str] = []
+    found = _matching(model, bare, plan, candidates, cases, ctx, oracle, limits, alike, matched)
     if found is None:
         return plan, None
     passed, why = found
     nodes = ", ".join(sorted({b.node for b in plan.blockers}))
     others = "; ".join(label for label in plans if label != passed)
+    if alike is not None and passed == alike and len(matched) > 1:
+        # every reading matched: the fixed one (``alike``) taken
+        sym = _row_batch(plan)
+        return plans[passed], (
+            f"sizes of {nodes}: {passed} and {FOLLOWING} match {oracle} alike ({rows_at}, the "
+            f"rows of {sym} independent): following {sym} only repeats a row the fixed size "
+            "broadcasts, as a size that counted rows would show there; kept fixed as traced"
+        )
     why = f" ({why})" if why else ""
     return plans[passed], f"sizes of {nodes}: {passed} match {oracle}, {others} not{why}"
+
+
+def _other_batches(plan: SymbolizePlan, cases: list) -> str:
+    """Where every blocked coincident size reads as one batch whose rows the graph shows
+    independent (:func:`_row_batch`), the batches other than the traced one the cases hold
+    (``batch=2 and 3``); else "". There two readings that both match are one: a size that
+    counted rows (a Slice, a Reshape folding them, a sum) would give other values at a batch
+    other than its fixed value, so one that does not only repeats a row broadcasting gives."""
+    sym = _row_batch(plan)
+    if sym is None:
+        return ""
+    traced = plan.symbols[sym]
+    seen = sorted({n for c in cases if (n := case_sizes(plan.axes, c.inputs).get(sym, traced)) != traced})
+    return f"{sym}={' and '.join(map(str, seen))}" if seen else ""
 
 
 #: at most this many groups of coincident sizes are decided one by one (every mix of fixed and
@@ -228,11 +253,15 @@ def _matching(
     ctx: PassContext,
     oracle: str = "the reference cases",
     bounds: Mapping[str, int] | None = None,
+    alike: str | None = None,
+    matched: list[str] | None = None,
 ) -> tuple[str, str] | None:
-    """The one candidate rewrite that alone matches every reference case (from ``oracle``), of
-    several that do, the one ONNX Runtime runs where the others fail (:func:`_running`, within
-    ``bounds``, else the plan's), and why each other did not; None (each of ``plan``'s blockers
-    told why) where none or several do."""
+    """The one candidate rewrite that alone matches every reference case (from ``oracle``);
+    of several that do, ``alike`` where it and every other candidate match them (readings the
+    cases show give one set of values), else the one ONNX Runtime runs where the others fail
+    (:func:`_running`, within ``bounds``, else the plan's); with why each other was not taken
+    (where ONNX Runtime failed it). None (each of ``plan``'s blockers told why) where none or
+    several remain. ``matched``: filled with every candidate that matched."""
     mapping = ctx.map_outputs if ctx.output_maps else None
     verdict = {
         label: "cannot be rewritten"
@@ -244,6 +273,10 @@ def _matching(
         for label, candidate in candidates.items()
     }  # fmt: skip
     passed = [label for label, why in verdict.items() if why is None]
+    if matched is not None:
+        matched += passed
+    if len(passed) > 1 and alike in passed and len(passed) == len(verdict):
+        return alike, ""
     given = oracle == "the reference cases"
     if len(passed) > 1 and given:
         matching = {k: candidates[k] for k in passed}

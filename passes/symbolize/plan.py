@@ -51,7 +51,7 @@ from onnxsurgery.passes.symbolize.wording import fix_lead, traced_words
 from onnxsurgery.shapes.analysis import Constraint, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim, dim_product
 from onnxsurgery.shapes.propagation import propagate
-from onnxsurgery.shapes.solver import Solution, solve
+from onnxsurgery.shapes.solver import Solution, misfollowed, solve, unmatched_ones
 
 __all__ = [
     "Change",
@@ -324,9 +324,9 @@ def plan_symbolize(
     name given to axes of different traced sizes.
     """
     axes = normalize_axes(default_axes(model) if dynamic_axes is None else dynamic_axes)
-    analysis = propagate(model, axes, bare=bare)
+    analysis, solved = _propagated(model, axes, bare)
     asked = symbol_bounds(analysis, bounds or {})
-    context = plan_context(analysis, rows, keep, generalize, asked)
+    context = plan_context(analysis, rows, keep, generalize, asked, solved)
     sol, row_syms = context.solution, context.rows
     changes, blockers = _decide_constants(context)
     graph_wide = find_blockers(analysis, sol)  # the graph's blockers: .graph_blockers.GRAPH_RULES
@@ -355,6 +355,38 @@ def plan_symbolize(
     plan.unfolded = _unfolded(analysis, sol)
     plan.notes += _decision_notes(plan, context, keep)
     return plan
+
+
+#: propagations at most: the first, then again while a broadcast followed the wrong operand
+MAX_PROPAGATIONS = 4
+
+
+def _propagated(
+    model: onnx.ModelProto, axes: dict[str, dict[int, str]], bare: onnx.ModelProto | None
+) -> tuple[ShapeAnalysis, Solution]:
+    """The analysis of ``model`` and its first solution; propagated again while a broadcast
+    whose operands are all 1 at the traced size followed a dim the solution made the constant 1
+    where another operand varies (:func:`~onnxsurgery.shapes.solver.misfollowed`), that one
+    followed then (at most :data:`MAX_PROPAGATIONS` times)."""
+    analysis = propagate(model, axes, bare=bare)
+    sol = solve(analysis)
+    for _ in range(MAX_PROPAGATIONS - 1):
+        wrong = misfollowed(analysis, sol)
+        if not wrong:
+            break
+        analysis = propagate(model, axes, bare=bare, follow={**analysis.follow, **wrong})
+        sol = solve(analysis)
+    for _ in range(MAX_PROPAGATIONS):
+        ties = unmatched_ones(analysis, sol)
+        if not ties:
+            break
+        analysis.constraints += ties
+        trial = solve(analysis)
+        if len(trial.conflicts) > len(sol.conflicts):
+            del analysis.constraints[-len(ties) :]  # the graph does not fit them: as it was
+            break
+        sol = trial
+    return analysis, sol
 
 
 def _decision_notes(plan: SymbolizePlan, context: PlanContext, keep: Set[str]) -> list[str]:
@@ -421,13 +453,15 @@ def plan_context(
     keep: Set[str] = frozenset(),
     generalize: bool = False,
     bounds: Mapping[str, int] | None = None,
+    solved: Solution | None = None,
 ) -> PlanContext:
     """Solve the analysis with every constant that enumerates a batch (:mod:`.batch_indices`)
     tied to it, a Resize's sizes folded at the traced patch grid tied to the grid
     (:func:`~.baked.grid_resizes`), and a pad to one block read from the size within
     ``bounds`` (:func:`~.one_block.read_under_bounds`): the context the constant reads are
-    decided in (``rows``, ``keep`` and ``generalize``: as :func:`plan_symbolize` takes them)."""
-    sol = _matmul_broadcasts(analysis, solve(analysis))
+    decided in (``rows``, ``keep`` and ``generalize``: as :func:`plan_symbolize` takes them;
+    ``solved``: the analysis solved as it is, where the caller has solved it)."""
+    sol = _matmul_broadcasts(analysis, solved if solved is not None else solve(analysis))
     if sol.conflicts and grid_resizes(analysis, sol):
         sol = solve(analysis)
     if read_under_bounds(analysis, sol, bounds or {}):

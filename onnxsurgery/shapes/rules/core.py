@@ -271,6 +271,7 @@ def broadcast(ctx: NodeCtx, shapes: list[list[Dim]], why: str = "broadcast opera
     result: list[Dim] = []
     for k in range(rank):
         dims = [s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0]
+        place = [i for i, s in enumerate(shapes) if len(s) - rank + k >= 0]
         big = [d for d in dims if ctx.traced(d) != 1]
         if big:
             rep = pick(ctx, big)
@@ -284,6 +285,13 @@ def broadcast(ctx: NodeCtx, shapes: list[list[Dim]], why: str = "broadcast opera
         # An unknown beats a literal 1: it may still turn out to be that symbol.
         free = [d for d in dims if not d.is_const() and not ctx.a.unknowns(d)]
         open_ = [d for d in dims if ctx.a.unknowns(d)]
+        site = (ctx.graph, ctx.index, why, k - rank)
+        first = ctx.a.follow.get(site)
+        if first in place and dims[place.index(first)] in open_:
+            # a solve made the unknown followed by default the constant 1, this one varies:
+            # at run time the output is this one (:func:`~onnxsurgery.shapes.solver.misfollowed`)
+            lead = dims[place.index(first)]
+            open_ = [lead, *(d for d in open_ if d != lead)]
         for d in open_ if free else ():
             if d.is_atom() and ctx.a.atoms[next(iter(d.atoms()))].kind == "data":
                 ctx.a.one_point.setdefault(next(iter(d.atoms())), free[0])
@@ -299,8 +307,12 @@ def broadcast(ctx: NodeCtx, shapes: list[list[Dim]], why: str = "broadcast opera
         # 1 wherever that one is the constant 1 (the solver keeps them so).
         for d in open_[1:] if not free else ():
             if d.is_atom() and d != open_[0]:
-                ctx.a.dropped_ones.setdefault(next(iter(d.atoms())), open_[0])
+                atom = next(iter(d.atoms()))
+                ctx.a.dropped_ones.setdefault(atom, open_[0])
+                ctx.a.dropped_at.setdefault(atom, (site, place[dims.index(d)]))
         result.append(free[0] if free else open_[0] if open_ else Dim.const(1))
+        if open_ and len(dims) > 1:
+            ctx.a.ones_met.append((ctx.node.name, list(dims), result[-1]))
     return result
 
 
