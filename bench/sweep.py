@@ -65,7 +65,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from corpus.harness import cache_root, check_sizes, evaluate, sizes_label  # noqa: E402
+from corpus.harness import cache_root, check_sizes, current_cache, evaluate, sizes_label  # noqa: E402
 from corpus_report import static_status  # noqa: E402
 from sweep_rows import (  # noqa: E402
     KINDS,
@@ -413,7 +413,8 @@ def _worker(
             {"build": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]}
         )
         return
-    write({"build": "ok", "signature": {i.name: list(i.shape) for i in arch.inputs}})
+    stale = current_cache(arch)  # exports and references of one build, never two
+    write({"build": "ok", "signature": {i.name: list(i.shape) for i in arch.inputs}, "stale": stale})
     for exporter in exporters:
         for batch in batches:
             try:
@@ -474,6 +475,8 @@ def score_row(
     result["asked"] = [[e, b] for e in exporters for b in batches]
     result["build"] = next((e["build"] for e in entries if "build" in e), None)
     result["signature"] = next((e["signature"] for e in entries if "signature" in e), None)
+    if any(e.get("stale") for e in entries):  # the cache held another build's exports: redone
+        result["stale cache"] = True
     result["cases"] = [e["case"] for e in entries if "case" in e]
     if result["build"] is None or (
         result["build"] == "ok" and len(result["cases"]) < len(exporters) * len(batches)

@@ -107,6 +107,35 @@ def arch_root(arch: Architecture) -> Path:
     return (arch.cache or cache_root()) / arch.name
 
 
+def weights_key(module: Any) -> str:
+    """A digest of ``module``'s parameters and buffers, as built."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def current_cache(arch: Architecture) -> bool:
+    """Drop ``arch``'s cached exports and torch references where they were made from other
+    weights than ``arch`` builds now, and record the weights it builds; whether any were
+    dropped. The fingerprints cannot see every change to what a builder makes (the sweep's
+    shrunk configs go through code outside the builder's source): a model exported from one
+    build and checked against torch eager of another differs everywhere, a wrong model that is
+    the cache's, not symbolize's. Bailing hybrid's TorchScript export was cached from an older
+    build; its references at new sizes came from the current one, 3.4 apart."""
+    root = arch_root(arch)
+    stamp = root / "weights.key"
+    key = weights_key(arch.build())
+    stale = stamp.exists() and stamp.read_text().strip() != key
+    if stale:
+        for made in [*root.glob("*/b*/*.stamp.json"), *root.glob("references/*.npz")]:
+            made.unlink(missing_ok=True)
+    root.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(key + "\n")
+    return stale
+
+
 def sizes_label(sizes: Sizes) -> str:
     """``batch3_seq5``: a size set as a file-name-safe label."""
     return "_".join(f"{k}{v}" for k, v in sizes.items())
