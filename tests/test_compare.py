@@ -489,3 +489,17 @@ def test_near_zero_walk_gives_the_whole_chunk_figures(monkeypatch, dtype) -> Non
         assert fast.max_rel == want["max_rel"], name
         if fast.max_abs:
             assert fast.worst_index == (want["worst"],), name
+
+
+def test_max_abs_and_the_element_furthest_out_of_tolerance_apart() -> None:
+    """The largest error sits on a large value, which rtol forgives; the element out of
+    tolerance is another (Flaubert's check once said "max abs 1.26e-5 at [0, 0, 337]; passes at
+    atol >= 1.13e-5", the 1.26e-5 at another element): each figure is given its own element."""
+    expected = np.array([4.7, 0.0508], np.float32)
+    actual = expected + np.array([1.26e-5, 1.18e-5], np.float32)
+    r = compare_arrays(actual, expected, atol=1e-5, rtol=1e-5)
+    assert r.mismatches == 1 and r.worst_index == (1,)
+    assert r.describe() == (
+        "output: 1/2 elements out of tolerance (atol 1e-5, rtol 1e-5), max abs 1.24e-5; "
+        "furthest out of tolerance at [1]: 1.18e-5 off (expected 5.08e-2); passes at atol >= 1.13e-5"
+    )
