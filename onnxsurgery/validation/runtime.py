@@ -319,6 +319,7 @@ def create_session(
     share_with: ort.InferenceSession | Mapping[str, SharedWeight] | None = None,
     bare: onnx.ModelProto | None = None,
     mapped: bool = False,
+    optimize: bool = True,
 ) -> ort.InferenceSession:
     """An InferenceSession for ``model`` (a ModelProto or a path) on the chosen provider.
 
@@ -344,6 +345,11 @@ def create_session(
     session that outlives none of the caller's copies of the weights, such as the check's), runs
     on weights ORT maps from a data file written once, which a session sharing them maps too.
 
+    ``optimize=False`` turns ONNX Runtime's graph optimizations off: each node runs its own
+    kernel, none fused with its neighbours (ORT fuses a MatMul and its Add into a Gemm, an Add
+    and its LayerNormalization into a SkipLayerNormalization, only where the shapes are static),
+    so two graphs that compute alike round alike (symbolize's check, :mod:`passes.symbolize.check`).
+
     Raises whatever ONNX Runtime raises when the model is invalid; callers translate it with
     :func:`describe_ort_error` into their own error.
     """
@@ -352,6 +358,8 @@ def create_session(
         check_sizes(model)  # before ORT could try to build what the graph describes
     _quiet_ort()
     options = _session_options(threads, spin, prepack, not prepack and _casts_weights(model, choice))
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     shared = share_with if isinstance(share_with, Mapping) else session_weights(share_with)
     with quiet_stderr():
         if not isinstance(model, onnx.ModelProto):

@@ -42,8 +42,9 @@ where they name none.
 ``strict`` (default true) fails listing the blockers (identical ones as one entry, the message
 kept to a screen, every one in the --report JSON); false applies what it can and reports the
 rest. ``check`` (default true) runs the result on ONNX Runtime at the traced size (same outputs
-as the original within 1e-5), at two other sizes per symbol, and on the reference cases given to
-the run (``--ref``). Each symbol ends verified to a level: ``references`` (matched stored torch
+as the original within 1e-5, or with ORT's graph optimizations off where only its fusions of the
+static original round apart), at two other sizes per symbol, and on the reference cases given
+to the run (``--ref``). Each symbol ends verified to a level: ``references`` (matched stored torch
 outputs at other sizes), ``rows`` (batch rows shown independent), ``runs`` (ran at other sizes,
 values unverified), ``ambiguous`` (a size follows it where the trace fits a fixed value too) or
 ``traced-only``; ``verify=LEVEL`` makes anything less an error

@@ -6,7 +6,8 @@ the original model (one session), then to the rewritten one (one session, sharin
 and hands what they said to a list of evidence checks (:data:`EVIDENCE`), each with one job:
 
 1. :func:`check_traced_size`: at the traced size the outputs agree with the original's within
-   1e-5;
+   1e-5, or, where ORT fuses the static original's nodes and rounds apart, both models agree
+   with its graph optimizations off;
 2. :func:`check_batch_in_original`, :func:`check_rows`, :func:`check_first_rows`: for batches
    (rows independent), a new row 0 leaves the original's other rows alone, each row of a larger
    batch equals a run of that row alone, and the first traced-many rows of a larger batch equal
@@ -30,6 +31,7 @@ it reached (:data:`LEVELS`, :class:`CheckResult`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
@@ -67,13 +69,13 @@ from onnxsurgery.passes.symbolize.row_checks import (
 )
 from onnxsurgery.passes.symbolize.sizes import Divisions, check_sizes
 from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.validation.arrays import OutputComparison
 from onnxsurgery.validation.references import Case
 from onnxsurgery.validation.runtime import (
     create_session,
     run_many,
-    session_weights,
 )
-from onnxsurgery.validation.session_weights import SharedWeight
+from onnxsurgery.validation.session_weights import SharedWeight, session_weights
 
 __all__ = [
     "EVIDENCE",
@@ -125,6 +127,9 @@ class CheckResult:
     levels: dict[str, str] = field(default_factory=dict)
     oracles: dict[str, str] = field(default_factory=dict)
     reference_cases: int = 0
+    #: the traced-size outputs differ from the original's past the tolerance only by how ONNX
+    #: Runtime fuses the static original (equal with its graph optimizations off)
+    fusion_rounding: bool = False
     #: The session over the rewritten model that ran the reference cases, for the run's
     #: validation to reuse (the pass takes it out before the result goes into its report).
     session: ort.InferenceSession | None = field(default=None, repr=False, compare=False)
@@ -134,15 +139,22 @@ class CheckResult:
         rows = "; batch rows independent" if self.rows_checked else ""
         refs = f"; matched {self.reference_cases} reference case(s)" if self.reference_cases else ""
         levels = ", ".join(f"{s}: {lv}" for s, lv in self.levels.items())
+        fused = (
+            " (ONNX Runtime's fusions of the static original's nodes; equal with its graph "
+            "optimizations off)"
+            if self.fusion_rounding
+            else ""
+        )
         return (
             f"ran at {text}; traced-size outputs within {self.max_abs_diff:.2g} of the original"
-            f"{rows}{refs}; verified {levels}"
+            f"{fused}{rows}{refs}; verified {levels}"
         )
 
     def to_dict(self) -> dict[str, object]:
         return {
             "sizes": self.sizes,
             "max_abs_diff": self.max_abs_diff,
+            "fusion_rounding": self.fusion_rounding,
             "reference_cases": self.reference_cases,
             "levels": {
                 s: {"level": lv, "oracle": self.oracles.get(s, "")} for s, lv in self.levels.items()
@@ -414,21 +426,73 @@ def _run_rewritten(state: CheckState, shared: Mapping[str, SharedWeight]) -> Non
 
 def check_traced_size(state: CheckState) -> Finding | None:
     """At the traced size the rewritten model must run and give the original's outputs, within
-    the check's tolerance (``max_abs_diff`` records how close)."""
+    the check's tolerance (``max_abs_diff`` records how close), or differ only by how ONNX
+    Runtime fuses the static graph (:func:`_fusion_rounding`)."""
     ask, got = state.ask, state.got
     if isinstance(got, Exception):
         what = f"at the traced size {state.where}"
         return Finding((0,), ort_failure(what, got, ask.model, ask.decisions))
+    failed: list[tuple[str, OutputComparison]] = []
+    closest = 0.0
     for name, ref in state.expected.items():
         cmp = compare(got.get(name), ref, name, ask.atol, ask.rtol)
         if not cmp:
-            return Finding((0,), PassError(
-                f"check at the traced size {state.where}: output {name!r} differs from the "
-                f"original: {cmp.describe()}"
-            ), (name,))  # fmt: skip
-        if ref.dtype.kind in "fc" and cmp.max_abs is not None and ref.size:
-            state.result.max_abs_diff = max(state.result.max_abs_diff, cmp.max_abs)
+            failed.append((name, cmp))
+        elif ref.dtype.kind in "fc" and cmp.max_abs is not None and ref.size:
+            closest = max(closest, cmp.max_abs)
+    if failed and not _fusion_rounding(state, failed):
+        name, cmp = failed[0]
+        return Finding((0,), PassError(
+            f"check at the traced size {state.where}: output {name!r} differs from the "
+            f"original: {cmp.describe()}"
+        ), (name,))  # fmt: skip
+    for _, cmp in failed:
+        closest = max(closest, cmp.max_abs or 0.0)
+    state.result.max_abs_diff = max(state.result.max_abs_diff, closest)
+    state.result.fusion_rounding = bool(failed)
     return None
+
+
+def _fusion_rounding(state: CheckState, failed: Sequence[tuple[str, OutputComparison]]) -> bool:
+    """Whether outputs of the rewritten model that differ from the original's at the traced size
+    (``failed``) differ only by how ONNX Runtime rounds them. ORT fuses nodes only where their
+    shapes are static (a MatMul and its Add into one Gemm, the bias summed into the product; an
+    Add and its LayerNormalization into a SkipLayerNormalization): the original, static
+    everywhere, runs fused kernels where the rewritten model, its shapes now symbolic, runs the
+    nodes one by one, and the two round apart. No tolerance bounds that: a normalization scales
+    the rounding of a sum by how large its terms are against their spread (Flaubert, hidden
+    width 2048, outputs up to 4.7: 1.26e-5 apart; a residual of 1000 + noise: 2.9e-4).
+
+    So it is shown, not assumed: both models run again at the traced size with ORT's graph
+    optimizations off (each node its own kernel, alike in both) and must give the same outputs
+    within the check's own tolerance, which a rewrite that changes a value does not. Only
+    floating outputs of the right shape and dtype, NaN and Inf where the original has them, can
+    differ by rounding (integers and booleans come out of fused kernels exact)."""
+    ask = state.ask
+    for _, cmp in failed:
+        rounding = cmp.problem is None and cmp.min_atol is not None and math.isfinite(cmp.min_atol)
+        if not rounding or cmp.exact or cmp.expected_dtype is None or "float" not in cmp.expected_dtype:
+            return False
+    shared = session_weights(state.session)
+    try:
+        plain = create_session(
+            ask.original, ask.provider, threads=1, prepack=False, share_with=shared,
+            bare=ask.bare, optimize=False,
+        )  # fmt: skip
+        want = run_many(plain, [state.feeds])[0]
+        del plain
+        plain = create_session(
+            ask.model, ask.provider, threads=1, prepack=False, share_with=shared, optimize=False
+        )
+        said = run_many(plain, [state.feeds])[0]
+        del plain
+    except Exception:  # noqa: BLE001 - ORT raises several types; the difference stands
+        return False
+    if isinstance(want, Exception) or isinstance(said, Exception):
+        return False
+    return all(
+        compare(said.get(name), ref, name, ask.atol, ask.rtol) for name, ref in want.items()
+    )
 
 
 def check_batch_in_original(state: CheckState) -> Finding | None:
