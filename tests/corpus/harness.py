@@ -127,7 +127,10 @@ def current_cache(arch: Architecture) -> bool:
     root = arch_root(arch)
     stamp = root / "weights.key"
     key = weights_key(arch.build())
-    stale = stamp.exists() and stamp.read_text().strip() != key
+    # a cache from before the key was recorded may mix builds too: it is redone once
+    stale = (not stamp.exists() and root.exists()) or (
+        stamp.exists() and stamp.read_text().strip() != key
+    )
     if stale:
         for made in [*root.glob("*/b*/*.stamp.json"), *root.glob("references/*.npz")]:
             made.unlink(missing_ok=True)
