@@ -1,0 +1,74 @@
+"""ProphetNet's decoder: a main stream and ngram streams cut by TorchScript's ``chunk``, and the
+tables its export folds at the traced length (sweep row ``prophetnet.base``, TorchScript).
+
+- ``chunk(3)`` of the streams' ``3*tgt`` rows slices at ``q*k`` with ``q = (3*tgt + 2) // 3``:
+  ``tgt`` at every size, which the plan read as a run-time unknown. The causal mask's
+  ``torch.full((tgt, tgt))`` folded at 8 was then kept at 8 (nothing seemed to tie it), and the
+  Add of the scores (``q x q``) and the mask refused as holding only at the traced size.
+- The predicting streams' relative buckets and attention bias are ``cat`` of two tables cut to
+  ``tgt`` each (columns ``[:tgt]`` and ``[M:M+tgt]`` of a table over the model's
+  ``max_position_embeddings``): ``[tgt, 2*tgt]``, folded at ``[8, 16]``. Only the traced
+  distances are in the file (ProphetNet's buckets past them grow logarithmically), so past the
+  traced ``tgt`` no export can be repaired; under ``tgt<=traced`` each block's first ``tgt``
+  columns are those of the shorter length: sliced block by block.
+- The decoder's outputs are cut from the streams at a folded ``8`` that fits ``seq`` and ``tgt``
+  alike (both traced at 8): the cut axis is ``3*tgt``, so ``tgt`` is read first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx.parser
+from onnx import numpy_helper
+
+import onnxsurgery
+from onnxsurgery.passes.symbolize import Symbolize
+from onnxsurgery.validation.runtime import run_model
+
+NEG = -1e4
+
+
+def _named(model: onnx.ModelProto, consts: dict[str, np.ndarray]) -> onnx.ModelProto:
+    model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in consts.items())
+    for i, node in enumerate(model.graph.node):
+        node.name = f"{node.op_type}_{i}"
+    return model
+
+
+def _chunked(t: int = 8) -> onnx.ModelProto:
+    """Three streams of ``t`` rows, chunked as TorchScript does; the first two scored against
+    each other under a causal mask folded at ``t``."""
+    model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+    net (float[2, 8, 4] x) => (float y) {
+      h = Concat <axis = 1> (x, x, x)
+      s = Shape (h)
+      n = Gather <axis = 0> (s, one)
+      n2 = Add (n, two)
+      q = Div (n2, three)
+      e1 = Mul (q, one)
+      first = Slice (h, zero, e1, one)
+      e2 = Mul (q, two)
+      second = Slice (h, e1, e2, one)
+      st = Transpose <perm = [0, 2, 1]> (second)
+      sc = MatMul (first, st)
+      m = Trilu <upper = 1> (full, k1)
+      y = Add (sc, m)
+    }""")
+    consts = {
+        "one": np.array([1]),
+        "two": np.array([2]),
+        "three": np.array([3]),
+        "zero": np.array([0]),
+        "k1": np.array(1),
+        "full": np.full((t, t), NEG, np.float32),
+    }
+    return _named(model, consts)
+
+
+def test_a_chunk_of_three_streams_follows_their_length():
+    result = Symbolize(**{"x:1": "tgt"})(_chunked(), onnxsurgery.PassContext(provider="cpu"))
+    for t in (5, 11):
+        x = np.random.default_rng(t).standard_normal((2, t, 4)).astype(np.float32)
+        want = x @ x.transpose(0, 2, 1) + np.triu(np.full((t, t), NEG, np.float32), 1)
+        got = run_model(result.model, {"x": x}, provider="cpu")["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-3)
