@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx.parser
+import pytest
 from onnx import numpy_helper
 
 import onnxsurgery
+from onnxsurgery.errors import PassError
 from onnxsurgery.passes.symbolize import Symbolize
 from onnxsurgery.validation.runtime import run_model
 
@@ -72,3 +74,41 @@ def test_a_chunk_of_three_streams_follows_their_length():
         want = x @ x.transpose(0, 2, 1) + np.triu(np.full((t, t), NEG, np.float32), 1)
         got = run_model(result.model, {"x": x}, provider="cpu")["y"]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-3)
+
+
+def _two_blocks() -> np.ndarray:
+    """ProphetNet's predicting-stream bias at 8: a first block by ``j - i`` with a first column
+    every row sees (``c - r >= 0`` masked but column 0), a second masking all but the diagonal."""
+    r, c = np.arange(8)[:, None], np.arange(8)[None, :]
+    left = np.where((c - r >= 0) & (c != 0), NEG, 0.0)
+    right = np.where(r != c, NEG, 0.0)
+    return np.concatenate([left, right], axis=1).astype(np.float32)
+
+
+def _streams_bias() -> onnx.ModelProto:
+    """Scores of ``t`` queries over ``2*t`` keys (a stream and its main stream) plus the bias."""
+    model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+    net (float[2, 8, 4] x) => (float y) {
+      k = Concat <axis = 1> (x, x)
+      kt = Transpose <perm = [0, 2, 1]> (k)
+      sc = MatMul (x, kt)
+      y = Add (sc, bias)
+    }""")
+    return _named(model, {"bias": _two_blocks()})
+
+
+def test_two_tables_cut_side_by_side_are_sliced_block_by_block_under_a_bound():
+    ctx = onnxsurgery.PassContext(provider="cpu")
+    result = Symbolize(**{"x:1": "tgt<=traced"})(_streams_bias(), ctx)
+    table = _two_blocks()
+    for t in (3, 5, 8):
+        x = np.random.default_rng(t).standard_normal((2, t, 4)).astype(np.float32)
+        bias = np.concatenate([table[:t, :t], table[:t, 8 : 8 + t]], axis=1)
+        want = x @ np.concatenate([x, x], 1).transpose(0, 2, 1) + bias
+        got = run_model(result.model, {"x": x}, provider="cpu")["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-3)
+
+
+def test_two_tables_cut_side_by_side_are_refused_past_the_traced_length():
+    with pytest.raises(PassError, match="tgt"):
+        Symbolize(**{"x:1": "tgt"})(_streams_bias(), onnxsurgery.PassContext(provider="cpu"))
