@@ -21,10 +21,12 @@ import numpy as np
 import onnx.parser
 import pytest
 from onnx import numpy_helper
+from sweep_cases import scored_case
 
 import onnxsurgery
 from onnxsurgery.errors import PassError
 from onnxsurgery.passes.symbolize import Symbolize
+from onnxsurgery.validation.references import Case, save_case
 from onnxsurgery.validation.runtime import run_model
 
 NEG = -1e4
@@ -112,3 +114,42 @@ def test_two_tables_cut_side_by_side_are_sliced_block_by_block_under_a_bound():
 def test_two_tables_cut_side_by_side_are_refused_past_the_traced_length():
     with pytest.raises(PassError, match="tgt"):
         Symbolize(**{"x:1": "tgt"})(_streams_bias(), onnxsurgery.PassContext(provider="cpu"))
+
+
+def test_prophetnet_passes_under_its_bound_by_torchscript():
+    for batch in (2, 1):
+        case = scored_case("prophetnet.base", "torchscript", batch)
+        from sweep import after_advice  # sweep_cases puts bench/ on the path
+
+        assert "bound" in case["symbolize"]["advice"], case
+        assert after_advice(case)["+bound"], case
+
+
+def _main_stream() -> onnx.ModelProto:
+    """The main stream cut from three streams of ``tgt`` rows at a folded 8, beside an input of
+    ``seq`` rows also traced at 8."""
+    model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+    net (float[2, 8] x, float[2, 8, 4] d) => (float y, float z) {
+      y = Relu (x)
+      h = Concat <axis = 1> (d, d, d)
+      z = Slice (h, zero, eight, one)
+    }""")
+    return _named(model, {"zero": np.array([0]), "eight": np.array([8]), "one": np.array([1])})
+
+
+def _main_stream_case(seq: int, tgt: int) -> Case:
+    rng = np.random.default_rng(seq * 10 + tgt)
+    x = rng.standard_normal((2, seq)).astype(np.float32)
+    d = rng.standard_normal((2, tgt, 4)).astype(np.float32)
+    return Case(f"s{seq}t{tgt}", {"x": x, "d": d}, {"y": np.maximum(x, 0), "z": d})
+
+
+def test_a_cut_of_three_streams_reads_as_their_length_sooner_than_another_one(tmp_path):
+    """8 fits seq and tgt; a case at seq 7, tgt 5 refutes fixed and seq, and tgt is tried."""
+    save_case(_main_stream_case(7, 5), tmp_path / "refs", index=0)
+    ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path / "refs")
+    result = Symbolize(**{"x:1": "seq", "d:1": "tgt"})(_main_stream(), ctx)
+    for seq, tgt in ((3, 6), (9, 2)):
+        case = _main_stream_case(seq, tgt)
+        got = run_model(result.model, case.inputs, provider="cpu")
+        np.testing.assert_array_equal(got["z"], case.outputs["z"])
