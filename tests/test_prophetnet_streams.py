@@ -117,6 +117,10 @@ def test_two_tables_cut_side_by_side_are_refused_past_the_traced_length():
 
 
 def test_prophetnet_passes_under_its_bound_by_torchscript():
+    """Refused past the traced tgt (the buckets past distance 7 are not in the file), passed
+    with tgt<=traced. Needs exports from the builder as it is: a cached row exported by another
+    build but stamped with this build's weights.key (a cache older than the stamp is trusted and
+    stamped on its first run) scores every size new to the row wrong, re-export included."""
     for batch in (2, 1):
         case = scored_case("prophetnet.base", "torchscript", batch)
         from sweep import after_advice  # sweep_cases puts bench/ on the path
