@@ -65,6 +65,9 @@ class _Solver(ReshapeReading):
         self.done: set[int] = set()
         self.queue: deque[int] = deque(range(len(self.hard)))
         self.floor_atoms: dict[tuple[str, str, int], str] = {}
+        #: run-time divisions decided as polynomials by :meth:`settle_value_divs`
+        self.floor_divs: dict[str, Dim] = {}
+        self.multipliers: dict[str, set[str]] | None = None  # :meth:`_chunk_indices`
         self.aligns: dict[str, list[Constraint]] = defaultdict(list)
         self.hinting: Constraint | None = None  # the soft constraint being read, for hinted_by
         for c in self.soft:  # a Reshape's unknowns, in its input or its output
@@ -163,6 +166,48 @@ class _Solver(ReshapeReading):
         if self.a.pending_floors:
             self.settle_floors()
             self._drain()
+        if self.a.value_divs and self.settle_value_divs():
+            self._drain()
+
+    def settle_value_divs(self) -> bool:
+        """A run-time division ``num // den`` that is a polynomial at every size where the size
+        constants still free in it keep their traced values (:func:`_floor_div`: TorchScript's
+        ``chunk(n)`` of ``n*t`` rows slices at ``(n*t + n-1) // n``, ``t``): that polynomial,
+        so the sizes downstream of the chunk follow ``t`` while the rest is decided. Checked
+        again once everything is (:meth:`judge_value_divs`): a conflict where it no longer holds."""
+        settled = False
+        for atom, (num, den) in self.a.value_divs.items():
+            if atom in self.sol.values:
+                continue
+            n, d = self.resolve(num), self.resolve(den)
+            free = self.unknowns(n) | self.unknowns(d)
+            if any(self.a.atoms[x].kind != "var" for x in free):
+                continue
+            kept = {x: Dim.const(self.traced[x]) for x in free}
+            dv = d.subs(kept).value
+            q = _floor_div(n.subs(kept), dv) if dv is not None and dv > 1 else None
+            if q is None or self.unknowns(q):
+                continue
+            for x in sorted(free | self._chunk_indices(atom), key=self._created):
+                if x not in self.sol.values:
+                    self.assign(x, Dim.const(self.traced[x]), "kept")
+            self.assign(atom, q, "forced")
+            self.floor_divs[atom] = q
+            settled = True
+        return settled
+
+    def _chunk_indices(self, atom: str) -> set[str]:
+        """The size constants still free that multiply ``atom`` in a hard constraint: the chunk
+        indices ``k`` of the slice bounds ``q*k`` of a chunk of size ``q``."""
+        if self.multipliers is None:  # every run-time division's, in one pass
+            self.multipliers = defaultdict(set)
+            for c in self.hard:
+                for m in c.expr.terms:
+                    for x in set(m) & self.a.value_divs.keys():
+                        self.multipliers[x] |= {
+                            y for y in m if y != x and self.a.atoms[y].kind == "var"
+                        }
+        return {x for x in self.multipliers.get(atom, ()) if x not in self.sol.values}
 
     def _drain(self) -> None:
         while self.queue:
@@ -335,12 +380,31 @@ class _Solver(ReshapeReading):
         Only judging: every unknown is decided by now, so this can only show a constraint holds;
         the rewritten graph still computes the division at run time."""
         for atom, (num, den) in self.a.value_divs.items():
+            if atom in self.floor_divs:
+                n, d = self.resolve(num), self.resolve(den)
+                q = _floor_div(n, d.value) if d.value is not None and d.value > 1 else None
+                got = self.resolve(Dim.sym(atom))
+                if q != got:  # a size constant in it was decided otherwise than as traced
+                    why = f"Div {n} / {d} is {got} at every size"
+                    c = Constraint(d * got - n, self._producer(atom), "Div", why)
+                    self.sol.conflicts.append(Conflict(c, d * got - n))
+                continue
             if atom in self.sol.values:
                 continue
             n, d = self.resolve(num), self.resolve(den)
             nv, dv = n.value, d.value
             if nv is not None and dv is not None and dv > 0 and nv >= 0:
                 self.assign(atom, Dim.const(nv // dv), "forced")
+            elif dv is not None and dv > 1:
+                q = _floor_div(n, dv)
+                if q is not None:
+                    self.assign(atom, q, "forced")
+
+    def _producer(self, atom: str) -> str:
+        """The node whose output holds the run-time value ``atom`` (its origin's tensor)."""
+        origin = self.a.atoms[atom].origin
+        tensor = origin[1] if isinstance(origin, tuple) and len(origin) > 1 else None
+        return next((n.name for n in self.a.model.graph.node if tensor in n.output), "")
 
     def unify_runtime(self) -> None:
         """Two run-time dims the graph requires equal are one dim (ONNX Runtime checks it).
@@ -363,6 +427,20 @@ class _Solver(ReshapeReading):
             self.assign(drop, Dim.sym(keep), "assumed")
             self.done.add(cid)
             self.sol.assumed.append((c, drop, keep))
+
+
+def _floor_div(num: Dim, den: int) -> Dim | None:
+    """``num // den`` as a polynomial where it is one at every size: ``num`` is ``den*q + r``
+    with ``0 <= r < den`` and ``q``'s coefficients positive (``num >= 0``, so ONNX's truncating
+    Div is a floor). TorchScript's ``chunk(n)`` of a length ``n*t`` slices at ``(n*t + n-1) // n``,
+    which is ``t`` at every ``t``; None where ``num`` is not of that form."""
+    r = num.terms.get((), 0)
+    if not 0 <= r < den:
+        return None
+    q = (num - r).exact_div(den)
+    if q is None or q.is_const() or any(c <= 0 for m, c in q.terms.items() if m):
+        return None
+    return q
 
 
 def misfollowed(analysis: ShapeAnalysis, sol: Solution) -> dict[BroadcastSite, int]:

@@ -295,17 +295,29 @@ def grid_resizes(a: ShapeAnalysis, sol: Solution) -> list[Constraint]:
     return ties
 
 
-def relative_axes(arr: np.ndarray, sym_axes: list[int]) -> tuple[int, int] | None:
+def relative_axes(
+    arr: np.ndarray, sym_axes: list[int], sink: bool = False
+) -> tuple[int, int] | None:
     """Two symbolic axes of one length (3 or more) along which ``arr`` depends only on j - i, its
-    values not all alike along them (a table of relative positions), or None."""
+    values not all alike along them (a table of relative positions), or None. ``sink`` (a block
+    of a table cut block by block): the first column may differ from the rest where every row
+    holds one value there (a first key every query attends alike, ProphetNet's ngram streams),
+    and the rows need only differ somewhere (a block of distances past the first row, whose
+    first rows are all clipped to 0)."""
     for i, p in enumerate(sym_axes):
         for q in sym_axes[i + 1 :]:
             n = arr.shape[p]
             if n < 3 or arr.shape[q] != n:
                 continue
             x = np.moveaxis(arr, (p, q), (-2, -1))
-            if np.array_equal(x[..., 1:, 1:], x[..., :-1, :-1]) and not np.array_equal(
-                x[..., :1, :], x[..., 1:2, :]
+            alike = x[..., 1:, :] == x[..., :1, :] if sink else x[..., 1:2, :] == x[..., :1, :]
+            if not np.all(alike) and (
+                np.array_equal(x[..., 1:, 1:], x[..., :-1, :-1])
+                or (
+                    sink
+                    and np.array_equal(x[..., 1:, 2:], x[..., :-1, 1:-1])
+                    and bool(np.all(x[..., :, :1] == x[..., :1, :1]))
+                )
             ):
                 return p, q
     return None

@@ -408,6 +408,11 @@ def find_coincidences(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[C
             ]
             if not fitting:
                 continue
+            axis = _sliced_axis(a, sol, use, index)
+            if axis is not None and len(fitting) > 1:
+                # a Slice bound or Split size reads first as a symbol its axis grows with: ``8``
+                # cutting an axis of ``3*tgt`` is ``tgt`` sooner than ``seq`` (both traced at 8)
+                fitting.sort(key=lambda e: not e.atoms() <= axis.atoms())
             batch = [
                 e
                 for e in fitting

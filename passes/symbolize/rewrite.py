@@ -410,7 +410,19 @@ class _Rewriter:
         acc = self.initializer(f"{tag}/table", gen.base_array)
         for k in gen.axes:
             name = f"symbolize: {gen.bound} (a size over the bound fails here)/{tag}/axis{k}"
-            acc = self.node("Gather", [acc, self.index(dims[k], 0, 1, np.int64)], name, axis=k)
+            rows = self.index(dims[k], 0, 1, np.int64)
+            if k in gen.blocks:  # arange(size) from the start of each block, side by side
+                n = gen.blocks[k]
+                size = dims[k].exact_div(n)
+                assert size is not None  # the rule took n*seq only
+                starts = np.arange(n, dtype=np.int64).reshape(n, 1) * (arr.shape[k] // n)
+                rows = self.node(
+                    "Add",
+                    [self.index(size, 1, 2, np.int64), self.initializer(f"{tag}/blocks{k}", starts)],
+                    f"{tag}/blocks{k}/rows",
+                )
+                rows = self.node("Reshape", [rows, self.const([-1])], f"{tag}/blocks{k}/flat")
+            acc = self.node("Gather", [acc, rows], name, axis=k)
         if gen.steps:  # axes of batch*c repeating one block of c: tiled over the batch
             reps = [Dim.const(1)] * arr.ndim
             for k, block in gen.steps.items():

@@ -264,9 +264,12 @@ class BoundedTable(Rule):
     An axis is sliced where its size grows with bounded symbols alone (``seq``, ``seq + 1``,
     frames computed from ``samples``) and reaches at most the table's length at the bounds; an
     axis of ``batch*c`` that repeats one block of ``c`` (heads tiled over the batch) is cut to
-    the block and tiled. Each sliced axis becomes a Gather of ``arange(size)``, which ONNX
-    Runtime fails where a size is over the bound, the node named ``symbolize: seq<=8 ...``. A
-    bound whose sizes the table does not reach is a blocker.
+    the block and tiled. Beside a ``seq`` axis, an axis of ``n*seq`` made of ``n`` blocks each
+    depending on j - i (ProphetNet's predicting streams: ``cat`` of two tables each cut to
+    ``seq``) is sliced block by block, each block's first ``seq`` entries side by side. Each
+    sliced axis becomes a Gather of ``arange(size)``, which ONNX Runtime fails where a size is
+    over the bound, the node named ``symbolize: seq<=8 ...``. A bound whose sizes the table
+    does not reach is a blocker.
 
         Constant pos[8, 32] ─ Add(embeddings[batch, seq, 32])          seq<=traced (8)
         =>
@@ -276,36 +279,44 @@ class BoundedTable(Rule):
 
     kind = "bounded-table"
 
-    def axes(self, read: ConstRead) -> tuple[dict[int, set[str]], dict[int, int]] | None:
+    def axes(
+        self, read: ConstRead
+    ) -> tuple[dict[int, set[str]], dict[int, int], dict[int, int]] | None:
         """(the axes to slice, each with the input symbols its size grows with; the axes tiled
-        over a batch, each with its block), where the table is one a prefix of serves every
-        shorter size; else None."""
+        over a batch, each with its block; the sliced axes of ``n*seq`` made of ``n`` blocks,
+        each with ``n``), where the table is one a prefix of serves every shorter size (of
+        each block); else None."""
         arr, c = read.use.array, read.context
         if read.use.kind != "data" or read.generator is not None or c.cache or c.analysis.opset < 10:
             return None
         cut: dict[int, set[str]] = {}
         tiled: dict[int, int] = {}
+        blocks: dict[int, int] = {}
         for k in read.symbolic_axes:
             block = _batch_block(read, k)
             if block is not None:
                 tiled[k] = block
                 continue
             terms = dict(read.dims[k].terms)
-            terms.pop((), None)  # seq + 1 grows with seq as seq does
+            plus = terms.pop((), None)  # seq + 1 grows with seq as seq does
             if len(terms) != 1:
                 return None
             ((mono, coef),) = terms.items()
-            if coef != 1 or len(mono) != 1:
+            if len(mono) != 1:
                 return None
+            if coef != 1:  # n*seq: n blocks of seq side by side, where each block shows it
+                if plus or not 2 <= coef <= MAX_BLOCKS or arr.shape[k] % coef:
+                    return None
+                blocks[k] = coef
             syms = input_symbols(c.analysis, c.solution, set(mono))
             if not syms or syms & c.rows:
                 return None
             cut[k] = syms
-        if not cut or len(cut) > 2:
+        if not cut or len(cut) > 2 or (blocks and len(cut) != 2):
             return None
-        if len(cut) == 2 and relative_axes(arr, sorted(cut)) is None:
+        if len(cut) == 2 and not _relative_blocks(arr, sorted(cut), blocks):
             return None
-        return cut, tiled
+        return cut, tiled, blocks
 
     def check(self, read: ConstRead) -> str | None:
         found = self.axes(read)
@@ -318,7 +329,7 @@ class BoundedTable(Rule):
     def produce(self, read: ConstRead) -> Change | Blocker:
         found = self.axes(read)
         assert found is not None
-        cut, tiled = found
+        cut, tiled, blocks = found
         c, arr = read.context, read.use.array
         syms = set().union(*cut.values())
         for k in sorted(cut):
@@ -337,6 +348,7 @@ class BoundedTable(Rule):
         gen = Generator("prefix", sorted(cut), base, bound=bound_text(syms, c.bounds))
         c.used_bounds |= syms
         gen.steps = {k: np.array(block) for k, block in tiled.items()}
+        gen.blocks = blocks
         a, sol = c.analysis, c.solution
         new = f"{dtype_name(elem_type_of(arr))}{values_text(a, sol, read.dims)} ({gen.describe()})"
         use = read.use
@@ -344,6 +356,23 @@ class BoundedTable(Rule):
             use.graph, use.node, use.op, use.input_index, use.tensor, "data", read.old, new,
             read.dims, use, gen,
         )  # fmt: skip
+
+
+#: the most blocks of one length an axis of a bounded table is read as (``n*seq``)
+MAX_BLOCKS = 4
+
+
+def _relative_blocks(arr: np.ndarray, axes: list[int], blocks: dict[int, int]) -> bool:
+    """Whether ``arr`` depends only on j - i along ``axes``; where an axis is ``blocks[k]``
+    blocks of one length (ProphetNet's predicting streams: ``cat`` of two tables each cut to
+    the length), within each block, a first column every row sees alike allowed there (a
+    sink). A prefix of each block then serves every shorter size."""
+    if not blocks:
+        return relative_axes(arr, axes) is not None
+    parts = [arr]
+    for k, n in blocks.items():
+        parts = [p for q in parts for p in np.split(q, n, axis=k)]
+    return all(relative_axes(p, axes, sink=True) is not None for p in parts)
 
 
 def _batch_block(read: ConstRead, k: int) -> int | None:

@@ -42,6 +42,9 @@ class Generator:
     phase: int | None = None
     #: prefix: the bounds its sizes stay within (``seq<=8``), which its run-time guard names
     bound: str | None = None
+    #: prefix: axes made of ``k`` blocks of one length side by side (``cat`` of two tables each
+    #: cut to ``seq``: an axis of ``2*seq``), each block sliced alone
+    blocks: dict[int, int] = field(default_factory=dict)
     #: sin: an angle added per column (``phi + lead * freq``, see :func:`~.trig_tables.sinusoid`)
     shift: np.ndarray | None = None
     #: sin with a ``shift``: the fixed position the table counts from (past any cache length)
@@ -92,6 +95,7 @@ class Generator:
         if self.kind == "prefix":
             axes = ", ".join(str(k) for k in self.axes)
             tiled = "".join(f", tiled over axis {k}" for k in self.steps)
+            tiled += "".join(f", {n} blocks on axis {k} each" for k, n in self.blocks.items())
             return f"the traced table sliced on axis {axes}{tiled}, valid while {self.bound}"
         if self.kind == "tile":
             return f"Tile of a {self.base_array.shape[self.axes[0]]}-block on axis {self.axes[0]}"

@@ -164,7 +164,10 @@ FIX: dict[str, str] = {
         "is the only reading symbolize can extend: the cases confirm it or it stays refused); "
     ),
     "relative-position-bias": (
-        "export with TorchScript (dynamo=False), whose graph computes it, or "
+        "where the model computes it from the length (T5's relative positions), export with "
+        "TorchScript (dynamo=False), whose graph computes it then (not where it is cut from a "
+        "table over the model's largest length, as ProphetNet's, which TorchScript folds "
+        "too), or "
     ),
     "unpinned": (
         "export at sizes that show the pattern (3 or more along each symbolic axis, "
