@@ -593,3 +593,46 @@ def test_a_row_past_its_budget_is_unfinished_with_the_cases_it_scored(tmp_path, 
     assert time.perf_counter() - start < 20  # not 60 + 240 * 5 * 2 seconds
     assert result["build"] == "ok" and len(result["cases"]) == 1
     assert result["worker"] == "worker took longer than 2 s after 1 case(s)"
+
+
+def test_a_cache_from_another_build_is_dropped_before_a_row_is_scored(tmp_path):
+    """Exports and references of one build only: a builder whose weights changed, or a cache
+    from before the weights were recorded, loses its exports' stamps and references (redone),
+    so a static model is never scored against torch of other weights (Bailing hybrid: 3.44)."""
+    from dataclasses import replace
+
+    import torch
+    from corpus.architectures import Architecture, InputSpec, OutputSpec
+    from corpus.harness import arch_root, current_cache
+
+    scale = [1.0]
+
+    def builder():
+        layer = torch.nn.Linear(2, 2)
+        with torch.no_grad():
+            layer.weight.mul_(scale[0])
+        return layer
+
+    arch = Architecture(
+        "tiny", "test", builder, (InputSpec("x", ("batch", 2)),), (OutputSpec("y", ("batch", 2)),),
+        ({"batch": 2},), ({"batch": 3},),
+    )  # fmt: skip
+    arch = replace(arch, cache=tmp_path)
+    root = arch_root(arch)
+
+    def cached() -> list[Path]:
+        made = [root / "torchscript" / "b2" / "model.stamp.json", root / "references" / "b3.npz"]
+        for path in made:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("{}")
+        return made
+
+    made = cached()
+    assert current_cache(arch)  # no weights recorded beside them: redone once
+    assert not any(p.exists() for p in made)
+    made = cached()
+    assert not current_cache(arch)  # the same build: kept
+    assert all(p.exists() for p in made)
+    scale[0] = 2.0
+    assert current_cache(arch)  # another build: dropped
+    assert not any(p.exists() for p in made)
