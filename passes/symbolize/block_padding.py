@@ -43,8 +43,14 @@ from onnxsurgery.shapes.solver import Solution
 
 __all__ = ["BlockSplit", "PadSite", "BlockPadding", "constant_pads", "ONE_BLOCK", "tied_amounts"]
 
-#: how many nodes past the Pad the Reshape that splits its output into blocks may be
+#: how many nodes past the Pad the Reshape that splits its output into blocks may be, whatever
+#: the tensors between carry
 REACH = 3
+
+#: how many nodes past the Pad it may be along tensors that still carry the padded length (a
+#: pad on the model's hidden states, split into blocks per head only after a LayerNorm, the
+#: projection, the per-head Reshape and its Transpose: PEGASUS-X's encoder)
+CARRY_REACH = 16
 
 #: why a pad's amount follows the size: the bounded reading (:mod:`.one_block`) tied it so; a
 #: split whose amount is tied so is no blocker here
@@ -100,7 +106,7 @@ class PadSite:
                 return []
             padded = sol.resolve(out.shape[axis])
             length = a.traced(d) + b + e
-            for node in _reached(self.consumers, self.node.output[0]):
+            for node in _reached(a, sol, self.consumers, self.node.output[0], padded):
                 split = _block_split(a, sol, node, padded, length)
                 if split is not None and split[1] > b + e:
                     amount = _amount(a, self.shape[axis], out.shape[axis])
@@ -209,19 +215,36 @@ def _one_value(a: ShapeAnalysis, tensor: str) -> bool:
 
 
 def _reached(
-    consumers: dict[str, list[onnx.NodeProto]], tensor: str
+    a: ShapeAnalysis,
+    sol: Solution,
+    consumers: dict[str, list[onnx.NodeProto]],
+    tensor: str,
+    padded: Dim,
 ) -> Iterator[onnx.NodeProto]:
-    """The Reshape nodes at most :data:`REACH` nodes after ``tensor``, nearest first."""
+    """The Reshape nodes at most :data:`REACH` nodes after ``tensor``, or at most
+    :data:`CARRY_REACH` along tensors whose shape still holds ``padded``, nearest first."""
     queue, seen = deque([(tensor, 0)]), {tensor}
     while queue:
         name, depth = queue.popleft()
         for node in consumers.get(name, []):
             if node.op_type == "Reshape" and node.input[0] == name:
                 yield node
-            for out in node.output if depth + 1 < REACH else ():
-                if out not in seen:
+            if depth + 1 >= CARRY_REACH:
+                continue
+            for out in node.output:
+                if out not in seen and (depth + 1 < REACH or _carries(a, sol, out, padded)):
                     seen.add(out)
                     queue.append((out, depth + 1))
+
+
+def _carries(a: ShapeAnalysis, sol: Solution, tensor: str, padded: Dim) -> bool:
+    """Whether ``tensor``'s shape holds the padded length ``padded`` on some axis."""
+    info = a.tensors.get(tensor)
+    return (
+        info is not None
+        and info.shape is not None
+        and any(sol.resolve(d) == padded for d in info.shape)
+    )
 
 
 def _block_split(
