@@ -175,7 +175,8 @@ def _row_numbers(ctx: NodeCtx, i: int) -> bool:
 
 def _flat_index_columns(ctx: NodeCtx) -> None:
     """A flat index ``column + row * stride`` (TorchScript reading a ``[batch, total]`` mask
-    through a Flatten: ``arange(n) + arange(batch) * Shape(mask)[1]``): the constant column count
+    through a Flatten: ``arange(n) + arange(batch) * Shape(mask)[1]``, the rows a constant or a
+    Range the graph computes): the constant column count
     ``0 .. n-1`` spans the whole stride, so soft-tie its axis to the stride when their traced
     sizes agree. Without it, the stride (``total``) and the columns (``past + seq``, tied to the
     keys elsewhere) would be free to differ, and the rows would read each other's entries."""
@@ -189,12 +190,11 @@ def _flat_index_columns(ctx: NodeCtx) -> None:
         mul = made[1]
         if mul.op_type != "Mul" or len(mul.input) != 2 or len(dims) != arr.ndim:
             continue
-        strides = [ctx.a.info(x) for x in mul.input if x not in ctx.a.consts]
-        rows = [ctx.a.consts[x] for x in mul.input if x in ctx.a.consts]
-        if len(strides) != 1 or len(rows) != 1 or rows[0].dtype.kind not in "iu":
+        strides = [x for x in mul.input if _one_size(ctx, x)]
+        if len(strides) != 1 or not _rows(ctx, next(x for x in mul.input if x != strides[0])):
             continue
-        stride = strides[0]
-        if stride is None or stride.value is None or len(stride.value) != 1:
+        stride = ctx.a.info(strides[0])
+        if stride is None or not stride.value:
             continue
         size = stride.value[0]
         if size.is_const():
@@ -207,6 +207,27 @@ def _flat_index_columns(ctx: NodeCtx) -> None:
             grid[k] = n
             if np.array_equal(arr, np.broadcast_to(np.arange(n).reshape(grid), arr.shape)):
                 ctx.suggest(dims[k], size, "a flat index column + row * stride spans the stride")
+
+
+def _one_size(ctx: NodeCtx, tensor: str) -> bool:
+    """Whether ``tensor`` holds one size the graph computes (not a constant)."""
+    info = ctx.a.info(tensor)
+    return (
+        tensor not in ctx.a.consts
+        and info is not None
+        and info.value is not None
+        and len(info.value) == 1
+    )
+
+
+def _rows(ctx: NodeCtx, tensor: str) -> bool:
+    """Whether ``tensor`` may be row numbers: an integer constant, or a tensor the graph computes
+    whose values it does not know (``arange(batch)`` by a Range)."""
+    arr = ctx.a.consts.get(tensor)
+    if arr is not None:
+        return arr.dtype.kind in "iu"
+    info = ctx.a.info(tensor)
+    return info is not None and info.value is None and info.dtype in INT_TYPES
 
 
 def _binary_values(ctx: NodeCtx, op: str, vals: list[list[Dim]]) -> list[Dim] | None:
