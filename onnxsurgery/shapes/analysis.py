@@ -162,6 +162,17 @@ class ShapeAnalysis:
     #: run-time integer divisions of size values (torchscript's chunk size ``(dim + 2) // 3``):
     #: opaque atom -> (num, den); judged by value once the solver has decided both
     value_divs: dict[str, tuple[Dim, Dim]] = field(default_factory=dict)
+    #: run-time remainders of a size value by a positive constant (torch's pad to a block,
+    #: ``(-seq) % 128``, left to run time by TorchScript): opaque atom -> (num, den), one atom
+    #: per expression (two Mods of one size by one block are one value)
+    value_mods: dict[str, tuple[Dim, int]] = field(default_factory=dict)
+    #: run-time integer divisions of size values exact at the traced size, holding unknowns
+    #: (TorchScript's block count ``padded / 128``): derived atom -> (num, den)
+    exact_divs: dict[str, tuple[Dim, Dim]] = field(default_factory=dict)
+    #: run-time (opaque) values a caller reads as an expression under an assumption the graph
+    #: does not make (a remainder by a block within a bound on the size): the solver takes each
+    #: as decided, atom -> (value, why)
+    read_as: dict[str, tuple[Dim, str]] = field(default_factory=dict)
     #: data-constant dims of 1 that met a symbolic dim traced at 1 in a broadcast: one point,
     #: which cannot tell a row repeated from a table of that length (dim atom -> the dim it met)
     one_point: dict[str, Dim] = field(default_factory=dict)

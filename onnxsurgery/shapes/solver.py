@@ -350,6 +350,8 @@ class _Solver(ReshapeReading):
         return sym, value
 
     def run(self) -> Solution:
+        for read, (value, _) in self.a.read_as.items():
+            self.assign(read, value, "read")
         self.drain()
         self.relate()
         self.apply_hints()
@@ -366,6 +368,8 @@ class _Solver(ReshapeReading):
         self.relate()
         self.unify_runtime()
         self.judge_value_divs()
+        self.relate_remainders()
+        self.unify_value_mods()
         for cid, c in enumerate(self.hard):
             if cid in self.done:
                 continue
@@ -405,6 +409,39 @@ class _Solver(ReshapeReading):
         origin = self.a.atoms[atom].origin
         tensor = origin[1] if isinstance(origin, tuple) and len(origin) > 1 else None
         return next((n.name for n in self.a.model.graph.node if tensor in n.output), "")
+
+    def relate_remainders(self) -> None:
+        """A size padded by its run-time remainder, ``n + (-n) % b``, then divided by ``b`` at
+        run time (TorchScript's block count ``padded / 128`` after a pad it computes): the
+        quotient ``q`` makes the remainder ``b*q - n`` at every size, so the block count times
+        the block is the padded length, not only at the traced size. Only the graph's own run-
+        time values are related: both stay computed by it."""
+        for r, (num, den) in self.a.value_mods.items():
+            if r in self.sol.values:
+                continue
+            n = -self.resolve(num)
+            divs = {**self.a.value_divs, **self.a.exact_divs}
+            for q, (qnum, qden) in divs.items():
+                if self.resolve(qden).value != den or q in self.sol.values:
+                    continue
+                if self.resolve(qnum) - Dim.sym(r) == n:
+                    self.assign(r, Dim.sym(q) * den - n, "forced")
+                    break
+
+    def unify_value_mods(self) -> None:
+        """Two run-time remainders of one size by one block are one value (LongT5's local
+        attention computes ``(-seq) % 128`` for its query, key and value apart: three Mods of
+        sizes the solver decided equal). Only judging, as :meth:`judge_value_divs`: the graph
+        still computes each."""
+        first: dict[tuple[str, int], str] = {}
+        for atom, (num, den) in self.a.value_mods.items():
+            if atom in self.sol.values:
+                continue
+            key = (str(self.resolve(num)), den)
+            if key in first:
+                self.assign(atom, Dim.sym(first[key]), "forced")
+            else:
+                first[key] = atom
 
     def unify_runtime(self) -> None:
         """Two run-time dims the graph requires equal are one dim (ONNX Runtime checks it).

@@ -29,6 +29,7 @@ import onnx
 
 from onnxsurgery.passes.symbolize.baked import pad_before
 from onnxsurgery.passes.symbolize.blockers import Blocker
+from onnxsurgery.passes.symbolize.coincident import tie
 from onnxsurgery.passes.symbolize.graph_blockers import GRAPH_RULES, GraphRule
 from onnxsurgery.passes.symbolize.wording import (
     WHY,
@@ -38,13 +39,28 @@ from onnxsurgery.passes.symbolize.wording import (
     why_text,
 )
 from onnxsurgery.shapes.analysis import ShapeAnalysis
-from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.shapes.dims import Dim, dim_product
 from onnxsurgery.shapes.solver import Solution
 
-__all__ = ["BlockSplit", "PadSite", "BlockPadding", "constant_pads", "ONE_BLOCK", "tied_amounts"]
+__all__ = [
+    "BlockSplit",
+    "PadSite",
+    "BlockPadding",
+    "constant_pads",
+    "hold_runtime_blocks",
+    "ONE_BLOCK",
+    "RUNTIME_BLOCK",
+    "tied_amounts",
+]
 
-#: how many nodes past the Pad the Reshape that splits its output into blocks may be
+#: how many nodes past the Pad the Reshape that splits its output into blocks may be, whatever
+#: the tensors between carry
 REACH = 3
+
+#: how many nodes past the Pad it may be along tensors that still carry the padded length (a
+#: pad on the model's hidden states, split into blocks per head only after a LayerNorm, the
+#: projection, the per-head Reshape and its Transpose: PEGASUS-X's encoder)
+CARRY_REACH = 16
 
 #: why a pad's amount follows the size: the bounded reading (:mod:`.one_block`) tied it so; a
 #: split whose amount is tied so is no blocker here
@@ -100,12 +116,13 @@ class PadSite:
                 return []
             padded = sol.resolve(out.shape[axis])
             length = a.traced(d) + b + e
-            for node in _reached(self.consumers, self.node.output[0]):
+            for node in _reached(a, sol, self.consumers, self.node.output[0], padded):
                 split = _block_split(a, sol, node, padded, length)
                 if split is not None and split[1] > b + e:
+                    count, block, _ = split
                     amount = _amount(a, self.shape[axis], out.shape[axis])
                     found.append(
-                        BlockSplit(axis, d, padded, a.traced(d), (b, e), node, *split, amount)
+                        BlockSplit(axis, d, padded, a.traced(d), (b, e), node, count, block, amount)
                     )
                     break
         return found
@@ -209,26 +226,139 @@ def _one_value(a: ShapeAnalysis, tensor: str) -> bool:
 
 
 def _reached(
-    consumers: dict[str, list[onnx.NodeProto]], tensor: str
+    a: ShapeAnalysis,
+    sol: Solution,
+    consumers: dict[str, list[onnx.NodeProto]],
+    tensor: str,
+    padded: Dim,
 ) -> Iterator[onnx.NodeProto]:
-    """The Reshape nodes at most :data:`REACH` nodes after ``tensor``, nearest first."""
+    """The Reshape nodes at most :data:`REACH` nodes after ``tensor``, or at most
+    :data:`CARRY_REACH` along tensors whose shape still holds ``padded``, nearest first."""
     queue, seen = deque([(tensor, 0)]), {tensor}
     while queue:
         name, depth = queue.popleft()
         for node in consumers.get(name, []):
             if node.op_type == "Reshape" and node.input[0] == name:
                 yield node
-            for out in node.output if depth + 1 < REACH else ():
-                if out not in seen:
+            if depth + 1 >= CARRY_REACH:
+                continue
+            for out in node.output:
+                if out not in seen and (depth + 1 < REACH or _carries(a, sol, out, padded)):
                     seen.add(out)
                     queue.append((out, depth + 1))
 
 
+#: why the block a run-time remainder pads to stays that block (:func:`hold_runtime_blocks`)
+RUNTIME_BLOCK = (
+    "a length padded by its remainder to a multiple of the block splits into blocks of it"
+)
+
+
+def hold_runtime_blocks(a: ShapeAnalysis, sol: Solution) -> bool:
+    """Tie the block of each Reshape that splits a length padded at run time by its remainder
+    (``x`` padded by ``(-x) % block``, ``a.value_mods``: LongT5's later layers, left to run
+    time by TorchScript) to the block, where the solver did not keep it the block. The padded
+    length is a multiple of the block at every size, but traced at one block the split ``1 x 128`` reads as well as ``padded x 1``: the
+    solver would make the block the padded length, one block of 256 where torch makes two of
+    128, wrong values past one block. Held, the count is the padded length over the block: a
+    conflict the bound answers (the remainder ``block - seq`` within it, :mod:`.one_block`).
+    Whether any was tied (the caller solves again)."""
+    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+    for node in a.model.graph.node:
+        for name in node.input:
+            consumers[name].append(node)
+    held = {
+        next(iter(c.lhs.atoms()))
+        for c in a.constraints
+        if c.why == RUNTIME_BLOCK and c.lhs is not None
+    }
+    tied = False
+    for node in a.model.graph.node:
+        if node.op_type != "Pad":
+            continue
+        x, y = a.tensors.get(node.input[0]), a.tensors.get(node.output[0])
+        if x is None or y is None or x.shape is None or y.shape is None:
+            continue
+        for before, after in zip(x.shape, y.shape, strict=False):
+            size, padded = sol.resolve(before), sol.resolve(after)
+            block = _remainder_block(a, sol, size, padded - size)
+            if block is None:
+                continue
+            for num, den in a.exact_divs.values():  # the count a Div of the padded length reads
+                if (
+                    sol.resolve(num) == padded
+                    and den.is_atom()
+                    and a.unknowns(den)
+                    and not sol.resolve(den).is_const()
+                ):
+                    atom = next(iter(den.atoms()))
+                    if atom not in held and a.traced(den) == block:
+                        tie(a, atom, Dim.const(block), node.name, "Div", RUNTIME_BLOCK)
+                        held.add(atom)
+                        tied = True
+            for reshape in _reached(a, sol, consumers, node.output[0], padded):
+                split = _block_split(a, sol, reshape, padded, a.traced(padded))
+                if (
+                    split is None
+                    or split[1] != block
+                    or not _leads_alike(a, sol, reshape, padded, split[2])
+                ):
+                    continue
+                out = a.tensors[reshape.output[0]].shape or []
+                dim = out[split[2] + 1] if split[2] + 1 < len(out) else None
+                if (
+                    dim is not None
+                    and dim.is_atom()
+                    and a.unknowns(dim)
+                    and not sol.resolve(dim).is_const()  # solved as the block already
+                ):
+                    atom = next(iter(dim.atoms()))
+                    if atom not in held:
+                        tie(a, atom, Dim.const(block), reshape.name, "Reshape", RUNTIME_BLOCK)
+                        held.add(atom)
+                        tied = True
+                break
+    return tied
+
+
+def _leads_alike(
+    a: ShapeAnalysis, sol: Solution, reshape: onnx.NodeProto, padded: Dim, axis: int
+) -> bool:
+    """Whether the axes before the split's count (output ``axis``) are, as solved, the axes
+    before the padded one: at batch 1 a per-head ``[1, 128, heads, d]`` reads as one block of
+    128 by its traced sizes alone, though its first axis is the batch."""
+    ins = [sol.resolve(d) for d in a.tensors[reshape.input[0]].shape or []]
+    outs = [sol.resolve(d) for d in a.tensors[reshape.output[0]].shape or []]
+    return padded in ins and dim_product(outs[:axis]) == dim_product(ins[: ins.index(padded)])
+
+
+def _remainder_block(a: ShapeAnalysis, sol: Solution, size: Dim, extra: Dim) -> int | None:
+    """The block where ``extra`` is ``(-size) % block``, computed at run time; else None."""
+    if not extra.is_atom():
+        return None
+    found = a.value_mods.get(next(iter(extra.atoms())))
+    if found is None or size.is_const():
+        return None
+    num, block = found
+    return block if sol.resolve(num) == -size else None
+
+
+def _carries(a: ShapeAnalysis, sol: Solution, tensor: str, padded: Dim) -> bool:
+    """Whether ``tensor``'s shape holds the padded length ``padded`` on some axis."""
+    info = a.tensors.get(tensor)
+    return (
+        info is not None
+        and info.shape is not None
+        and any(sol.resolve(d) == padded for d in info.shape)
+    )
+
+
 def _block_split(
     a: ShapeAnalysis, sol: Solution, node: onnx.NodeProto, padded: Dim, length: int
-) -> tuple[int, int] | None:
-    """(count, block) where the Reshape ``node`` turns the axis of its input whose size is
-    ``padded`` (traced ``length``) into two axes, ``count`` blocks of ``block``; else None."""
+) -> tuple[int, int, int] | None:
+    """(count, block, axis) where the Reshape ``node`` turns the axis of its input whose size
+    is ``padded`` (traced ``length``) into two axes, ``count`` blocks of ``block``, the count
+    on output axis ``axis``; else None."""
     x, y = a.tensors.get(node.input[0]), a.tensors.get(node.output[0])
     if x is None or y is None or x.shape is None or y.shape is None:
         return None
@@ -239,7 +369,7 @@ def _block_split(
     outs = [a.traced(d) for d in y.shape]
     for i in range(len(outs) - 1):
         if math.prod(outs[:i]) == lead and outs[i] * outs[i + 1] == length and outs[i + 1] > 1:
-            return outs[i], outs[i + 1]
+            return outs[i], outs[i + 1], i
     return None
 
 

@@ -88,11 +88,12 @@ def _smallest_gap(sol: Solution, split: BlockSplit) -> str | None:
 
 def read_under_bounds(a: ShapeAnalysis, sol: Solution, bounds: Mapping[str, int]) -> bool:
     """Tie each block padding's amount that :func:`one_block` reads exactly within ``bounds``
-    to ``block - size`` (a hard constraint marked :data:`~.block_padding.ONE_BLOCK`), unless
-    tied already; whether any was tied (the caller solves again)."""
+    to ``block - size`` (a hard constraint marked :data:`~.block_padding.ONE_BLOCK`), and each
+    run-time remainder of a bounded size to what it is within the bound (:func:`remainders`),
+    unless tied already; whether any was tied (the caller solves again)."""
     if not bounds:
         return False
-    tied, done = False, tied_amounts(a)
+    tied, done = remainders(a, sol, bounds), tied_amounts(a)
     for site in constant_pads(a, sol):
         for split in site.splits:
             if split.amount is None or split.amount in done:
@@ -103,6 +104,72 @@ def read_under_bounds(a: ShapeAnalysis, sol: Solution, bounds: Mapping[str, int]
             tie(a, split.amount, value, site.node.name, site.node.op_type, ONE_BLOCK)
             tied = True
     return tied
+
+
+#: why a run-time remainder (``(-seq) % 128``) reads as ``128 - seq``: within the bound the size
+#: stays within one block
+ONE_BLOCK_REMAINDER = "a remainder by a block that the bound keeps the size within"
+
+
+def remainders(a: ShapeAnalysis, sol: Solution, bounds: Mapping[str, int]) -> bool:
+    """Tie each remainder computed at run time (``a.value_mods``: ``x % block``, TorchScript's
+    ``(-seq) % 128`` before a pad it leaves to run time, as LongT5's later blocks) whose size
+    the bound keeps within one block to its value there: ``(-n) % block`` is ``block - n`` for
+    every ``n`` from 1 to ``block``, ``n % block`` is ``n`` for every ``n`` under it. The
+    padded length is then the block at every size within the bound, as a pad baked to one
+    block is (:func:`one_block`). Whether any was tied."""
+    tied = False
+    done = remainder_atoms(a)
+    for atom, (num, block) in a.value_mods.items():
+        if atom in done:
+            continue
+        value = _remainder_within(a, sol, sol.resolve(num), block, bounds)
+        if value is not None:
+            a.read_as[atom] = (value, ONE_BLOCK_REMAINDER)
+            tied = True
+    return tied
+
+
+def _remainder_within(
+    a: ShapeAnalysis, sol: Solution, x: Dim, block: int, bounds: Mapping[str, int]
+) -> Dim | None:
+    """What ``x % block`` is at every size within ``bounds``: ``block + x`` where ``-x`` is a
+    size from 1 to ``block`` there, ``x`` where ``x`` is one from 1 to ``block - 1``; None
+    where neither holds."""
+    for size, value, top in ((-x, Dim.const(block) + x, block), (x, x, block - 1)):
+        syms = input_symbols(a, sol, size.atoms())
+        if not syms or not syms <= bounds.keys() or _smallest_gap_of(size) is not None:
+            continue
+        most = largest(a, sol, size, bounds)
+        if most is not None and most <= top:
+            return value
+    return None
+
+
+def remainder_atoms(a: ShapeAnalysis) -> set[str]:
+    """The run-time remainders :func:`remainders` tied."""
+    return {atom for atom, (_, why) in a.read_as.items() if why == ONE_BLOCK_REMAINDER}
+
+
+def remainder_bounds(a: ShapeAnalysis, sol: Solution) -> set[str]:
+    """The bounded symbols the tied remainders read (bounds the plan keeps)."""
+    syms: set[str] = set()
+    for atom in remainder_atoms(a):
+        num, _ = a.value_mods[atom]
+        syms |= input_symbols(a, sol, sol.resolve(num).atoms())
+    return syms
+
+
+def _smallest_gap_of(d: Dim) -> str | None:
+    """None where ``d`` is 1 or more wherever its symbols are (its value at 1, non-negative
+    terms); else why not."""
+    if any(coef < 0 for mono, coef in d.terms.items() if mono):
+        return "it shrinks as a size grows"
+    try:
+        low = d.evaluate({x: 1 for x in d.atoms()})
+    except KeyError:
+        return "not in its symbols alone"
+    return None if low >= 1 else f"it is {low} where its symbols are 1"
 
 
 #: the constant reads a pad's amount may be: a Pad's pads, the shape of the zeros a Concat adds
@@ -157,11 +224,30 @@ def advise_bound(
                 advised[split.amount] = _lead(site, split, syms)
         leads = dict.fromkeys(advised[s.amount] for s in site.open if s.amount in advised)
         f.blocker.fix = "".join(leads) + f.blocker.fix
+    for atom, (num, block) in a.value_mods.items():  # a remainder computed at run time
+        x = sol.resolve(num)
+        syms = input_symbols(a, sol, x.atoms())
+        at_traced = {**{s: a.atoms[s].traced for s in syms}, **bounds}
+        if syms and not syms <= bounds.keys():
+            if _remainder_within(a, sol, x, block, at_traced) is not None:
+                advised[atom] = _remainder_lead(a, sol, x, block, syms)
     for f in found:
         if isinstance(f.site, ConflictSite):
-            atoms = f.site.conflict.constraint.expr.atoms()
+            conflict = f.site.conflict
+            atoms = conflict.constraint.expr.atoms() | conflict.residual.atoms()
             leads = dict.fromkeys(advised[x] for x in sorted(atoms & advised.keys()))
             f.blocker.fix = "".join(leads) + f.blocker.fix
+
+
+def _remainder_lead(a: ShapeAnalysis, sol: Solution, x: Dim, block: int, syms: set[str]) -> str:
+    """The advice to bound ``syms``, naming the remainder ``x % block`` it reads."""
+    names = ", ".join(sorted(syms))
+    return (
+        f"if no size you need is over the traced one, bound {names} (like {min(syms)}<=traced "
+        f"among the axes symbolize names): the remainder ({dim_text(a, sol, x)}) % {block} the "
+        f"graph computes is then {dim_text(a, sol, Dim.const(block) + x)} at every size within "
+        "the bound; or "
+    )
 
 
 def _lead(site: PadSite, split: BlockSplit, syms: set[str]) -> str:

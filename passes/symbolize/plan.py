@@ -27,6 +27,7 @@ from onnxsurgery.passes.symbolize.batch_indices import (
     batch_like_symbols,
     find_batch_indices,
 )
+from onnxsurgery.passes.symbolize.block_padding import hold_runtime_blocks
 from onnxsurgery.passes.symbolize.blockers import Blocker, group_blockers
 from onnxsurgery.passes.symbolize.bounds import symbol_bounds
 from onnxsurgery.passes.symbolize.cache_offsets import (
@@ -43,7 +44,11 @@ from onnxsurgery.passes.symbolize.coincident import (
 )
 from onnxsurgery.passes.symbolize.conflict_readings import broadcast_readings, conflict_readings
 from onnxsurgery.passes.symbolize.graph_blockers import find_blockers
-from onnxsurgery.passes.symbolize.one_block import advise_bound, read_under_bounds
+from onnxsurgery.passes.symbolize.one_block import (
+    advise_bound,
+    read_under_bounds,
+    remainder_bounds,
+)
 from onnxsurgery.passes.symbolize.reads import Change, ConstRead, PlanContext
 from onnxsurgery.passes.symbolize.relative_tables import relative_tables
 from onnxsurgery.passes.symbolize.rules import count_starts, decide
@@ -466,6 +471,9 @@ def plan_context(
         sol = solve(analysis)
     if read_under_bounds(analysis, sol, bounds or {}):
         sol = solve(analysis)
+    # after the bounded reading: a remainder it read as ``block - seq`` pads to the block itself
+    if hold_runtime_blocks(analysis, sol):
+        sol = solve(analysis)
     row_syms = batch_like_symbols(analysis, rows)
     if window_starts(analysis, sol):
         sol = solve(analysis)
@@ -511,6 +519,7 @@ def plan_context(
     context.relative = {id(t.use): (t.axis, t.start, t.traced_start) for t in relative}
     context.settled = settled
     context.bounds = dict(bounds or {})
+    context.used_bounds |= remainder_bounds(analysis, sol) & context.bounds.keys()
     return context
 
 

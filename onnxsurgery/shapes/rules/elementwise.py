@@ -138,9 +138,11 @@ def _binary(ctx: NodeCtx):
         if shape_arith and op in ("Add", "Sub", "Mul", "Div", "Max", "Min", "Equal")
         else "data"
     )
-    kinds = [kind] * ctx.n_inputs()
+    kinds: list[UseKind | None] = [kind] * ctx.n_inputs()
     if shape_arith and op == "Mul":
         kinds = ["data" if _row_numbers(ctx, i) else kind for i in range(ctx.n_inputs())]
+    if kind == "size" and any(_vector_length(ctx, ctx.node.input[i]) for i in range(len(kinds))):
+        kinds = [None] * len(kinds)  # arithmetic on a rank: its constants are no sizes
     found = with_shapes([ctx.info(i, k) for i, k in enumerate(kinds)])
     if found is None:
         return fallback(ctx)
@@ -156,6 +158,39 @@ def _binary(ctx: NodeCtx):
     if op == "Add" and not shape_arith and dtype in INT_TYPES:
         _flat_index_columns(ctx)
     return [out(shape, dtype, value)]
+
+
+#: ops that pass an integer scalar or vector on unchanged (its length, as a count, kept)
+_PASSING = ("Cast", "Squeeze", "Unsqueeze", "Identity")
+
+
+def _vector_length(ctx: NodeCtx, tensor: str) -> bool:
+    """Whether ``tensor`` is the length of a vector: ``Shape(v)`` or ``Gather(Shape(v), 0)``
+    (through a Cast or an Unsqueeze) of a 1-D ``v`` whose length the graph fixes. TorchScript's
+    ``F.pad`` with amounts computed at run time fills the pads out to ``2 * rank`` so:
+    ``ConstantOfShape(Sub(6, Shape(pads)[0]))``; the 6 is twice a rank, never a traced size, and
+    read as one it leaves the pads' length (and every shape after the Pad) unknown."""
+    found = ctx.a.producers.get(tensor)
+    while found is not None and found[1].op_type in _PASSING:
+        found = ctx.a.producers.get(found[1].input[0])
+    if found is None:
+        return False
+    node: onnx.NodeProto | None = found[1]
+    if node is not None and node.op_type == "Gather":
+        idx = ctx.a.consts.get(node.input[1])
+        if idx is None or idx.size != 1 or int(idx.reshape(-1)[0]) != 0:
+            return False
+        found = ctx.a.producers.get(node.input[0])
+        node = found[1] if found is not None else None
+    if node is None or node.op_type != "Shape":
+        return False
+    info = ctx.a.info(node.input[0])
+    return (
+        info is not None
+        and info.shape is not None
+        and len(info.shape) == 1
+        and info.shape[0].is_const()
+    )
 
 
 def _row_numbers(ctx: NodeCtx, i: int) -> bool:
@@ -175,7 +210,8 @@ def _row_numbers(ctx: NodeCtx, i: int) -> bool:
 
 def _flat_index_columns(ctx: NodeCtx) -> None:
     """A flat index ``column + row * stride`` (TorchScript reading a ``[batch, total]`` mask
-    through a Flatten: ``arange(n) + arange(batch) * Shape(mask)[1]``): the constant column count
+    through a Flatten: ``arange(n) + arange(batch) * Shape(mask)[1]``, the rows a constant or a
+    Range the graph computes): the constant column count
     ``0 .. n-1`` spans the whole stride, so soft-tie its axis to the stride when their traced
     sizes agree. Without it, the stride (``total``) and the columns (``past + seq``, tied to the
     keys elsewhere) would be free to differ, and the rows would read each other's entries."""
@@ -189,12 +225,11 @@ def _flat_index_columns(ctx: NodeCtx) -> None:
         mul = made[1]
         if mul.op_type != "Mul" or len(mul.input) != 2 or len(dims) != arr.ndim:
             continue
-        strides = [ctx.a.info(x) for x in mul.input if x not in ctx.a.consts]
-        rows = [ctx.a.consts[x] for x in mul.input if x in ctx.a.consts]
-        if len(strides) != 1 or len(rows) != 1 or rows[0].dtype.kind not in "iu":
+        strides = [x for x in mul.input if _one_size(ctx, x)]
+        if len(strides) != 1 or not _rows(ctx, next(x for x in mul.input if x != strides[0])):
             continue
-        stride = strides[0]
-        if stride is None or stride.value is None or len(stride.value) != 1:
+        stride = ctx.a.info(strides[0])
+        if stride is None or not stride.value:
             continue
         size = stride.value[0]
         if size.is_const():
@@ -207,6 +242,27 @@ def _flat_index_columns(ctx: NodeCtx) -> None:
             grid[k] = n
             if np.array_equal(arr, np.broadcast_to(np.arange(n).reshape(grid), arr.shape)):
                 ctx.suggest(dims[k], size, "a flat index column + row * stride spans the stride")
+
+
+def _one_size(ctx: NodeCtx, tensor: str) -> bool:
+    """Whether ``tensor`` holds one size the graph computes (not a constant)."""
+    info = ctx.a.info(tensor)
+    return (
+        tensor not in ctx.a.consts
+        and info is not None
+        and info.value is not None
+        and len(info.value) == 1
+    )
+
+
+def _rows(ctx: NodeCtx, tensor: str) -> bool:
+    """Whether ``tensor`` may be row numbers: an integer constant, or a tensor the graph computes
+    whose values it does not know (``arange(batch)`` by a Range)."""
+    arr = ctx.a.consts.get(tensor)
+    if arr is not None:
+        return arr.dtype.kind in "iu"
+    info = ctx.a.info(tensor)
+    return info is not None and info.value is None and info.dtype in INT_TYPES
 
 
 def _binary_values(ctx: NodeCtx, op: str, vals: list[list[Dim]]) -> list[Dim] | None:
@@ -229,6 +285,7 @@ def _binary_values(ctx: NodeCtx, op: str, vals: list[list[Dim]]) -> list[Dim] | 
                     "derived", tx // ty, ("value", ctx.node.output[0], k[0] - 1), "Div"
                 )
                 ctx.equal(q * y, x, f"Div {x} / {y} is exact")
+                ctx.a.exact_divs[next(iter(q.atoms()))] = (x, y)
                 return q
             if x.is_const() and y.is_const():
                 return Dim.const(int(np.trunc(tx / ty)) if ty else 0)
@@ -247,6 +304,8 @@ def _binary_values(ctx: NodeCtx, op: str, vals: list[list[Dim]]) -> list[Dim] | 
             if op == "Mod":
                 if x.is_const() and y.is_const():
                     return Dim.const(tx % ty)
+                if y.is_const() and ty > 0 and not ctx.attr("fmod", 0):
+                    return _remainder(ctx, x, ty, k[0] - 1)
                 return ctx.opaque(tx % ty, value_index=k[0] - 1)
             if x == y:
                 return x
@@ -256,6 +315,18 @@ def _binary_values(ctx: NodeCtx, op: str, vals: list[list[Dim]]) -> list[Dim] | 
 
         return _bcast_values(vals, pick)
     return None
+
+
+def _remainder(ctx: NodeCtx, x: Dim, den: int, index: int) -> Dim:
+    """``x % den`` computed at run time, ``den`` a positive constant: one opaque value per
+    expression, recorded in ``value_mods`` (what a bound may read it as: ``(-seq) % 128`` is
+    ``128 - seq`` for every seq from 1 to 128)."""
+    for atom, (num, d) in ctx.a.value_mods.items():
+        if d == den and num == x:
+            return Dim.sym(atom)
+    r = ctx.opaque(ctx.traced(x) % den, value_index=index, note=f"Mod {x} % {den}")
+    ctx.a.value_mods[next(iter(r.atoms()))] = (x, den)
+    return r
 
 
 @rule("Where", broadcasts=True)

@@ -10,10 +10,13 @@ tracked element by element.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import numpy as np
 import onnx
 
-from onnxsurgery.shapes.analysis import INT_TYPES, MAX_VALUE_ELEMENTS
+from onnxsurgery.shapes.analysis import INT_TYPES, MAX_VALUE_ELEMENTS, TensorInfo
 from onnxsurgery.shapes.dims import Dim, const_ints, dim_product, dim_sum
 from onnxsurgery.shapes.rules.core import (
     NodeCtx,
@@ -79,7 +82,11 @@ def _constant_of_shape(ctx: NodeCtx):
 @rule("Reshape", size_inputs=(1,))
 def _reshape(ctx: NodeCtx):
     info = ctx.info(0, "data")
-    target = ctx.value(1, size=True)
+    # a vector of known values whose length is fixed (pads, a shape) keeps its element count at
+    # every size: its target's constants are no sizes (TorchScript's F.pad pairs its amounts
+    # with a Reshape to [-1, 2]); read as sizes, its values would be lost
+    fixed = info is not None and info.value is not None and _constant_shape(info.shape)
+    target = ctx.value(1, size=not fixed)
     if info is None or info.shape is None or target is None:
         return fallback(ctx)
     src = info.shape
@@ -114,6 +121,11 @@ def _reshape(ctx: NodeCtx):
     return [out(result, info.dtype, value)]
 
 
+def _constant_shape(shape: list[Dim] | None) -> bool:
+    """Whether ``shape`` is known and fixed on every axis."""
+    return shape is not None and all(d.is_const() for d in shape)
+
+
 @rule("Flatten")
 def _flatten(ctx: NodeCtx):
     info = ctx.info(0, "data")
@@ -130,7 +142,21 @@ def _transpose(ctx: NodeCtx):
     if info is None or info.shape is None:
         return fallback(ctx)
     perm = ctx.attr("perm") or list(range(len(info.shape)))[::-1]
-    return [out([info.shape[p] for p in perm], info.dtype)]
+    value = None
+    if info.value is not None and _constant_shape(info.shape):
+        value = _moved(info, lambda idx: idx.transpose(perm))
+    return [out([info.shape[p] for p in perm], info.dtype, value)]
+
+
+def _moved(info: TensorInfo, move: Callable[[np.ndarray], np.ndarray]) -> list[Dim] | None:
+    """The known values of ``info`` (a fixed shape) after ``move`` rearranges its elements (a
+    Transpose, a Slice): ``move`` applied to the elements' flat positions; None where the
+    values do not fill the shape."""
+    dims = [int(d.value) for d in info.shape or [] if d.value is not None]
+    if info.value is None or len(info.value) != math.prod(dims):
+        return None
+    picked = move(np.arange(len(info.value)).reshape(dims))
+    return [info.value[int(i)] for i in picked.reshape(-1)]
 
 
 def _axes_input(ctx: NodeCtx, attr: str = "axes", index: int = 1) -> list[int] | None:
@@ -244,6 +270,9 @@ def _slice(ctx: NodeCtx):
     if base is None or base.shape is None:
         return fallback(ctx)
     vector = base.value is not None and (base.rank or 0) == 1
+    # a fixed-shape tensor of known values (pads as [n, 2] pairs) is sliced element-wise too
+    small = base.value is not None and not vector and _constant_shape(base.shape)
+    vector = vector or small
     info = base if vector else ctx.info(0, "data")
     if info is None or info.shape is None:
         return fallback(ctx)
@@ -271,6 +300,13 @@ def _slice(ctx: NodeCtx):
             return fallback(ctx)
         axes = axes if axes is not None else list(range(len(starts)))
         steps = steps if steps is not None else [1] * len(starts)
+    if small and all(x.value is not None for x in (*starts, *ends)):
+        return [out(*_sliced(base, starts, ends, axes, steps, ctx))]
+    if small:  # bounds computed at run time: sliced as data
+        vector, info = False, ctx.info(0, "data")
+        if info is None or info.shape is None:
+            return fallback(ctx)
+        shape = list(info.shape)
     value = list(base.value) if vector and base.value is not None else None
     for s, e, a, st in zip(starts, ends, axes, steps, strict=False):
         a = ctx.axis(a, len(shape))
@@ -284,6 +320,33 @@ def _slice(ctx: NodeCtx):
         value = None
         shape[a] = _slice_len(ctx, d, s, e, st, a)
     return [out(shape, info.dtype, value)]
+
+
+def _sliced(
+    info: TensorInfo,
+    starts: list[Dim],
+    ends: list[Dim],
+    axes: list[int],
+    steps: list[int],
+    ctx: NodeCtx,
+) -> tuple[list[Dim], int, list[Dim] | None]:
+    """Shape, dtype and values of a Slice of a fixed-shape tensor of known values (``info``) by
+    bounds that are numbers."""
+    rank = len(info.shape or [])
+    cuts: list[slice] = [slice(None)] * rank
+    for s, e, a, st in zip(starts, ends, axes, steps, strict=False):
+        cuts[ctx.axis(a, rank)] = slice(s.value, e.value, st)
+    kept: list[int] = []
+    value = _moved(info, lambda idx: _keep_shape(idx[tuple(cuts)], kept))
+    if value is None:  # values that do not fill the shape: the shape alone
+        dims = [d.value or 0 for d in info.shape or []]
+        kept = list(np.empty(dims, dtype=np.int8)[tuple(cuts)].shape)
+    return [Dim.const(n) for n in kept], info.dtype, value
+
+
+def _keep_shape(arr: np.ndarray, kept: list[int]) -> np.ndarray:
+    kept[:] = list(arr.shape)
+    return arr
 
 
 def _slice_len(ctx: NodeCtx, d: Dim, s: Dim, e: Dim, step: int, axis: int) -> Dim:
