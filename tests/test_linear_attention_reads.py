@@ -176,3 +176,55 @@ def test_a_reading_that_fails_on_ort_where_the_other_runs_is_dropped(tmp_path):
         got = run_model(result.model, {"x": x}, "cpu")["y"]
         np.testing.assert_allclose(got, causal_chunk_sums(x), rtol=1e-5, atol=1e-5)
 
+
+
+def runtime_chunk_model() -> onnx.ModelProto:
+    """x [1, 8, 4] padded to one chunk of 64 by an amount TorchScript leaves to run time,
+    ``(64 - n % 64) % 64`` (Bailing's later layers), split into the chunk, summed along it and cut
+    back to x's length: the running sums of x; and the sum of the chunk's first 8 rows (a cut
+    inside the chunk, 8 long as seq was traced)."""
+    model = parse(
+        """
+        <ir_version: 8, opset_import: ["" : 17]>
+        net (float[1, 8, 4] x) => (float[1, 8, 4] y, float[1, 1, 4] head) {
+            sx = Shape (x)
+            one = Constant <value = int64[1] {1}> ()
+            two1 = Constant <value = int64[1] {2}> ()
+            zero = Constant <value = int64[1] {0}> ()
+            length = Slice (sx, one, two1)
+            block = Constant <value = int64[1] {64}> ()
+            r = Mod (length, block)
+            left = Sub (block, r)
+            amount = Mod (left, block)
+            lead = Constant <value = int64[4] {0, 0, 0, 0}> ()
+            tail = Constant <value = int64[1] {0}> ()
+            pads = Concat <axis = 0> (lead, amount, tail)
+            padded = Pad (x, pads)
+            chunks = Constant <value = int64[4] {1, 1, 64, 4}> ()
+            split = Reshape (padded, chunks)
+            two = Constant <value = int64 {2}> ()
+            summed = CumSum (split, two)
+            flat = Constant <value = int64[3] {1, 64, 4}> ()
+            back = Reshape (summed, flat)
+            y = Slice (back, zero, length, one)
+            eight = Constant <value = int64[1] {8}> ()
+            rows = Slice (split, zero, eight, two1)
+            head = ReduceSum <keepdims = 0> (rows, two1)
+        }
+        """
+    )
+    for i, node in enumerate(model.graph.node):
+        node.name = f"/{node.op_type}_{i}"
+    return model
+
+
+def test_a_pad_to_one_chunk_left_to_run_time_reads_within_the_bound():
+    """``(64 - n % 64) % 64`` shrinks as n grows: it was no remainder the bound could read, the
+    chunk's length stayed unknown, and a cut inside the chunk met seq as a size it fits too.
+    Within seq<=8 it is ``64 - seq``: the chunk is 64 at every size."""
+    out = Symbolize(**{"x:1": "seq<=traced"})(runtime_chunk_model(), CPU).model
+    for seq in range(1, 9):
+        x = RNG.standard_normal((1, seq, 4)).astype(np.float32)
+        got = run_model(out, {"x": x}, "cpu")
+        np.testing.assert_allclose(got["y"], np.cumsum(x, axis=1), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got["head"], x.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-5)

@@ -135,7 +135,16 @@ def _remainder_within(
 ) -> Dim | None:
     """What ``x % block`` is at every size within ``bounds``: ``block + x`` where ``-x`` is a
     size from 1 to ``block`` there, ``x`` where ``x`` is one from 1 to ``block - 1``; None
-    where neither holds."""
+    where neither holds. An affine ``x`` in bounded symbols is read over its whole range, so
+    one that shrinks as a size grows counts too (``(64 - seq % 64) % 64``, TorchScript's
+    Bailing: ``64 - seq`` is 56..63 for seq within 8)."""
+    span = _affine_range(x, bounds)
+    if span is not None:
+        low, high = span
+        if 1 <= low and high <= block - 1:
+            return x
+        if 1 <= -high and -low <= block:
+            return Dim.const(block) + x
     for size, value, top in ((-x, Dim.const(block) + x, block), (x, x, block - 1)):
         syms = input_symbols(a, sol, size.atoms())
         if not syms or not syms <= bounds.keys() or _smallest_gap_of(size) is not None:
@@ -144,6 +153,21 @@ def _remainder_within(
         if most is not None and most <= top:
             return value
     return None
+
+
+def _affine_range(x: Dim, bounds: Mapping[str, int]) -> tuple[int, int] | None:
+    """(least, most) of ``x`` with each symbol from 1 to its bound, where ``x`` is affine in
+    bounded symbols alone; else None."""
+    low = high = 0
+    for mono, coef in x.terms.items():
+        if not mono:
+            low, high = low + coef, high + coef
+            continue
+        if len(mono) != 1 or mono[0] not in bounds:
+            return None
+        ends = (coef * 1, coef * bounds[mono[0]])
+        low, high = low + min(ends), high + max(ends)
+    return low, high
 
 
 def remainder_atoms(a: ShapeAnalysis) -> set[str]:

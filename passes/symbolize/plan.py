@@ -469,7 +469,7 @@ def plan_context(
     sol = _matmul_broadcasts(analysis, solved if solved is not None else solve(analysis))
     if sol.conflicts and grid_resizes(analysis, sol):
         sol = solve(analysis)
-    if read_under_bounds(analysis, sol, bounds or {}):
+    while read_under_bounds(analysis, sol, bounds or {}):  # a remainder of a remainder: again
         sol = solve(analysis)
     # after the bounded reading: a remainder it read as ``block - seq`` pads to the block itself
     if hold_runtime_blocks(analysis, sol):
@@ -513,7 +513,7 @@ def plan_context(
         sol = solve(analysis)
         # a size tied to its symbol only now may be what a pad to one block pads
         # (``x[:, :, :8]`` read as ``seq``, then padded to one block of 64)
-        if read_under_bounds(analysis, sol, bounds or {}):
+        while read_under_bounds(analysis, sol, bounds or {}):
             sol = solve(analysis)
     context = PlanContext(analysis, sol, row_syms, forced, structural, open_)
     context.relative = {id(t.use): (t.axis, t.start, t.traced_start) for t in relative}
