@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 DEMO   := fixtures/alexnet_view/torchscript
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-corpus test-backend test-large fuzz lint fixtures bench sweep sweep-torchvision clean
+.PHONY: install demo test test-corpus test-sweep-rows test-backend test-large fuzz lint fixtures bench sweep sweep-torchvision clean
 
 install: $(STAMP)
 
@@ -28,6 +28,11 @@ test: install
 
 # All 29 real architectures, 5 of them decoders with a KV cache (make test runs 4 of them); ~18 min
 # of exports on a cold cache.
+# The sweep rows the symbolize fixes were found on, each scored against torch eager as the sweep
+# does (exports built from scratch in a clean clone: the longest part of the suite).
+test-sweep-rows: install
+	$(BIN)/python -m pytest -m sweep_rows
+
 test-corpus: install
 	$(BIN)/python -m pytest -m corpus tests/test_corpus.py tests/test_corpus_references.py tests/test_corpus_weights_on_disk.py
 

@@ -21,6 +21,7 @@ import pytest
 from sweep_cases import scored_cases
 
 
+@pytest.mark.sweep_rows
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
 def test_pegasus_x_passes_within_the_bound_both_batches(exporter):
     cases = scored_cases("pegasus_x.base", [exporter], [2, 1])
@@ -31,6 +32,7 @@ def test_pegasus_x_passes_within_the_bound_both_batches(exporter):
         assert not after_advice(case)["advice wrong"], case
 
 
+@pytest.mark.sweep_rows
 def test_longt5_by_torchscript_passes_within_the_bound_at_batch_1():
     cases = scored_cases("longt5.base", ["torchscript"], [1, 2])
     from sweep import after_advice

@@ -116,6 +116,7 @@ def test_a_hinted_start_whose_fixed_value_fits_once_the_minus_one_is_free_is_amb
     assert "((seq - 4)//4 + 1) - 1 chosen" in said, said
 
 
+@pytest.mark.sweep_rows
 def test_canine_by_dynamo_at_batch_1_matches_torch_through_the_sweep_worker() -> None:
     """The real model (transformers' CANINE, cached under build/sweep/), as the sweep scores
     it: was wrong at seq 13 (max abs err 3.66), exit 0."""

@@ -84,6 +84,7 @@ def test_identical_outputs_do_not_claim_fusions():
     assert result.max_abs_diff == 0.0 and not result.fusion_rounding
 
 
+@pytest.mark.sweep_rows
 @pytest.mark.parametrize(("exporter", "batch"), [("dynamo", 2), ("dynamo", 1), ("torchscript", 1)])
 def test_flaubert_passes_where_only_fusions_differ(exporter, batch):
     case = scored_case("flaubert.base", exporter, batch)

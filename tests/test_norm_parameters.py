@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx.parser
+import pytest
 from onnx import numpy_helper
 from sweep_cases import scored_cases
 
@@ -51,6 +52,7 @@ def test_the_group_count_of_1_stays_1_where_a_stage_was_traced_at_1x1():
     np.testing.assert_allclose(got, run_model(source, {"x": x}, provider="cpu")["y"], atol=1e-5)
 
 
+@pytest.mark.sweep_rows
 def test_poolformer_passes_after_its_advice_by_both_exporters():
     from sweep import after_advice  # sweep_cases puts bench/ on the path
 

@@ -71,6 +71,7 @@ def test_a_product_of_a_repeat_of_1_and_the_tokens_follows_the_tokens(batch: int
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.sweep_rows
 def test_swiftformer_passes_after_its_advice_by_both_exporters_at_both_batches():
     cases = scored_cases("swiftformer.base", ["torchscript", "dynamo"], [2, 1])
     from sweep import after_advice  # scored_cases puts bench/ on the path

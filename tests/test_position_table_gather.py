@@ -9,9 +9,11 @@ oracle is torch eager at three other sizes, through the sweep's worker."""
 
 from __future__ import annotations
 
+import pytest
 from sweep_cases import scored_case
 
 
+@pytest.mark.sweep_rows
 def test_ctrl_by_torchscript_matches_torch():
     case = scored_case("ctrl.base", "torchscript", 2)
     assert case["symbolize"]["status"] == "pass", case["symbolize"]

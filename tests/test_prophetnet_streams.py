@@ -116,6 +116,7 @@ def test_two_tables_cut_side_by_side_are_refused_past_the_traced_length():
         Symbolize(**{"x:1": "tgt"})(_streams_bias(), onnxsurgery.PassContext(provider="cpu"))
 
 
+@pytest.mark.sweep_rows
 def test_prophetnet_passes_under_its_bound_by_torchscript():
     """Refused past the traced tgt (the buckets past distance 7 are not in the file), passed
     with tgt<=traced. Needs exports from the builder as it is: a cached row exported by another

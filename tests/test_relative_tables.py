@@ -11,6 +11,7 @@ torch eager, through the sweep's own worker."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from sweep_cases import scored_cases
 
 from onnxsurgery.passes.symbolize.trig_tables import sinusoid
@@ -33,6 +34,7 @@ def test_an_interleaved_table_over_descending_distances_is_a_sinusoid_from_minus
     assert sinusoid(table, [1]) is None  # from row 0 it is no table (distance 0 is row 3)
 
 
+@pytest.mark.sweep_rows
 def test_wav2vec2_conformer_matches_torch_at_other_lengths_by_both_exporters():
     cases = scored_cases("wav2vec2-conformer.base", ["torchscript", "dynamo"], [2, 1])
     got = {(c["exporter"], c["batch"]): c["symbolize"]["status"] for c in cases}

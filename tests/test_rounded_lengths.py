@@ -99,6 +99,7 @@ def test_cases_where_the_length_does_not_round_decide_nothing(tmp_path) -> None:
         Symbolize(**AXES)(TRACED, ctx)
 
 
+@pytest.mark.sweep_rows
 def test_sew_by_torchscript_is_refused_not_wrong() -> None:
     case = scored_case("sew.base", "torchscript", 2)
     assert case["symbolize"]["status"] == "refused", case["symbolize"]

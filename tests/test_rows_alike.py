@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx.parser
+import pytest
 from onnx import numpy_helper
 from sweep_cases import scored_case
 
@@ -49,5 +50,6 @@ def test_a_table_of_one_row_viewed_at_batch_1_stays_one_row():
     np.testing.assert_allclose(got, x + np.arange(8, dtype=np.float32).reshape(1, 2, 4))
 
 
+@pytest.mark.sweep_rows
 def test_pvt_passes_by_torchscript_at_batch_1():
     assert scored_case("pvt.base", "torchscript", 1)["symbolize"]["status"] == "pass"

@@ -11,9 +11,11 @@ through the sweep's worker."""
 
 from __future__ import annotations
 
+import pytest
 from sweep_cases import scored_case
 
 
+@pytest.mark.sweep_rows
 def test_siglip_vision_by_torchscript_at_batch_1_is_not_wrong():
     case = scored_case("siglip_vision_model.base", "torchscript", 1)
     assert case["symbolize"]["status"] in ("pass", "refused"), case["symbolize"]

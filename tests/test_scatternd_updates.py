@@ -9,9 +9,11 @@ symbolize refused its own plan. The oracle is torch eager at three other sizes."
 
 from __future__ import annotations
 
+import pytest
 from sweep_cases import scored_case
 
 
+@pytest.mark.sweep_rows
 def test_cosmos3_omni_by_torchscript_at_batch_1_matches_torch():
     case = scored_case("cosmos3_omni.base", "torchscript", 1)
     assert case["symbolize"]["status"] == "pass", case["symbolize"]

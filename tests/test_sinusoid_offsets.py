@@ -83,6 +83,7 @@ def test_a_table_that_only_looks_like_ctrls_is_refused(past):
     assert sinusoid(noisy.astype(F32), [1], start=past) is None
 
 
+@pytest.mark.sweep_rows
 @pytest.mark.parametrize("batch", [2, 1])
 def test_ctrl_with_a_cache_by_dynamo_matches_torch(batch):
     """dynamo folds CTRL's ``pos_encoding[past .. past + 2]`` into ``index_1 [1, 3, 32]`` (an

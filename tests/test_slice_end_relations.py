@@ -14,12 +14,14 @@ import pytest
 from sweep_cases import scored_case
 
 
+@pytest.mark.sweep_rows
 @pytest.mark.parametrize("batch", [2, 1])
 def test_doge_with_a_cache_matches_torch_by_torchscript(batch):
     case = scored_case("doge.causal-lm-kv", "torchscript", batch)
     assert case["symbolize"]["status"] == "pass", case["symbolize"]
 
 
+@pytest.mark.sweep_rows
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
 def test_camembert_with_a_cache_counts_positions_from_past(exporter):
     """RoBERTa's position ids over a cache are ``cumsum(mask) + past_key_values_length``, the
@@ -29,6 +31,7 @@ def test_camembert_with_a_cache_counts_positions_from_past(exporter):
     assert case["symbolize"]["status"] == "pass", case["symbolize"]
 
 
+@pytest.mark.sweep_rows
 def test_gemma4_with_a_cache_moves_a_partial_rotary_start_with_past():
     """Gemma 4's partial rotary angles by TorchScript are ``[p, 0, 0, 0, p, 0, 0, 0]`` at
     positions p = 5, 6, 7 (past 5): every moving step is 1, and the columns that do not rotate

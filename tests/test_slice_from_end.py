@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnx.parser
+import pytest
 from onnx import numpy_helper
 from sweep_cases import scored_case
 
@@ -88,6 +89,7 @@ def test_positions_cut_from_the_end_follow_the_length():
         np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+@pytest.mark.sweep_rows
 def test_flaubert_by_torchscript_at_batch_2_passes():
     case = scored_case("flaubert.base", "torchscript", 2)
     assert case["symbolize"]["status"] == "pass", case["symbolize"]

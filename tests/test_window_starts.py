@@ -88,6 +88,7 @@ def test_a_window_cut_from_the_cache_length_moves_with_it(layers):
         np.testing.assert_allclose(y, reference(x, past, layers), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.sweep_rows
 @pytest.mark.parametrize("batch", [2, 1])
 def test_gpt_neo_with_a_cache_by_dynamo_matches_torch(batch):
     case = scored_case("gpt_neo.causal-lm-kv", "dynamo", batch)
