@@ -110,6 +110,13 @@ def test_a_weight_of_a_matmul_stays_a_weight():
     assert "w" in {i.name for i in out.graph.initializer}
 
 
+def exporter_named(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with every node named, as an exporter names them."""
+    for i, node in enumerate(model.graph.node):
+        node.name = f"/{node.op_type}_{i}"
+    return model
+
+
 def causal_chunk_model() -> onnx.ModelProto:
     """x [1, 8, 4] padded by 3 in front (a causal conv's reach), cut back to ``[:8]`` (a size
     ``seq`` fits too), padded by 56 to one chunk of 64, split into chunks, summed along them,
@@ -140,9 +147,7 @@ def causal_chunk_model() -> onnx.ModelProto:
         }
         """
     )
-    for i, node in enumerate(model.graph.node):
-        node.name = f"/{node.op_type}_{i}"  # an exporter names every node
-    return model
+    return exporter_named(model)
 
 
 def causal_chunk_sums(x: np.ndarray) -> np.ndarray:
@@ -213,9 +218,7 @@ def runtime_chunk_model() -> onnx.ModelProto:
         }
         """
     )
-    for i, node in enumerate(model.graph.node):
-        node.name = f"/{node.op_type}_{i}"
-    return model
+    return exporter_named(model)
 
 
 def test_a_pad_to_one_chunk_left_to_run_time_reads_within_the_bound():
