@@ -7,6 +7,7 @@ The pass reads as stages, each a module that only reads what the one before it p
     trig_tables.py      its cos/sin and rotary tables; table_generator.py: the Generator both match to
     batch_indices.py    constant indices that enumerate the batch
     plan.py             the plan: every change (constant -> shape computation) and every blocker
+    plan_view.py        the plan in the terminal (inspect, the report): changes, blockers, levels
     reads.py            one constant read as the rules see it, its context, the Change made of it
     rules.py            the rules for one constant read (CONST_RULES), the first that applies decides
     relative_tables.py  sinusoids over relative distances, their length tied to the size they follow

@@ -11,7 +11,7 @@ and unification (:mod:`onnxsurgery.shapes.solver`), then turns the result into
 :class:`Change` entries (constants that must become computations) and :class:`Blocker` entries
 (what cannot be generalized: conflicts, constants whose values differ along a symbolic axis, loops
 unrolled at trace time). :func:`onnxsurgery.passes.symbolize.rewrite.apply_plan` applies a plan.
-The plan has ``to_dict()`` for JSON reports and ``__rich__()`` for the terminal.
+The plan has ``to_dict()`` for JSON reports and ``__rich__()`` for the terminal (:mod:`.plan_view`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from onnxsurgery.passes.symbolize.one_block import (
 from onnxsurgery.passes.symbolize.reads import Change, ConstRead, PlanContext
 from onnxsurgery.passes.symbolize.relative_tables import relative_tables
 from onnxsurgery.passes.symbolize.rules import count_starts, decide
-from onnxsurgery.passes.symbolize.wording import fix_lead, traced_words
+from onnxsurgery.passes.symbolize.wording import fix_lead
 from onnxsurgery.shapes.analysis import Constraint, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim, dim_product
 from onnxsurgery.shapes.propagation import propagate
@@ -175,91 +175,10 @@ class SymbolizePlan:
         return self.view()
 
     def view(self, verbose: bool = False):
-        """The terminal form (``inspect``): what would change, one table row per constant, and
-        each blocker in a few lines; ``verbose`` adds the constants' input names. Cells wrap
-        (node names fold whole), never cut."""
-        from rich.console import Group
-        from rich.text import Text
+        """The terminal form (``inspect``; :func:`.plan_view.plan_view`)."""
+        from onnxsurgery.passes.symbolize.plan_view import plan_view
 
-        dynamic = self.analysis.dynamic
-        syms = ", ".join(f"{s} ({traced_words(s, v, dynamic)})" for s, v in self.symbols.items())
-        parts: list[Any] = [Text(f"symbolize: {syms}", style="bold")]
-        if self.changes:
-            parts.append(_changes_table(self.changes, verbose))
-        else:
-            parts.append(Text("no constant carries a traced size"))
-        if self.blockers:
-            parts += _blocker_lines(group_blockers(self.blockers))
-        outs = "; ".join(
-            f"{name} [{', '.join('?' if d is None else str(d) for d in dims)}]"
-            if dims is not None
-            else f"{name} [?]"
-            for name, dims in self.outputs.items()
-        )
-        parts.append(Text(f"outputs: {outs}"))
-        if self.verification is not None:
-            parts.append(_verified_table(self))
-        for note in self.notes:
-            parts.append(Text(f"note: {note}", style="dim"))
-        return Group(*parts)
-
-
-def _table(title: str, columns: list[str], **style: Any) -> Any:
-    """A plan table whose cells wrap and fold (a node name is never cut short)."""
-    from rich.table import Table
-
-    table = Table(title=title, title_justify="left", **style)
-    for col in columns:
-        table.add_column(col, overflow="fold", no_wrap=col == "op")
-    return table
-
-
-def _changes_table(changes: list[Change], verbose: bool) -> Any:
-    from rich.text import Text
-
-    table = _table("would change", ["node", "op", *(["input"] if verbose else []), "old -> new"])
-    for c in changes:
-        cells = [c.node, c.op, *([f"{c.input_index}: {c.input}"] if verbose else [])]
-        # plain text: shapes like [batch, -1] are no markup
-        table.add_row(*(Text(x) for x in cells), Text(f"{c.old} -> {c.new}"))
-    return table
-
-
-def _blocker_lines(groups: list) -> list[Any]:
-    """Each kind of blocker in a few lines: where (nodes, op, input, traced value), why, what to
-    do; every blocker with its node is in the JSON report."""
-    from rich.padding import Padding
-    from rich.table import Table
-    from rich.text import Text
-
-    parts: list[Any] = [Text(f"blockers ({len(groups)} kind(s))", style="bold red")]
-    for g in groups:
-        b = g.blockers[0]
-        nodes = g.nodes[0] or "(unnamed)"
-        if len(g.nodes) > 1:
-            nodes = f"{len(g.nodes)} alike: {', '.join(g.nodes[:3])}" + (
-                ", ..." if len(g.nodes) > 3 else ""
-            )
-        where = f" ({b.op}" + (f", input {b.input}" if b.input else "") + f", traced {b.traced})"
-        parts.append(Text(nodes, style="red") + Text(where))
-        grid = Table.grid(padding=(0, 1))
-        grid.add_column(style="dim", no_wrap=True)
-        grid.add_column(overflow="fold")
-        grid.add_row("why", Text(b.why))
-        grid.add_row("fix", Text(b.fix))
-        parts.append(Padding(grid, (0, 0, 0, 2)))
-    return parts
-
-
-def _verified_table(plan: SymbolizePlan) -> Any:
-    from rich.text import Text
-
-    table = _table("verified", ["symbol", "traced", "level", "oracle"])
-    for sym, level in plan.verification.levels.items():
-        oracle = plan.verification.oracles.get(sym, "")
-        cells = (sym, plan.symbols.get(sym, ""), level, oracle)
-        table.add_row(*(Text(str(x)) for x in cells))
-    return table
+        return plan_view(self, verbose)
 
 
 # ------------------------------------------------------------------------------------------------
