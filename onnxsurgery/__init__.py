@@ -13,7 +13,8 @@ Everything the README shows is importable from here; each name imports its modul
 
     errors.py          the one exception tree (OnnxSurgeryError)
     lazy.py            package namespaces that import a module on first use of one of its names
-    cli.py             the ``onnxsurgery`` command, one library call per command
+    cli/               the ``onnxsurgery`` command, one library call per command; reference.py
+                       its ``reference`` group; commands.py what every command is made with
     terminal.py        what the command shows: consoles, the error boundary, the progress line
     merged_outputs/   concat-outputs' layout record in metadata; split_outputs undoes a merge
     pipeline/          the pass contract, registry, chain grammar and recipes, runner, report

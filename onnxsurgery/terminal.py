@@ -1,7 +1,7 @@
 """What the command line shows on a terminal: its two consoles, made when first used (a run
 that prints nothing never imports rich), the one boundary where errors become a red line and an
 exit code (:func:`boundary`), and the progress line (:func:`progress_line`). User text is never
-read as rich markup. ``onnxsurgery/cli.py`` holds the commands.
+read as rich markup. ``onnxsurgery/cli/`` holds the commands.
 """
 
 from __future__ import annotations

@@ -17,19 +17,19 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import fields
-from inspect import cleandoc
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperCommand
 
 # What `run` needs (and the options' defaults) comes from the modules that define it; what only
 # another command uses (inspect's summary, --against, reference record) is reached through the
 # package namespaces, which import it when that command runs (see onnxsurgery/lazy.py).
 import onnxsurgery
-from onnxsurgery import terminal, validation
+from onnxsurgery import terminal
 from onnxsurgery._version import __version__
+from onnxsurgery.cli.commands import Command, help_text
+from onnxsurgery.cli.reference import reference_app
 from onnxsurgery.errors import OnnxSurgeryError, UsageError, ValidationMismatch
 from onnxsurgery.files import check_targets, to_stdout
 from onnxsurgery.limits import Limits, parse_limit
@@ -46,42 +46,10 @@ from onnxsurgery.pipeline.registry import discover, get_pass
 from onnxsurgery.pipeline.report_html import write_report
 from onnxsurgery.pipeline.runner import Pipeline, default_output_path, pass_failure
 from onnxsurgery.validation.against_references import validate
-from onnxsurgery.validation.references import load_cases
 from onnxsurgery.validation.runtime import PROVIDERS
 from onnxsurgery.validation.tolerances import DEFAULT_ATOL, DEFAULT_RTOL, parse_tolerance_spec
 
 __all__ = ["app", "main", "script"]
-
-def reflowed(text: str) -> str:
-    """Help text as typer shows it: each paragraph one line, so the terminal wraps it (typer's
-    rich mode keeps a docstring's line breaks, which would break sentences mid-line); indented
-    lines (examples) stay lines of their own."""
-    paragraphs = []
-    for paragraph in cleandoc(text).split("\n\n"):
-        lines: list[str] = []
-        for line in paragraph.splitlines():
-            if lines and not line[:1].isspace() and not lines[-1][:1].isspace():
-                lines[-1] = f"{lines[-1]} {line.strip()}"
-            else:
-                lines.append(line.rstrip())
-        paragraphs.append("\n".join(lines))
-    return "\n\n".join(paragraphs)
-
-
-def _help(command: Callable[..., None]) -> Callable[..., None]:
-    """Give a command its docstring reflowed (:func:`reflowed`) before typer reads it."""
-    command.__doc__ = reflowed(command.__doc__ or "")
-    return command
-
-
-class _Command(TyperCommand):
-    """A command whose usage line names its arguments as their help does: ``MODEL``, not the
-    ``{MODEL}`` typer 0.2x writes for a required argument."""
-
-    def collect_usage_pieces(self, ctx) -> list[str]:
-        pieces = super().collect_usage_pieces(ctx)
-        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in pieces]
-
 
 app = typer.Typer(
     name="onnxsurgery",
@@ -108,7 +76,7 @@ def _version_callback(value: bool) -> None:
 
 
 @app.callback()
-@_help
+@help_text
 def _root(
     version: Annotated[
         bool,
@@ -229,8 +197,8 @@ LimitOpt = Annotated[
 ]
 
 
-@app.command(cls=_Command)
-@_help
+@app.command(cls=Command)
+@help_text
 def run(
     model: Annotated[Path, typer.Argument(metavar="MODEL", help="The exported .onnx model (never modified).")],
     output: OutputOpt = None,
@@ -316,8 +284,8 @@ def _keeping_failed(keep_failed: Path | None) -> Iterator[None]:
         raise
 
 
-@app.command("passes", cls=_Command)
-@_help
+@app.command("passes", cls=Command)
+@help_text
 def list_passes(
     name: Annotated[
         str | None,
@@ -363,8 +331,8 @@ def list_passes(
         terminal.out.print(passes_table(entries))
 
 
-@app.command(cls=_Command)
-@_help
+@app.command(cls=Command)
+@help_text
 def inspect(
     model: Annotated[Path, typer.Argument(metavar="MODEL", help="The .onnx model to describe.")],
     plan: Annotated[
@@ -426,8 +394,8 @@ def _default_plan(summary) -> str | None:
     return "symbolize" if static and entry is not None and entry.available else None
 
 
-@app.command("diff", cls=_Command)
-@_help
+@app.command("diff", cls=Command)
+@help_text
 def diff_command(
     model_a: Annotated[Path, typer.Argument(metavar="MODEL_A", help="The model before (e.g. as exported).")],
     model_b: Annotated[Path, typer.Argument(metavar="MODEL_B", help="The model after (e.g. repaired).")],
@@ -520,8 +488,8 @@ ValidateReportOpt = Annotated[
 ]
 
 
-@app.command("validate", cls=_Command)
-@_help
+@app.command("validate", cls=Command)
+@help_text
 def validate_command(
     model: Annotated[Path, typer.Argument(metavar="MODEL", help="The .onnx model to check.")],
     ref: ValidateRefOpt = None,
@@ -619,147 +587,7 @@ def _check_validate_usage(
         raise UsageError("--shape, --seed and --cases are for random inputs; --ref gives stored inputs")
 
 
-reference_app = typer.Typer(
-    help=reflowed(
-        """Reference cases: torch outputs stored in the ONNX test-data layout.
-
-        record makes them from a torch module; show lists what a folder holds. validate --ref and
-        run --ref check a model against them.
-
-        Examples:
-          onnxsurgery reference record net.py:Net -m model.onnx -o refs --case x:2x8
-          onnxsurgery reference show refs
-        """
-    ),
-    rich_markup_mode="rich",
-    no_args_is_help=True,
-)
 app.add_typer(reference_app, name="reference")
-
-
-# reference record's arguments and options
-ModuleArg = Annotated[
-    str,
-    typer.Argument(metavar="MODULE", help="The torch module: package.module:attr or path/to/file.py:attr (instance, class or factory)."),
-]
-RecordModelOpt = Annotated[
-    Path, typer.Option("--model", "-m", help="The exported .onnx model: gives input names, dtypes and output names.")
-]
-RecordOutOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder for test_data_set_N (created if missing).")]
-RecordCaseOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--case",
-        help='One case per option: input sizes, e.g. "x:2x3x32x32" (or x:2,3,32,32 or x:\\[2,3,32,32]) or '
-        '"ids:2x8; mask:2x8". \\[default: one case at the model\'s declared sizes]',
-    ),
-]
-RecordInputOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--input",
-        help="An input's values from a file, NAME=FILE.npy or NAME=FILE.pb (a TensorProto), used in every case "
-        "(repeatable).",
-    ),
-]
-ValRangeOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--val-range",
-        help="An input's random values, NAME:LOW,HIGH, both ends included (repeatable). "
-        "\\[default: ids over their table, other integers 0/1, floats normal]",
-    ),
-]
-OverwriteOpt = Annotated[
-    bool, typer.Option("--overwrite", help="Replace the cases the folder holds instead of adding after them.")
-]
-NoCheckOpt = Annotated[
-    bool,
-    typer.Option(
-        "--no-check", help="Do not run the ONNX model on ONNX Runtime at its traced size to compare it with the module."
-    ),
-]
-
-
-@reference_app.command("record", cls=_Command)
-@_help
-def reference_record(
-    module: ModuleArg,
-    model: RecordModelOpt,
-    out_dir: RecordOutOpt,
-    case: RecordCaseOpt = None,
-    input_file: RecordInputOpt = None,
-    val_range: ValRangeOpt = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs.")] = 0,
-    overwrite: OverwriteOpt = False,
-    no_check: NoCheckOpt = False,
-) -> None:
-    """Run a torch module in eager mode on random inputs and store its outputs as reference cases.
-
-    Each --case becomes one test_data_set_N folder under --out; --model gives the inputs' names
-    and dtypes.
-
-    Before anything is written, the ONNX model runs on ONNX Runtime at its traced size and must
-    match the module there (a module built with fresh weights records references the model can
-    never match). Exit 2: bad options, a case the model cannot take, an error in the module, or
-    that mismatch.
-
-    Examples:
-      onnxsurgery reference record net.py:Net -m model.onnx -o refs --case x:2x8
-      onnxsurgery reference record nets.py:make_net -m model.onnx -o refs \\
-          --case "ids:2x8; mask:2x8" --case "ids:1x16; mask:1x16" --val-range ids:0,30521
-    """
-    from rich.text import Text
-
-    from onnxsurgery.validation.feeds import parse_value_range
-    from onnxsurgery.validation.recording import read_input_file
-
-    with terminal.boundary():
-        sizes = [
-            dict(parse_shape_spec(part, flag="--case") for part in text.split(";") if part.strip())
-            for text in case or [""]
-        ]
-        values = dict(read_input_file(t) for t in input_file or [])
-        ranges = dict(parse_value_range(t) for t in val_range or [])
-        net = validation.load_module(module)
-        cases = onnxsurgery.record_model_cases(
-            net, model, out_dir, sizes=sizes, seed=seed, values=values, value_ranges=ranges,
-            check=not no_check, overwrite=overwrite,
-        )  # fmt: skip
-        if cases.check:
-            terminal.out.print(Text(f"checked: {cases.check}"), soft_wrap=True)
-        if cases.existing:
-            terminal.out.print(Text(f"note: {cases.appended_note(out_dir)}"), soft_wrap=True)
-        for c in cases:
-            dims = ", ".join(f"{k} {'x'.join(map(str, v.shape))}" for k, v in c.inputs.items())
-            terminal.out.print(Text(f"wrote {out_dir / c.name}  ({dims})"), soft_wrap=True)
-
-
-@reference_app.command("show", cls=_Command)
-@_help
-def reference_show(
-    path: Annotated[Path, typer.Argument(metavar="PATH", help="A folder of test_data_set_N, one such folder, or .npz.")],
-) -> None:
-    """List the cases under PATH with their inputs and outputs.
-
-    PATH is a folder of test_data_set_N folders, one such folder, or an .npz file.
-
-    Examples:
-      onnxsurgery reference show refs
-      onnxsurgery reference show refs/test_data_set_0
-    """
-    from rich.table import Table
-    from rich.text import Text
-
-    with terminal.boundary():
-        table = Table(title=Text(f"reference cases: {path}"), title_justify="left")
-        table.add_column("case", style="bold")
-        table.add_column("inputs")
-        table.add_column("outputs")
-        for c in load_cases(path):
-            fmt = lambda d: ", ".join(f"{k} {v.dtype}[{'x'.join(map(str, v.shape))}]" for k, v in d.items())  # noqa: E731
-            table.add_row(c.name, fmt(c.inputs), fmt(c.outputs))
-        terminal.out.print(table)
 
 
 def main() -> None:
@@ -800,6 +628,3 @@ def script() -> None:
     gc.freeze()
     main()
 
-
-if __name__ == "__main__":  # python -m onnxsurgery.cli
-    script()
