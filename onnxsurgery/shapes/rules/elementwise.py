@@ -228,6 +228,7 @@ def _flat_index_columns(ctx: NodeCtx) -> None:
         strides = [x for x in mul.input if _one_size(ctx, x)]
         if len(strides) != 1 or not _rows(ctx, next(x for x in mul.input if x != strides[0])):
             continue
+        _flat_index_rows(ctx, made, 1 - list(mul.input).index(strides[0]))
         stride = ctx.a.info(strides[0])
         if stride is None or not stride.value:
             continue
@@ -242,6 +243,36 @@ def _flat_index_columns(ctx: NodeCtx) -> None:
             grid[k] = n
             if np.array_equal(arr, np.broadcast_to(np.arange(n).reshape(grid), arr.shape)):
                 ctx.suggest(dims[k], size, "a flat index column + row * stride spans the stride")
+
+
+def _flat_index_rows(ctx: NodeCtx, mul: tuple[int, onnx.NodeProto], i: int) -> None:
+    """The rows of a flat index ``column + row * Shape(x)[1]`` into a 2-D ``x`` flattened
+    (TorchScript's padding mask read at ``[batch_idx, kv_idx]``: ``x`` a ``[batch, seq]``
+    constant of -1s padded to ``total``, the rows ``arange(batch)`` folded to a constant): the
+    rows count ``x``'s rows, so soft-tie the constant's counting axis to ``x``'s axis 0 when
+    their traced sizes agree. Without it the rows follow the batch and ``x``, a constant, stays
+    at the traced batch: the index leaves it at a larger batch."""
+    rows, stride = mul[1].input[i], mul[1].input[1 - i]
+    arr = ctx.a.consts.get(rows)
+    found = ctx.a.producers.get(stride)
+    if arr is None or arr.dtype.kind not in "iu" or found is None or found[1].op_type != "Gather":
+        return
+    at = ctx.a.consts.get(found[1].input[1])
+    shape_of = ctx.a.producers.get(found[1].input[0])
+    if at is None or at.size != 1 or shape_of is None or shape_of[1].op_type != "Shape":
+        return
+    x = ctx.a.info(shape_of[1].input[0])
+    dims = ctx.a.use(mul[0], mul[1], i, "data", ctx.graph)  # the rows as the Mul read them
+    if x is None or x.shape is None or len(x.shape) != 2 or int(at.reshape(-1)[0]) not in (1, -1):
+        return
+    if dims is None or dims.shape is None or len(dims.shape) != arr.ndim:
+        return
+    counting = [k for k in range(arr.ndim) if arr.shape[k] > 1]
+    if len(counting) != 1 or arr.shape[counting[0]] != ctx.traced(x.shape[0]):
+        return
+    k = counting[0]
+    if np.array_equal(arr.reshape(-1), np.arange(arr.shape[k])) and not x.shape[0] == dims.shape[k]:
+        ctx.suggest(dims.shape[k], x.shape[0], "a flat index's rows count the rows it flattens")
 
 
 def _one_size(ctx: NodeCtx, tensor: str) -> bool:
