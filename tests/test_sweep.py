@@ -636,3 +636,30 @@ def test_a_cache_from_another_build_is_dropped_before_a_row_is_scored(tmp_path):
     scale[0] = 2.0
     assert current_cache(arch)  # another build: dropped
     assert not any(p.exists() for p in made)
+
+
+def test_a_parameter_built_frozen_is_left_as_built():
+    """Every trained parameter gets noise (no real model has zero biases and unit norms); one
+    the module builds frozen does not: Pegasus's sinusoidal position table (an
+    nn.Embedding(_freeze=True) filled by create_weight) is in a checkpoint exactly as built, and
+    with noise on it, symbolize was refused where a real Pegasus decoder passes."""
+    import torch
+    from corpus.architectures import Architecture, InputSpec, OutputSpec
+
+    table = torch.arange(12.0).reshape(6, 2)
+
+    def builder():
+        net = torch.nn.Module()
+        net.positions = torch.nn.Embedding.from_pretrained(table.clone(), freeze=True)
+        net.proj = torch.nn.Linear(2, 2)
+        torch.nn.init.zeros_(net.proj.bias)
+        return net
+
+    arch = Architecture(
+        "tiny", "test", builder, (InputSpec("x", ("batch", 2)),), (OutputSpec("y", ("batch", 2)),),
+        ({"batch": 2},), ({"batch": 3},),
+    )  # fmt: skip
+    net = arch.build()
+    assert torch.equal(net.positions.weight, table)
+    assert not torch.equal(net.proj.bias, torch.zeros(2))  # trained: perturbed
+    assert not any(p.requires_grad for p in net.parameters())

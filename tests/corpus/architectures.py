@@ -158,11 +158,15 @@ class Architecture:
         module = self.builder()
         module.eval()
         # transformers initialises biases to 0 and norm weights to 1; a trained model has neither,
-        # and identical zero tensors get merged by exporters. Perturb every parameter.
+        # and identical zero tensors get merged by exporters. Perturb every trained parameter. A
+        # parameter the module builds frozen (Pegasus's and Marian's sinusoidal position tables,
+        # nn.Embedding(_freeze=True)) is never trained: a checkpoint holds it as built, and
+        # noise on it would make a table no real model has.
         with torch.no_grad():
             for p in module.parameters():
+                trained = p.requires_grad
                 p.requires_grad_(False)
-                if p.is_floating_point():
+                if p.is_floating_point() and trained:
                     p.add_(torch.randn_like(p) * 0.05)
         return module
 
