@@ -151,6 +151,8 @@ class ShapeAnalysis:
     consts: MutableMapping[str, np.ndarray] = field(default_factory=dict)
     static: dict[str, list[int | None]] = field(default_factory=dict)
     producers: dict[str, tuple[int, onnx.NodeProto]] = field(default_factory=dict)
+    #: the main graph's nodes that read each tensor: (node index, input index, node)
+    consumers: dict[str, list[tuple[int, int, onnx.NodeProto]]] = field(default_factory=dict)
     opset: int = 17
     dynamic: set[str] = field(default_factory=set)  # symbols on axes that were already dynamic
     floors: dict[tuple[str, str, int], Dim] = field(default_factory=dict)  # shared opaque divisions

@@ -82,6 +82,9 @@ def propagate(
         for out in node.output:
             if out:
                 analysis.producers[out] = (index, node)
+        for k, name in enumerate(node.input):
+            if name:
+                analysis.consumers.setdefault(name, []).append((index, k, node))
     _run_nodes(analysis, graph)
     return analysis
 

@@ -6,6 +6,7 @@
                      are sizes, which axes mix rows, whether it broadcasts, may be folded), keyed
                      like the rules; :func:`op_traits` is every pass's one query of them
     elementwise.py   unary, Cast/Identity/Neg, binary arithmetic and comparison, Where, Scatter
+    chunks.py        TorchScript's run-time chunk bounds, whose constants are the chunk's own
     tensor.py        shape vectors and layout: Shape, Reshape, Concat, Slice, Gather, Expand, ...
     nn.py            MatMul, Gemm, Conv, pooling, normalization, RNNs, Resize, Einsum
     control_flow.py  If and Loop subgraphs

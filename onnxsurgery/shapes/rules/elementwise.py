@@ -11,6 +11,7 @@ import onnx
 
 from onnxsurgery.shapes.analysis import INT_TYPES, UseKind
 from onnxsurgery.shapes.dims import Dim
+from onnxsurgery.shapes.rules.chunks import in_chunk_bounds
 from onnxsurgery.shapes.rules.core import NodeCtx, broadcast, fallback, out, rule, with_shapes
 from onnxsurgery.shapes.rules.traits import MixAxis, traits
 
@@ -143,6 +144,8 @@ def _binary(ctx: NodeCtx):
         kinds = ["data" if _row_numbers(ctx, i) else kind for i in range(ctx.n_inputs())]
     if kind == "size" and any(_vector_length(ctx, ctx.node.input[i]) for i in range(len(kinds))):
         kinds = [None] * len(kinds)  # arithmetic on a rank: its constants are no sizes
+    elif kind == "size" and in_chunk_bounds(ctx):
+        kinds = [None] * len(kinds)  # TorchScript's chunk: k - 1, k and i are its own
     found = with_shapes([ctx.info(i, k) for i, k in enumerate(kinds)])
     if found is None:
         return fallback(ctx)
