@@ -95,11 +95,17 @@ def test_ctrl_with_a_cache_by_dynamo_matches_torch(batch):
 
 @pytest.mark.sweep_rows
 @pytest.mark.parametrize("batch", [2, 1])
-def test_pegasus_with_a_cache_by_torchscript_matches_torch(batch):
-    """Pegasus's position table is ``[sin | cos]`` too, built frozen; TorchScript folds its rows
-    ``past .. past + 2`` into a ``[3, 32]`` constant. It was refused ("no pattern") only because
-    the sweep's build put noise on the frozen table; built as a checkpoint holds it, symbolize
-    rebuilds the rows from ``past`` and matches torch eager at held-out sizes."""
-    case = scored_case("pegasus.causal-lm-kv", "torchscript", batch)
-    assert case["symbolize"]["status"] == "pass", case["symbolize"]
+@pytest.mark.parametrize(
+    ("row", "exporters"),
+    [("pegasus.causal-lm-kv", ["torchscript"]), ("roformer.causal-lm-kv", ["torchscript", "dynamo"])],
+)
+def test_frozen_sinusoid_tables_with_a_cache_match_torch(row, exporters, batch):
+    """Pegasus's position table is ``[sin | cos]`` too, and RoFormer's rotary one, both built
+    frozen; the exporters fold their rows ``past .. past + 2`` into ``[3, d]`` constants. They
+    were refused ("no pattern") only because the sweep's build put noise on the frozen tables;
+    built as a checkpoint holds them, symbolize rebuilds the rows from ``past`` and matches
+    torch eager at held-out sizes."""
+    for exporter in exporters:
+        case = scored_case(row, exporter, batch)
+        assert case["symbolize"]["status"] == "pass", case["symbolize"]
 
