@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from test_symbolize import parse
 
 import onnxsurgery
@@ -181,6 +182,25 @@ def test_a_reading_that_fails_on_ort_where_the_other_runs_is_dropped(tmp_path):
         got = run_model(result.model, {"x": x}, "cpu")["y"]
         np.testing.assert_allclose(got, causal_chunk_sums(x), rtol=1e-5, atol=1e-5)
 
+
+
+def test_references_that_decide_nothing_say_why_and_what_to_do(tmp_path):
+    """Without the bound, the reading that follows seq is blocked itself (the one-chunk pad),
+    so the case at seq 7 decides nothing; the refusal used to repeat "pass reference cases",
+    which had been done (GLM-5 next by TorchScript). It now says why, with that reading's
+    advice, the bound, which a rerun follows to a model that matches numpy."""
+    x = RNG.standard_normal((1, 7, 4)).astype(np.float32)
+    save_case(Case("given", {"x": x}, {"y": causal_chunk_sums(x)}), tmp_path)
+    ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path)
+    with pytest.raises(onnxsurgery.OnnxSurgeryError) as refused:
+        Symbolize(**{"x:1": "seq"})(causal_chunk_model(), ctx)
+    said = str(refused.value)
+    assert "the reference cases given decide nothing while the reading with" in said, said
+    assert "bound seq (like seq<=traced" in said, said
+    result = Symbolize(**{"x:1": "seq<=traced"})(causal_chunk_model(), ctx)
+    x = RNG.standard_normal((1, 5, 4)).astype(np.float32)
+    got = run_model(result.model, {"x": x}, "cpu")["y"]
+    np.testing.assert_allclose(got, causal_chunk_sums(x), rtol=1e-5, atol=1e-5)
 
 
 def runtime_chunk_model() -> onnx.ModelProto:

@@ -32,6 +32,7 @@ from onnxsurgery.passes.symbolize.rounded_lengths import rounded_outputs
 from onnxsurgery.passes.symbolize.row_checks import ROW_CASE_MULTIPLES, row_cases
 from onnxsurgery.passes.symbolize.rules import one_point_axes
 from onnxsurgery.passes.symbolize.sizes import Divisions, check_sizes
+from onnxsurgery.passes.symbolize.wording import ADVICE_WORDS
 from onnxsurgery.pipeline.contract import PassContext
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.solver import Solution
@@ -111,6 +112,8 @@ def decide_coincidences(
             generalize=label != FIXED, bounds=bounds,
         )  # fmt: skip
         if made.blockers and label in (FIXED, FOLLOWING):
+            if cases:
+                _undecided(plan, label, made)
             return plan, None
         if not made.blockers:  # a mix whose sizes break the graph is no reading
             plans[label] = made
@@ -141,6 +144,22 @@ def decide_coincidences(
         )
     why = f" ({why})" if why else ""
     return plans[passed], f"sizes of {nodes}: {passed} match {oracle}, {others} not{why}"
+
+
+def _undecided(plan: SymbolizePlan, label: str, made: SymbolizePlan) -> None:
+    """Tell each of ``plan``'s blockers why the reference cases given did not decide it: the
+    reading ``label`` (``made``) is blocked itself, by what and what to do there. Without it
+    the refusal repeated "pass reference cases", which the user had done (GLM-5 next by
+    TorchScript: the reading that follows seq needs its one-chunk pad bounded, seq<=traced)."""
+    first = made.blockers[0]
+    advice = {m.group(0) for b in made.blockers for w in ADVICE_WORDS if (m := w.search(b.fix))}
+    then = "; ".join(sorted(advice)) or first.fix
+    for blocker in plan.blockers:
+        blocker.why += (
+            f"; the reference cases given decide nothing while the reading with {label} is "
+            f"blocked itself ({len(made.blockers)} blocker(s), the first: {first.op} "
+            f"{first.node!r}: {first.why}; there: {then})"
+        )
 
 
 def _other_batches(plan: SymbolizePlan, cases: list) -> str:
