@@ -178,3 +178,28 @@ def test_xlnet_torchscript_is_refused_at_its_relative_shift_gather(batch, tmp_pa
         {"input_ids": ids.numpy(), "attention_mask": mask.numpy()},
     )["y"]
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-3)
+
+
+def test_running_out_of_memory_at_a_check_size_is_no_planning_bug():
+    """GLM-5 next by TorchScript under the sweep's 8 GB address-space limit: ONNX Runtime's
+    arena failed to allocate 384 MiB at batch 3, and the check blamed the rewrite upstream
+    ("a planning bug of symbolize"); without the limit the same run passes. Running out of
+    memory says nothing of the plan, and the message says so."""
+    from onnxsurgery.passes.symbolize.ort_failure import PlanDecisions, ort_failure
+    from onnxsurgery.passes.symbolize.plan import plan_symbolize
+
+    model = gather_model(list(range(8)), 8)
+    plan = plan_symbolize(model, {"x": {1: "seq"}})
+    assert plan.changes  # the indices, upstream of the Add that failed
+    ort = (
+        "[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned while "
+        "running Add node. Name:'/m/y' Status Message: /onnxruntime_src/onnxruntime/core/"
+        "framework/bfc_arena.cc:360 void* onnxruntime::BFCArena::AllocateRawInternal(size_t, "
+        "bool, onnxruntime::Stream*) Failed to allocate memory for requested buffer of size "
+        "402653184"
+    )
+    decisions = PlanDecisions(changes=plan.changes, traced={"seq": 8}, axes={"x": {1: "seq"}})
+    error = ort_failure("at seq=9", RuntimeError(ort), model, decisions)
+    assert "ran out of memory at '/m/y'" in str(error), str(error)
+    assert "says nothing of the plan" in str(error)
+    assert "planning bug" not in str(error)

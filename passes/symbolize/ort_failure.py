@@ -61,6 +61,10 @@ def model_node(
     return near[0].name or near[0].output[0] if near else name
 
 
+#: how ONNX Runtime (or the allocator under it) says a run ran out of memory
+_OUT_OF_MEMORY = re.compile(r"Failed to allocate memory|bad_alloc|out of memory|MemoryError", re.I)
+
+
 def ort_failure(
     what: str,
     exc: BaseException,
@@ -73,6 +77,19 @@ def ort_failure(
     message, node = describe_ort_error(exc)
     m = re.search(r"running (\w+) node", str(exc))
     real = model_node(model, node, m.group(1) if m else None)
+    if _OUT_OF_MEMORY.search(str(exc)):
+        # the machine's limit, not the plan's: never blamed on a rewrite
+        report = {"check": what, "onnx_runtime": message}
+        return PassError(
+            f"check {what}: ONNX Runtime ran out of memory"
+            + (f" at {real!r}" if real else "")
+            + f" ({message.split('Status Message: ')[-1]}): the check could not run there, "
+            "which says nothing of the plan; run it again with more memory free (a process "
+            "memory limit, ulimit -v, counts address space, which ONNX Runtime's arena "
+            "reserves beyond what it uses)",
+            node=real,
+            report=report,
+        )
     if model is not None and decisions is not None and real:
         blamed = broken_decision(what, real, message, model, decisions)
         if blamed is not None:
