@@ -4,7 +4,8 @@
   (dynamo's rotary ``cos``/``sin`` table ``[1, seq, d]`` joined with the batch's rows, CodeGen's
   and GPT-J's ``sincos`` at batch 1; at batch 2 the same axis stays 1): matched along its one
   longer axis, the positions, and expanded over the batch, whose rows repeat. One row along an
-  axis that is no batch shows nothing and stays a blocker.
+  axis that is no batch shows nothing and stays a blocker. A table expanded over a batch traced
+  at 2 (ModernBERT's decoder by dynamo), its rows the same, is matched on one row likewise.
 - A rotary table traced at 2 positions (Moonshine's encoder, 2 frames at the traced length):
   2 points fit any line, so it is taken only where more shows what it is: its sin and cos
   together on the unit circle with 3 or more frequencies in rotary's geometric progression, or
@@ -89,6 +90,38 @@ def test_a_rotary_table_with_a_leading_axis_read_as_the_batch_traced_at_1(start)
         past = rng.standard_normal((b, p, DIM)).astype(np.float32)
         y, _ = run(result.model, {"x": x, "past": past})
         table = np.broadcast_to(sincos(p if start else 0, s), (b, s, DIM))
+        np.testing.assert_allclose(y, np.concatenate([x, table], axis=2), rtol=1e-5, atol=2e-6)
+
+
+def expanded_over_the_batch(table: np.ndarray) -> onnx.ModelProto:
+    """As :func:`joined_with_the_batch`, traced at batch 2: the folded table ``[2, seq, 8]``
+    holds one row of positions per batch row, the same twice (dynamo's rotary ``cos`` of
+    ModernBERT's decoder with a cache, ``[batch, 1, seq, d]``)."""
+    m = onnx.parser.parse_model(f"""{HEAD}
+    g (float[2, 4, 8] x, float[2, 5, 8] past) => (float[2, 4, 16] y, float[2, 9, 8] present) {{
+      h = Relu (x)
+      present = Concat <axis = 1> (past, h)
+      t = Constant <value = float[2, 4, 8] {{{floats(table)}}}> ()
+      y = Concat <axis = 2> (x, t)
+    }}""")
+    onnx.checker.check_model(m)
+    return m
+
+
+def test_a_rotary_table_repeated_over_a_batch_traced_at_2_follows_the_batch():
+    """Before: 'its values follow no pattern' (axis 0 was 2 long, so the table had two axes
+    that grow). Its rows repeat along the batch: matched on one row along seq, from past, and
+    expanded over the batch; it matches numpy at other batches, lengths and cache lengths."""
+    model = expanded_over_the_batch(np.stack([sincos(PAST, SEQ)] * 2))
+    result = symbolize(model)
+    text = "\n".join(d.message for d in result.diagnostics)
+    assert "(Sin((Range + past) * freq + phase) on axis 1)" in text, text
+    rng = np.random.default_rng(4)
+    for b, s, p in [(3, 7, 2), (1, 1, 9), (4, 4, 0)]:
+        x = rng.standard_normal((b, s, DIM)).astype(np.float32)
+        past = rng.standard_normal((b, p, DIM)).astype(np.float32)
+        y, _ = run(result.model, {"x": x, "past": past})
+        table = np.broadcast_to(sincos(p, s), (b, s, DIM))
         np.testing.assert_allclose(y, np.concatenate([x, table], axis=2), rtol=1e-5, atol=2e-6)
 
 
@@ -267,3 +300,11 @@ def test_a_prefix_of_a_longer_table_that_is_no_sinusoid_is_refused():
     cos4[2:], sin4[2:] = cos4[2:] * 0.5, sin4[2:] + 0.25
     with pytest.raises(PassError, match=r"traced at size 2: 2 point\(s\) fit"):
         symbolize(encoder_decoder(list(tiny_rope(2)), [cos4, sin4]), ENC_DEC)
+
+
+@pytest.mark.sweep_rows
+def test_modernbert_decoder_with_a_cache_by_dynamo_at_batch_2():
+    from sweep_cases import scored_case
+
+    case = scored_case("modernbert-decoder.causal-lm-kv", "dynamo", 2)
+    assert case["symbolize"]["status"] == "pass", case["symbolize"]

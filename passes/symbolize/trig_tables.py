@@ -20,6 +20,7 @@ from onnxsurgery.passes.symbolize.table_generator import (
     broadcast_rest,
     close,
     index_grid,
+    take0,
 )
 
 __all__ = ["position_table", "sinusoid", "trig", "two_positions"]
@@ -367,19 +368,30 @@ def position_table(arr: np.ndarray, axes: list[int], starts: tuple[int, ...]) ->
     (a table folded with a leading axis of 1, read as a batch traced at 1), the table is matched
     along the one longer axis, tried last: ``axes[0]`` is then the positions, the others follow
     as broadcasts (:func:`evidence_gap` takes their one row only along a batch, whose rows
-    repeat; the rebuilt table is expanded over them)."""
+    repeat; the rebuilt table is expanded over them). So do symbolic axes along which every
+    row is the same (:func:`_repeats`: a table expanded over a batch traced above 1), the
+    table matched on their first row."""
     gen = None
     for start in starts:
         gen = gen or _trig_from(arr, axes, start) or sinusoid(arr, axes, start)
     gen = gen or sinusoid(arr, axes)
-    along = [k for k in axes if arr.shape[k] > 1]
+    along = [k for k in axes if arr.shape[k] > 1 and not _repeats(arr, k)]
     if gen is not None or len(axes) < 2 or len(along) != 1:
         return gen
-    gen = trig(arr, along)
+    row = take0(arr, [k for k in axes if k not in along])  # one row along the broadcasts
+    gen = trig(row, along)
     for start in starts:
-        gen = gen or _trig_from(arr, along, start) or sinusoid(arr, along, start)
-    gen = gen or sinusoid(arr, along)
+        gen = gen or _trig_from(row, along, start) or sinusoid(row, along, start)
+    gen = gen or sinusoid(row, along)
     return None if gen is None else broadcast_rest(gen, axes)
+
+
+def _repeats(arr: np.ndarray, axis: int) -> bool:
+    """Whether every slice of ``arr`` along ``axis`` is the first one: a table the exporter
+    folded with the positions expanded over the batch (dynamo's rotary ``cos`` of ModernBERT's
+    decoder, ``[batch, 1, seq, d]`` at batch 2), which broadcasts its one row there."""
+    first = np.take(arr, [0], axis=axis)
+    return bool(np.array_equal(arr, np.broadcast_to(first, arr.shape)))
 
 
 def two_positions(
