@@ -408,6 +408,7 @@ class Symbolize(Pass):
         # the weights.
         plan.analysis.consts.clear()
         plan.analysis.producers.clear()
+        plan.analysis.consumers.clear()
         plan.analysis.model = bare
         return new
 
