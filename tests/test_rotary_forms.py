@@ -61,14 +61,17 @@ def sincos(start: int, n: int) -> np.ndarray:
 
 
 def joined_with_the_batch(table: np.ndarray) -> onnx.ModelProto:
-    """``x [1, seq, 8]`` traced at batch 1 joined on its last axis with a folded table
-    ``[1, seq, 8]``: the Concat makes the solver read the table's axis 0 as the batch; a cache
-    ``past`` (a Concat grows it to ``present``) is the length the positions may start at."""
+    """``x [b, seq, 8]`` traced at batch ``b`` (the table's axis 0) joined on its last axis with
+    a folded table ``[b, seq, 8]``: the Concat makes the solver read the table's axis 0 as the
+    batch; a cache ``past`` (a Concat grows it to ``present``) is the length the positions may
+    start at. At batch 2 the table holds one row of positions per batch row, the same twice
+    (dynamo's rotary ``cos`` of ModernBERT's decoder with a cache, ``[batch, 1, seq, d]``)."""
+    b = table.shape[0]
     m = onnx.parser.parse_model(f"""{HEAD}
-    g (float[1, 4, 8] x, float[1, 5, 8] past) => (float[1, 4, 16] y, float[1, 9, 8] present) {{
+    g (float[{b}, 4, 8] x, float[{b}, 5, 8] past) => (float[{b}, 4, 16] y, float[{b}, 9, 8] present) {{
       h = Relu (x)
       present = Concat <axis = 1> (past, h)
-      t = Constant <value = float[1, 4, 8] {{{floats(table)}}}> ()
+      t = Constant <value = float[{b}, 4, 8] {{{floats(table)}}}> ()
       y = Concat <axis = 2> (x, t)
     }}""")
     onnx.checker.check_model(m)
@@ -93,26 +96,11 @@ def test_a_rotary_table_with_a_leading_axis_read_as_the_batch_traced_at_1(start)
         np.testing.assert_allclose(y, np.concatenate([x, table], axis=2), rtol=1e-5, atol=2e-6)
 
 
-def expanded_over_the_batch(table: np.ndarray) -> onnx.ModelProto:
-    """As :func:`joined_with_the_batch`, traced at batch 2: the folded table ``[2, seq, 8]``
-    holds one row of positions per batch row, the same twice (dynamo's rotary ``cos`` of
-    ModernBERT's decoder with a cache, ``[batch, 1, seq, d]``)."""
-    m = onnx.parser.parse_model(f"""{HEAD}
-    g (float[2, 4, 8] x, float[2, 5, 8] past) => (float[2, 4, 16] y, float[2, 9, 8] present) {{
-      h = Relu (x)
-      present = Concat <axis = 1> (past, h)
-      t = Constant <value = float[2, 4, 8] {{{floats(table)}}}> ()
-      y = Concat <axis = 2> (x, t)
-    }}""")
-    onnx.checker.check_model(m)
-    return m
-
-
 def test_a_rotary_table_repeated_over_a_batch_traced_at_2_follows_the_batch():
     """Before: 'its values follow no pattern' (axis 0 was 2 long, so the table had two axes
     that grow). Its rows repeat along the batch: matched on one row along seq, from past, and
     expanded over the batch; it matches numpy at other batches, lengths and cache lengths."""
-    model = expanded_over_the_batch(np.stack([sincos(PAST, SEQ)] * 2))
+    model = joined_with_the_batch(np.stack([sincos(PAST, SEQ)] * 2))
     result = symbolize(model)
     text = "\n".join(d.message for d in result.diagnostics)
     assert "(Sin((Range + past) * freq + phase) on axis 1)" in text, text
