@@ -168,6 +168,8 @@ class _Solver(ReshapeReading):
             self._drain()
         if self.a.value_divs and self.settle_value_divs():
             self._drain()
+        if self.a.value_mods and self.settle_value_mods():
+            self._drain()
 
     def settle_value_divs(self) -> bool:
         """A run-time division ``num // den`` that is a polynomial at every size where the size
@@ -193,6 +195,27 @@ class _Solver(ReshapeReading):
                     self.assign(x, Dim.const(self.traced[x]), "kept")
             self.assign(atom, q, "forced")
             self.floor_divs[atom] = q
+            settled = True
+        return settled
+
+    def settle_value_mods(self) -> bool:
+        """A run-time remainder ``num % den`` whose only unknowns are size constants: those keep
+        their traced values and the remainder is a constant. SAM pads its feature map to whole
+        windows, ``(14 - h % 14) % 14``: the window size 14 is a literal of the torch code, and a
+        map whose height is fixed by the model pads by one number at every batch, which the
+        window count, and the batch recovered from it, rely on while the rest is decided (at a
+        trace at batch 1, where every other reading of that batch is 1 too)."""
+        settled = False
+        for atom, (num, den) in self.a.value_mods.items():
+            if atom in self.sol.values:
+                continue
+            n = self.resolve(num)
+            free = self.unknowns(n)
+            if set(n.atoms()) != free or any(self.a.atoms[x].kind != "var" for x in free):
+                continue  # a symbol or a run-time value in it: LongT5's ``(-seq) % 128``
+            for x in sorted(free, key=self._created):
+                self.assign(x, Dim.const(self.traced[x]), "kept")
+            self.assign(atom, Dim.const(self.resolve(num).value % den), "forced")
             settled = True
         return settled
 
