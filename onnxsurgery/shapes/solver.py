@@ -213,9 +213,13 @@ class _Solver(ReshapeReading):
             free = self.unknowns(n)
             if set(n.atoms()) != free or any(self.a.atoms[x].kind != "var" for x in free):
                 continue  # a symbol or a run-time value in it: LongT5's ``(-seq) % 128``
+            kept = {x: Dim.const(self.traced[x]) for x in free}
+            value = n.subs(kept).value
+            if value is None:
+                continue
             for x in sorted(free, key=self._created):
-                self.assign(x, Dim.const(self.traced[x]), "kept")
-            self.assign(atom, Dim.const(self.resolve(num).value % den), "forced")
+                self.assign(x, kept[x], "kept")
+            self.assign(atom, Dim.const(value % den), "forced")
             settled = True
         return settled
 
