@@ -247,6 +247,15 @@ def _split(ctx: NodeCtx):
     sizes: list[Dim] | None = None
     if ctx.has(1):
         sizes = ctx.value(1, size=True)
+        if sizes is None:  # computed from the data (an MoE's tokens per expert): run time,
+            # the last part what the others leave of the axis (ONNX Runtime checks the sum)
+            static = [ctx.static_shape(k) for k in range(n)]
+            known = [t for s in static if s and len(s) > ax and (t := s[ax]) is not None]
+            # not inferred: any split of the traced axis is as good
+            traced = known if len(known) == n else [ctx.traced(shape[ax]) // n] * n
+            parts = [ctx.opaque(t, k, ax, note="Split size") for k, t in enumerate(traced[:-1])]
+            parts.append(shape[ax] - dim_sum(parts))
+            return [out([*shape[:ax], p, *shape[ax + 1 :]], info.dtype) for p in parts]
     elif ctx.attr("split") is not None:
         sizes = [Dim.const(s) for s in ctx.attr("split")]
     if sizes is None:
@@ -631,6 +640,11 @@ def _topk(ctx: NodeCtx):
     if shape is None or k is None:
         return fallback(ctx)
     ax = ctx.axis(ctx.attr("axis", -1), len(shape))
+    if ctx.traced(k[0]) == ctx.traced(shape[ax]) > 1:
+        # torch.sort exports as TopK of the whole axis (dynamo: MoE routing sorts its
+        # batch*seq*top_k expert picks with K folded at the traced count); a top-1 of an axis
+        # traced at 1 is a pick, not a sort
+        ctx.suggest(k[0], shape[ax], f"TopK of the whole axis {ax} (a sort)")
     new = list(shape)
     new[ax] = k[0]
     return [out(new, ctx.dtype(0)), out(new, onnx.TensorProto.INT64)]
