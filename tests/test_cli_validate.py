@@ -236,7 +236,7 @@ def test_usage_errors_exit_2(good, ref, args, message) -> None:
 )
 def test_option_combinations_validate_cannot_act_on(ref, against, original, localize, random, message) -> None:
     """Every refusal of _check_validate_usage, each checked before anything is read."""
-    from onnxsurgery.cli import _check_validate_usage
+    from onnxsurgery.cli.validate import _check_validate_usage
     from onnxsurgery.errors import UsageError
 
     paths = [None if p is None else Path(p) for p in (ref, against, original)]

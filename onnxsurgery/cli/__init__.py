@@ -7,6 +7,10 @@ the result through ``onnxsurgery/terminal.py``. Errors: every
 (2 for bad input or a pass that could not do its job, 1 for a validation mismatch); anything else
 is a bug of ours: exit 3 with one line, the stack with ``--traceback``. User text is never read
 as rich markup.
+
+This module holds the root command with run, passes, inspect and diff; ``validate.py`` the
+validate command, ``reference.py`` the reference group, ``options.py`` the options several
+commands share, ``commands.py`` what every command is made with.
 """
 
 from __future__ import annotations
@@ -15,26 +19,38 @@ import contextlib
 import gc
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 # What `run` needs (and the options' defaults) comes from the modules that define it; what only
-# another command uses (inspect's summary, --against, reference record) is reached through the
-# package namespaces, which import it when that command runs (see onnxsurgery/lazy.py).
+# another command uses (inspect's summary, validate --against, reference record) is reached through
+# the package namespaces, which import it when that command runs (see onnxsurgery/lazy.py).
 import onnxsurgery
 from onnxsurgery import terminal
 from onnxsurgery._version import __version__
 from onnxsurgery.cli.commands import Command, help_text
+from onnxsurgery.cli.options import (
+    PANEL_CHAIN,
+    PANEL_IO,
+    PANEL_VALIDATE,
+    AtolOpt,
+    ProviderOpt,
+    QuietOpt,
+    RtolOpt,
+    TolOpt,
+    TracebackOpt,
+    VerboseOpt,
+)
 from onnxsurgery.cli.reference import reference_app
+from onnxsurgery.cli.validate import validate_command
 from onnxsurgery.errors import OnnxSurgeryError, UsageError, ValidationMismatch
 from onnxsurgery.files import check_targets, to_stdout
 from onnxsurgery.limits import Limits, parse_limit
 from onnxsurgery.model.io import load_model, save_model
-from onnxsurgery.model.signature import parse_shape_spec
 from onnxsurgery.pipeline.chain import (
     PassSpec,
     build_passes,
@@ -45,8 +61,6 @@ from onnxsurgery.pipeline.chain import (
 from onnxsurgery.pipeline.registry import discover, get_pass
 from onnxsurgery.pipeline.report_html import write_report
 from onnxsurgery.pipeline.runner import Pipeline, default_output_path, pass_failure
-from onnxsurgery.validation.against_references import validate
-from onnxsurgery.validation.runtime import PROVIDERS
 from onnxsurgery.validation.tolerances import DEFAULT_ATOL, DEFAULT_RTOL, parse_tolerance_spec
 
 __all__ = ["app", "main", "script"]
@@ -59,14 +73,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-
-_PANEL_IO = "Input and output"
-_PANEL_CHAIN = "Pass chain"
-_PANEL_VALIDATE = "Validation"
-
-
-QuietOpt = Annotated[bool, typer.Option("-q", "--quiet", help="Print nothing but errors.")]
-TracebackOpt = Annotated[bool, typer.Option("--traceback", help="On an error, print the Python stack too.")]
 
 
 def _version_callback(value: bool) -> None:
@@ -101,37 +107,6 @@ def _root(
     terminal.state["traceback"] = traceback
 
 
-ProviderOpt = Annotated[
-    str,
-    typer.Option(
-        "--provider",
-        help=f"ONNX Runtime provider: {', '.join(PROVIDERS)} (auto = CUDA when it really loads).",
-        rich_help_panel=_PANEL_VALIDATE,
-    ),
-]
-
-
-VerboseOpt = Annotated[
-    bool, typer.Option("-v", "--verbose", help="Show the detail: each pass's options and notes, the whole validation table, min atol of every row.")
-]
-
-
-AtolOpt = Annotated[
-    float, typer.Option("--atol", help="Absolute tolerance of floating outputs.", rich_help_panel=_PANEL_VALIDATE)
-]
-RtolOpt = Annotated[
-    float, typer.Option("--rtol", help="Relative tolerance of floating outputs.", rich_help_panel=_PANEL_VALIDATE)
-]
-TolOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--tol",
-        help="Tolerance of one output, NAME=ATOL[,RTOL] (repeatable); the only way to loosen bool/int outputs.",
-        rich_help_panel=_PANEL_VALIDATE,
-    ),
-]
-
-
 # run's options
 OutputOpt = Annotated[
     Path | None,
@@ -139,7 +114,7 @@ OutputOpt = Annotated[
         "-o",
         "--output",
         help="Where to write the repaired model. \\[default: MODEL.surgery.onnx beside the input]",
-        rich_help_panel=_PANEL_IO,
+        rich_help_panel=PANEL_IO,
     ),
 ]
 PassesOpt = Annotated[
@@ -148,13 +123,13 @@ PassesOpt = Annotated[
         "--passes",
         "-p",
         help='Pass chain, e.g. "cleanup, symbolize(x:0=batch), concat-outputs(axis=1)".',
-        rich_help_panel=_PANEL_CHAIN,
+        rich_help_panel=PANEL_CHAIN,
     ),
 ]
 RecipeOpt = Annotated[
     Path | None,
     typer.Option(
-        "--recipe", help="TOML file of \\[\\[pass]] tables (instead of --passes).", rich_help_panel=_PANEL_CHAIN
+        "--recipe", help="TOML file of \\[\\[pass]] tables (instead of --passes).", rich_help_panel=PANEL_CHAIN
     ),
 ]
 RunRefOpt = Annotated[
@@ -162,7 +137,7 @@ RunRefOpt = Annotated[
     typer.Option(
         "--ref",
         help="Reference cases (test_data_set_N folders or .npz) to validate against after the last pass.",
-        rich_help_panel=_PANEL_VALIDATE,
+        rich_help_panel=PANEL_VALIDATE,
     ),
 ]
 KeepFailedOpt = Annotated[
@@ -170,19 +145,19 @@ KeepFailedOpt = Annotated[
     typer.Option(
         "--keep-failed",
         help="When validation fails, write the model here for inspection (never to -o).",
-        rich_help_panel=_PANEL_VALIDATE,
+        rich_help_panel=PANEL_VALIDATE,
     ),
 ]
 RunReportOpt = Annotated[
     Path | None,
-    typer.Option("--report", help="Write the run's report here: FILE.html a page to read, else JSON.", rich_help_panel=_PANEL_IO),
+    typer.Option("--report", help="Write the run's report here: FILE.html a page to read, else JSON.", rich_help_panel=PANEL_IO),
 ]
 CheckOpt = Annotated[
     bool,
     typer.Option(
         "--check/--no-check",
         help="Run the ONNX checker and shape inference after every pass.",
-        rich_help_panel=_PANEL_CHAIN,
+        rich_help_panel=PANEL_CHAIN,
     ),
 ]
 LimitOpt = Annotated[
@@ -192,7 +167,7 @@ LimitOpt = Annotated[
         help="Change a resource limit, NAME=VALUE (repeatable); the limits and their defaults: "
         + ", ".join(f"{f.name}={format_value(getattr(Limits(), f.name))}" for f in fields(Limits))
         + ".",
-        rich_help_panel=_PANEL_CHAIN,
+        rich_help_panel=PANEL_CHAIN,
     ),
 ]
 
@@ -401,7 +376,7 @@ def diff_command(
     model_b: Annotated[Path, typer.Argument(metavar="MODEL_B", help="The model after (e.g. repaired).")],
     report: Annotated[
         Path | None,
-        typer.Option("--report", help="Write the diff here: FILE.html a page, else JSON (- for stdout).", rich_help_panel=_PANEL_IO),
+        typer.Option("--report", help="Write the diff here: FILE.html a page, else JSON (- for stdout).", rich_help_panel=PANEL_IO),
     ] = None,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -423,170 +398,7 @@ def diff_command(
         terminal.show(result, verbose)
 
 
-# validate's options
-ValidateRefOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--ref",
-        help="Reference cases (test_data_set_N folders or .npz). With --against, only their inputs are used.",
-        rich_help_panel=_PANEL_VALIDATE,
-    ),
-]
-AgainstOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--against",
-        help="Compare with this model instead of stored outputs (on --ref inputs, else random ones).",
-        rich_help_panel=_PANEL_VALIDATE,
-    ),
-]
-AgainstProviderOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--against-provider",
-        help="Provider for the --against model (cuda against cpu on the same file: where CUDA departs from CPU). "
-        "\\[default: --provider's]",
-        rich_help_panel=_PANEL_VALIDATE,
-    ),
-]
-ShapeOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--shape",
-        help="Size of a random input for --against, e.g. x:3x3x224x224 (repeatable).",
-        rich_help_panel=_PANEL_VALIDATE,
-    ),
-]
-AgainstSeedOpt = Annotated[
-    int, typer.Option("--seed", help="Seed of the random inputs for --against.", rich_help_panel=_PANEL_VALIDATE)
-]
-CasesOpt = Annotated[
-    int,
-    typer.Option("--cases", min=1, help="Number of random input sets for --against.", rich_help_panel=_PANEL_VALIDATE),
-]
-LocalizeOpt = Annotated[
-    bool,
-    typer.Option(
-        "--localize",
-        help="On a mismatch, find the first node whose output differs from --against, or with "
-        "--ref from --original (on a failing case the original takes).",
-        rich_help_panel=_PANEL_VALIDATE,
-    ),
-]
-OriginalOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--original",
-        help="The model as exported, for --ref --localize (a repaired model does not record "
-        "where it came from).",
-        rich_help_panel=_PANEL_VALIDATE,
-    ),
-]
-ValidateReportOpt = Annotated[
-    Path | None,
-    typer.Option("--report", help="Write every case and output here: FILE.html a page, else JSON.", rich_help_panel=_PANEL_IO),
-]
-
-
-@app.command("validate", cls=Command)
-@help_text
-def validate_command(
-    model: Annotated[Path, typer.Argument(metavar="MODEL", help="The .onnx model to check.")],
-    ref: ValidateRefOpt = None,
-    against: AgainstOpt = None,
-    shape: ShapeOpt = None,
-    seed: AgainstSeedOpt = 0,
-    cases: CasesOpt = 1,
-    atol: AtolOpt = DEFAULT_ATOL,
-    rtol: RtolOpt = DEFAULT_RTOL,
-    tol: TolOpt = None,
-    provider: ProviderOpt = "auto",
-    against_provider: AgainstProviderOpt = None,
-    localize: LocalizeOpt = False,
-    original: OriginalOpt = None,
-    report: ValidateReportOpt = None,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
-) -> None:
-    """Check MODEL on ONNX Runtime against stored torch outputs (--ref) or another model (--against).
-
-    Exit 0: every case and output within tolerance. Exit 1: a mismatch, or a case the model does
-    not accept. Exit 2: bad options, or a model or reference that cannot be read.
-
-    Examples:
-      onnxsurgery validate model.dyn.onnx --ref refs
-      onnxsurgery validate model.dyn.onnx --ref refs --tol logits=1e-3,1e-2
-      onnxsurgery validate model.dyn.onnx --against model.onnx --shape x:2x3x32x32
-    """
-    with terminal.boundary(None, quiet, verbose, stdout_taken=to_stdout(report)):
-        check_targets(
-            {"model": model, "--ref": ref, "--against": against}, {"--report": report}, text=("--report",)
-        )
-        tolerances = dict(parse_tolerance_spec(t) for t in tol or [])
-        shapes = dict(parse_shape_spec(s) for s in shape or [])
-        _check_validate_usage(
-            ref, against, original, localize, random=bool(shapes or seed or cases != 1), against_provider=against_provider
-        )
-        inputs = {"feeds_or_cases": ref, "shapes": shapes, "seed": seed, "cases": cases}
-        within: dict[str, Any] = {"provider": provider, "atol": atol, "rtol": rtol}
-        if against is None:
-            assert ref is not None  # _check_validate_usage: --ref or --against
-            with terminal.progress_line(quiet) as progress:
-                result = validate(
-                    model, ref, **within, tolerances=tolerances, progress=_as_stage("validate", progress),
-                    histograms=report is not None,
-                )  # fmt: skip
-        else:
-            within["reference_provider"] = against_provider
-            result = onnxsurgery.compare_models(
-                model, against, **inputs, **within, tolerances=tolerances, histograms=report is not None
-            )
-        shown = result
-        if localize and not result:
-            from onnxsurgery import divergence
-
-            shown = divergence.localize_validation(
-                model, result, against=against, original=original, **inputs, **within
-            )
-        if report is not None:
-            write_report(shown.to_dict(), report)
-        if not result:
-            what = str(against if against is not None else ref)
-            raise ValidationMismatch(f"validation against {what} failed: {result.summary}", report=shown)
-        if not quiet:
-            terminal.show(result, verbose)
-
-
-def _as_stage(where: str, progress: Callable[..., None] | None) -> Callable[..., None] | None:
-    """The progress line's callback for a library call that reports ``(stage, done, total)``."""
-    if progress is None:
-        return None
-    return lambda stage, done, total: progress(where, stage, done, total)
-
-
-def _check_validate_usage(
-    ref: Path | None, against: Path | None, original: Path | None, localize: bool, *, random: bool,
-    against_provider: str | None = None,
-) -> None:  # fmt: skip
-    """Refuse option combinations validate cannot act on; ``random``: --shape, --seed or --cases given."""
-    if against_provider is not None and against is None:
-        raise UsageError("--against-provider is for --against OTHER.onnx: the provider that model runs on")
-    if original is not None and (against is not None or not localize):
-        raise UsageError("--original is for --ref with --localize (with --against, that model is the reference)")
-    if localize and against is None and original is None:
-        raise UsageError(
-            "--localize with --ref needs the model as exported: give --original ORIG.onnx "
-            "(or compare with --against ORIG.onnx)"
-        )
-    if against is None:
-        if ref is None:
-            raise UsageError("nothing to validate against: give --ref PATH or --against OTHER.onnx")
-        if random:
-            raise UsageError("--shape, --seed and --cases are for random inputs with --against")
-    elif ref is not None and random:
-        raise UsageError("--shape, --seed and --cases are for random inputs; --ref gives stored inputs")
-
-
+app.command("validate", cls=Command)(validate_command)
 app.add_typer(reference_app, name="reference")
 
 
