@@ -365,11 +365,17 @@ def _block_split(
     ins = [sol.resolve(d) for d in x.shape]
     if padded not in ins:
         return None
-    lead = math.prod(a.traced(d) for d in ins[: ins.index(padded)])
+    before = ins[: ins.index(padded)]
+    lead = math.prod(a.traced(d) for d in before)
     outs = [a.traced(d) for d in y.shape]
+    kept = [sol.resolve(d) for d in y.shape]
     for i in range(len(outs) - 1):
         if math.prod(outs[:i]) == lead and outs[i] * outs[i + 1] == length and outs[i + 1] > 1:
-            return outs[i], outs[i + 1], i
+            # the dims before the blocks are the input's, not only by their traced product: at
+            # batch 1 a view [batch, seq, heads, d] of [batch, seq, width] would read batch as
+            # 1 block of seq (MobileBERT's trigram pad of 1 by TorchScript and dynamo)
+            if dim_product(kept[:i]) == dim_product(before):
+                return outs[i], outs[i + 1], i
     return None
 
 
