@@ -146,3 +146,44 @@ def test_references_at_another_grid_choose_a_nearest_resize(tmp_path):
         xs = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
         got = run_model(result.model, {"x": xs}, "cpu")["y"]
         np.testing.assert_allclose(got, eager(module, xs), atol=1e-4, rtol=1e-3)
+
+
+class LookedUpTable(NearestTable):
+    """Idefics3's embeddings: the table looked up per image by position ids (``arange`` over
+    the patches, one row per image), which dynamo folds into a [batch, tokens, dim] constant
+    holding the table once per traced image; resized as :class:`NearestTable` at other
+    grids."""
+
+    def forward(self, x):  # noqa: ANN001
+        patches = self.patch(x)
+        width = patches.shape[3]
+        tokens = patches.flatten(2).transpose(1, 2)
+        tokens = torch.cat([self.cls.expand(x.shape[0], -1, -1), tokens], dim=1)
+        if tokens.size(1) == self.pos.size(1):
+            ids = torch.arange(tokens.size(1)).expand(x.shape[0], -1)
+            return tokens + self.pos[0][ids]
+        return super().forward(x)
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # the branch, on purpose
+def test_a_table_repeated_over_the_batch_is_resized_as_one(tmp_path):
+    """Folded once per image of the traced batch, the table is still one table: the blocker
+    offers the resize, and a reference case at another grid chooses it."""
+    torch.manual_seed(0)
+    module = LookedUpTable().eval()
+    x = torch.randn(2, 3, 16, 16)
+    path = tmp_path / "m.onnx"
+    torch.onnx.export(module, (x,), path, input_names=["x"], output_names=["y"], dynamo=True)
+    model = onnx.load(path)
+    folded = [i for i in model.graph.initializer if list(i.dims) == [2, 5, 6]]
+    assert folded  # the mechanism: the lookup folded at the traced batch
+    with pytest.raises(PassError, match="resizes the table to the grid"):
+        Symbolize(**SPATIAL)(model, CPU)
+    x = np.random.default_rng(2).standard_normal((1, 3, 24, 40)).astype(np.float32)  # 3x5
+    save_case(Case("case0", {"x": x}, {"y": eager(module, x)}), tmp_path / "refs", index=0)
+    ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path / "refs")
+    result = Symbolize(**SPATIAL)(model, ctx)
+    for shape in ((3, 3, 40, 24), (2, 3, 16, 56), (1, 3, 56, 48)):
+        xs = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+        got = run_model(result.model, {"x": xs}, "cpu")["y"]
+        np.testing.assert_allclose(got, eager(module, xs), atol=1e-4, rtol=1e-3)

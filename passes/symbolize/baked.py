@@ -47,9 +47,10 @@ __all__ = [
 
 @dataclass
 class GridTable:
-    """A [1, lead + h*w, dim] table read by ``node`` (input ``index``, tensor ``tensor``) whose
-    ``h*w`` rows are a grid of the traced size of axes 2, 3 of ``grid`` (a patch embedding's
-    output), after ``lead`` rows that do not move (class tokens)."""
+    """A [1, lead + h*w, dim] table (or one repeated over a batch) read by ``node`` (input
+    ``index``, tensor ``tensor``) whose ``h*w`` rows are a grid of the traced size of axes 2, 3
+    of ``grid`` (a patch embedding's output), after ``lead`` rows that do not move (class
+    tokens)."""
 
     node: str
     index: int
@@ -231,9 +232,15 @@ def grid_axes(a: ShapeAnalysis, mono: tuple[str, ...]) -> tuple[str, str, str] |
 
 
 def grid_table(a: ShapeAnalysis, use: ConstUse, dims: list[Dim]) -> GridTable | None:
-    """``use`` as a :class:`GridTable`: a [1, n, dim] constant added whole, its axis 1 of length
-    ``h*w + lead`` with h, w the run-time sizes of axes 2, 3 of one tensor (a patch grid)."""
-    if use.op != "Add" or use.array.ndim != 3 or use.array.shape[0] != 1 or dims[0].atoms():
+    """``use`` as a :class:`GridTable`: a [1, n, dim] constant added whole, or one repeated
+    along a batch axis, its axis 1 of length ``h*w + lead`` with h, w the run-time sizes of axes
+    2, 3 of one tensor (a patch grid)."""
+    arr = use.array
+    if use.op != "Add" or arr.ndim != 3:
+        return None
+    if dims[0].atoms() and not np.array_equal(arr, np.broadcast_to(arr[:1], arr.shape)):
+        return None  # a batch axis must repeat one table (dynamo folds Idefics3's lookup per image)
+    if not dims[0].atoms() and arr.shape[0] != 1:
         return None
     terms = dims[1].terms
     lead = terms.pop((), 0)

@@ -117,6 +117,7 @@ def _grid_initializers(t: GridTable, arr: np.ndarray, base: str) -> list[onnx.Te
     """The table's grid rows as an image [1, dim, h, w], its leading rows, and the constants
     :func:`_resize_nodes` reads, named under ``base``."""
     dim, (h, w) = arr.shape[2], t.shape
+    arr = arr[:1]  # one table; broadcast over a batch it was repeated along
     grid = arr[:, t.lead :].reshape(1, h, w, dim).transpose(0, 3, 1, 2)
     return [
         numpy_helper.from_array(np.ascontiguousarray(grid), f"{base}/grid"),
