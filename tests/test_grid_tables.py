@@ -155,9 +155,7 @@ class LookedUpTable(NearestTable):
     grids."""
 
     def forward(self, x):  # noqa: ANN001
-        patches = self.patch(x)
-        width = patches.shape[3]
-        tokens = patches.flatten(2).transpose(1, 2)
+        tokens = self.patch(x).flatten(2).transpose(1, 2)
         tokens = torch.cat([self.cls.expand(x.shape[0], -1, -1), tokens], dim=1)
         if tokens.size(1) == self.pos.size(1):
             ids = torch.arange(tokens.size(1)).expand(x.shape[0], -1)
