@@ -369,7 +369,8 @@ def _slice_len(ctx: NodeCtx, d: Dim, s: Dim, e: Dim, step: int, axis: int) -> Di
                 return d
             if v < 0:
                 return d + v if td + v >= 0 else Dim.const(0)
-            return d if v >= td else x
+            return d if v >= td and v > 0 else x  # 0 is the start at every size, even of an
+            # axis empty at the trace (a NonZero count: no masked token in the traced input)
         tx = ctx.traced(x)
         if tx < 0:  # counted from the end (``x[:, -seq:]``): a negated unknown
             if td + tx < 0:
