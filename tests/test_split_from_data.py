@@ -11,6 +11,7 @@ from test_symbolize import parse
 
 import onnxsurgery
 from onnxsurgery.passes.symbolize import Symbolize
+from onnxsurgery.validation.references import Case, save_case
 from onnxsurgery.validation.runtime import run_model
 
 CPU = onnxsurgery.PassContext(provider="cpu")
@@ -18,7 +19,7 @@ CPU = onnxsurgery.PassContext(provider="cpu")
 
 def routed(batch: int) -> object:
     """An MoE's dispatch and combine in one: rows sorted by their first column (a TopK over
-    the whole axis), split into those below 0 and the rest (sizes counted from the data), each
+    the whole axis, K folded at the traced batch), split into those below 0 and the rest (sizes counted from the data), each
     part scaled by its own weight, scattered back to where each row came from: ``[batch, 4]``,
     each row its own."""
     return parse(
@@ -60,8 +61,13 @@ def oracle(x: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("batch", [2, 4])
-def test_a_split_sized_by_the_data_is_read_at_run_time(batch):
-    result = Symbolize(**{"x:0": "batch"})(routed(batch), CPU)
+def test_a_split_sized_by_the_data_is_read_at_run_time(batch, tmp_path):
+    """The sort's K, the traced batch, may be a top-k's fixed k or the whole axis: a reference
+    case at another batch decides it (the sort); the Split then follows the data."""
+    x = np.random.default_rng(9).standard_normal((batch + 3, 4)).astype(np.float32)
+    save_case(Case("case0", {"x": x}, {"y": oracle(x)}), tmp_path / "refs", index=0)
+    ctx = onnxsurgery.PassContext(provider="cpu", references=tmp_path / "refs")
+    result = Symbolize(**{"x:0": "batch"})(routed(batch), ctx)
     for b, seed in ((3, 1), (5, 2), (7, 3), (1, 4)):
         x = np.random.default_rng(seed).standard_normal((b, 4)).astype(np.float32)
         got = run_model(result.model, {"x": x}, "cpu")["y"]

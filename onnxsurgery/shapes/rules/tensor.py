@@ -641,11 +641,6 @@ def _topk(ctx: NodeCtx):
     if shape is None or k is None:
         return fallback(ctx)
     ax = ctx.axis(ctx.attr("axis", -1), len(shape))
-    if ctx.traced(k[0]) == ctx.traced(shape[ax]) > 1:
-        # torch.sort exports as TopK of the whole axis (dynamo: MoE routing sorts its
-        # batch*seq*top_k expert picks with K folded at the traced count); a top-1 of an axis
-        # traced at 1 is a pick, not a sort
-        ctx.suggest(k[0], shape[ax], f"TopK of the whole axis {ax} (a sort)")
     new = list(shape)
     new[ax] = k[0]
     return [out(new, ctx.dtype(0)), out(new, onnx.TensorProto.INT64)]
