@@ -144,26 +144,35 @@ def _input(node: onnx.NodeProto, index: int | None) -> str:
 
 
 def addressed(
-    analysis: ShapeAnalysis, sol: Solution, node: onnx.NodeProto
+    analysis: ShapeAnalysis, sol: Solution, node: onnx.NodeProto, index: int | None = None
 ) -> list[tuple[int, Dim]]:
-    """(component, size) of the data axes a gather's indices address (-1: the one axis of a
-    Gather or GatherElements)."""
+    """(component, size) of the data axes a gather's (or ScatterND's) indices address (-1: the
+    one axis of a Gather or GatherElements); ``index``: the node's place in the main graph,
+    where a constant data input's dims are its read's unknowns."""
     data = analysis.tensors.get(node.input[0])
     idx = analysis.tensors.get(node.input[1]) if len(node.input) > 1 else None
     if data is None or data.shape is None or idx is None or idx.shape is None:
         return []
+    shape = list(data.shape)
+    # a constant's dims are the unknowns of its read (a buffer a ScatterND writes into)
+    read = next(
+        (u for u in analysis.uses if u.node_index == index and u.input_index == 0 and not u.graph),
+        None,
+    )
+    if read is not None and read.kind == "data" and len(read.atoms) == len(shape):
+        shape = [d if x is None else Dim.sym(x) for d, x in zip(shape, read.atoms, strict=True)]
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    rank = len(data.shape)
+    rank = len(shape)
     if node.op_type in ("Gather", "GatherElements"):
         axis = attrs.get("axis", 0)
         axis = axis + rank if axis < 0 else axis
-        return [(-1, sol.resolve(data.shape[axis]))]
+        return [(-1, sol.resolve(shape[axis]))]
     if not idx.shape:
         return []
     last = idx.shape[-1].value  # a fixed length, even where a constant read as data sets it
     last = analysis.traced(idx.shape[-1]) if last is None else last
     b = attrs.get("batch_dims", 0)
-    return [(c, sol.resolve(data.shape[b + c])) for c in range(int(last)) if b + c < rank]
+    return [(c, sol.resolve(shape[b + c])) for c in range(int(last)) if b + c < rank]
 
 
 def find_batch_indices(
@@ -180,9 +189,11 @@ def find_batch_indices(
     }
     found: dict[int, BatchIndex] = {}
     for index, node in enumerate(graph.node):
-        if node.op_type not in ("Gather", "GatherND", "GatherElements") or len(node.input) < 2:
+        if node.op_type not in ("Gather", "GatherND", "GatherElements", "ScatterND"):
             continue
-        for component, dim in addressed(analysis, sol, node):
+        if len(node.input) < 2:
+            continue
+        for component, dim in addressed(analysis, sol, node, index):
             for sym in sorted(dim.atoms() & batch):
                 stride = dim.exact_div(Dim.sym(sym))
                 direct = [uses[(index, 1)]] if (index, 1) in uses else []

@@ -96,6 +96,12 @@ def _scatter(ctx: NodeCtx):
         if 0 < k <= len(data) and len(upd) == len(idx) - 1 + len(data) - k:
             for a, b in zip(upd, idx[:-1] + data[k:], strict=True):
                 ctx.equal(a, b, "ScatterND updates have the indices' leading shape")
+            if k == len(data) == len(idx) - 1:
+                # one index per element (TorchScript's index_put for ``x[..., a:b] = v``): the
+                # axes it writes whole are the data's (a buffer new_empty folded at the trace)
+                for a, b in zip(data, idx[:-1], strict=True):
+                    if ctx.traced(a) == ctx.traced(b):
+                        ctx.suggest(a, b, "ScatterND writes this axis of its data whole", True)
     return [out(data, ctx.dtype(0))]
 
 
