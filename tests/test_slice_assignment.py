@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-
 from sweep_cases import scored_case
 
 import onnxsurgery

@@ -51,7 +51,9 @@ class WindowAttention(nn.Module):
         mixed = torch.softmax(flat @ flat.transpose(1, 2), -1) @ self.mix(flat)
         win = mixed.reshape(win.shape)
         batch = win.shape[0] // (hp * wp // self.window // self.window)
-        back = win.reshape(batch, hp // self.window, wp // self.window, self.window, self.window, -1)
+        back = win.reshape(
+            batch, hp // self.window, wp // self.window, self.window, self.window, -1
+        )
         back = back.permute(0, 1, 3, 2, 4, 5).contiguous().reshape(batch, hp, wp, -1)
         return x + back[:, :height, :width, :].contiguous()
 
