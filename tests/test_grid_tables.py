@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from sweep_cases import scored_case
 
 import onnxsurgery
 from onnxsurgery.errors import PassError
@@ -185,3 +186,13 @@ def test_a_table_repeated_over_the_batch_is_resized_as_one(tmp_path):
         xs = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
         got = run_model(result.model, {"x": xs}, "cpu")["y"]
         np.testing.assert_allclose(got, eager(module, xs), atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.sweep_rows
+def test_idefics3_vision_by_dynamo_at_batch_2():
+    """The sweep row: its refusal offered no reference cases before; now one reference case
+    at another grid chooses the resize, and the model matches torch eager at every held-out
+    size."""
+    case = scored_case("idefics3_vision.base", "dynamo", 2)
+    assert case["symbolize"]["status"] == "refused", case
+    assert case["symbolize+ref"]["status"] == "pass", case

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from sweep_cases import scored_case
 
 import onnxsurgery
 from onnxsurgery.passes.symbolize import Symbolize
@@ -65,3 +66,12 @@ def test_a_scatter_of_masked_rows_traced_without_any(batch, tmp_path):
             with torch.no_grad():
                 want = module(torch.from_numpy(x)).numpy()
             np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.sweep_rows
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_higgs_audio_at_batch_2(exporter):
+    """The sweep row: refused by both exporters before ("ScatterND updates have the indices'
+    leading shape"); now it matches torch eager at every held-out size."""
+    case = scored_case("higgs_audio_v2.base", exporter, 2)
+    assert case["symbolize"]["status"] == "pass", case

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from sweep_cases import scored_case
 
 import onnxsurgery
 from onnxsurgery.passes.symbolize import Symbolize
@@ -83,3 +84,12 @@ def test_a_pad_to_one_block_at_batch_1_is_still_told_apart(dynamo, tmp_path):
     )  # fmt: skip
     with pytest.raises(onnxsurgery.PassError, match="a pad to a multiple of 4"):
         Symbolize(**AXES)(onnx.load(path), CPU)
+
+
+@pytest.mark.sweep_rows
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_mobilebert_at_batch_1(exporter):
+    """The sweep row: refused at batch 1 by both exporters before; now it matches torch eager
+    at every held-out size."""
+    case = scored_case("mobilebert.base", exporter, 1)
+    assert case["symbolize"]["status"] == "pass", case

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from sweep_cases import scored_case
 
 import onnxsurgery
 from onnxsurgery.passes.symbolize import Symbolize
@@ -77,3 +78,12 @@ def test_a_window_pad_of_a_fixed_map_is_one_number_at_every_batch(batch, tmp_pat
         with torch.no_grad():
             want = module(torch.from_numpy(feed)).numpy()
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.sweep_rows
+@pytest.mark.parametrize("batch", [2, 1])
+def test_sam_vision_by_torchscript(batch):
+    """The sweep rows: refused at both traces before ("Div $o63 + 4 / $v66 is exact"); now
+    they match torch eager at every held-out batch."""
+    case = scored_case("sam_vision_model.base", "torchscript", batch)
+    assert case["symbolize"]["status"] == "pass", case
