@@ -39,8 +39,6 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict, deque
 
-import numpy as np
-
 from onnxsurgery.shapes.analysis import BroadcastSite, Constraint, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.reshape_reading import ReshapeReading
@@ -259,29 +257,11 @@ class _Solver(ReshapeReading):
             for x in unknown:
                 self.watch[x].add(cid)
 
-    def _spread_dims(self) -> set[str]:
-        """The dims of data constants along which every slice is the same (zeros to scatter
-        into, a learned query repeated over the batch): the values tell nothing of their length,
-        so they are decided after the size constants, whose readings may carry it."""
-        spread = set()
-        for use in self.a.uses:
-            if use.kind != "data":
-                continue
-            arr = use.array
-            for k, atom in enumerate(use.atoms):
-                if atom is None or arr.shape[k] < 2:
-                    continue
-                first = np.take(arr, [0], axis=k)
-                if np.array_equal(arr, np.broadcast_to(first, arr.shape)):
-                    spread.add(atom)
-        return spread
-
-    def default(self, kind: str, skip: set[str] | frozenset[str] = frozenset()) -> None:
+    def default(self, kind: str) -> None:
         """Keep the traced value of each still-free unknown, in dataflow order, one at a time:
-        deciding an upstream constant first lets hard constraints carry it downstream.
-        ``skip``: unknowns left for a later call."""
+        deciding an upstream constant first lets hard constraints carry it downstream."""
         for name, atom in list(self.a.atoms.items()):
-            if atom.kind == kind and name not in self.sol.values and name not in skip:
+            if atom.kind == kind and name not in self.sol.values:
                 # Upstream decisions may have settled a Reshape this unknown belongs to (in its
                 # input or its output): align it again (it knows which position the unknown
                 # holds) before giving up.
@@ -403,12 +383,10 @@ class _Solver(ReshapeReading):
         self.relate()
         self.apply_hints()
         self.factor_pending(data_only=True)
-        spread = self._spread_dims()
-        self.default("data", skip=spread)
+        self.default("data")
         self.apply_hints()
         self.factor_pending()
         self.default("var")
-        self.default("data")
         for name, atom in self.a.atoms.items():
             if atom.kind == "derived" and name not in self.sol.values:
                 self.sol.opaque.add(name)
