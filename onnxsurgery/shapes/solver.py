@@ -170,6 +170,8 @@ class _Solver(ReshapeReading):
             self._drain()
         if self.a.value_mods and self.settle_value_mods():
             self._drain()
+        if self.a.value_mods and self.relate_remainders():
+            self._drain()
 
     def settle_value_divs(self) -> bool:
         """A run-time division ``num // den`` that is a polynomial at every size where the size
@@ -199,29 +201,40 @@ class _Solver(ReshapeReading):
         return settled
 
     def settle_value_mods(self) -> bool:
-        """A run-time remainder ``num % den`` whose only unknowns are size constants: those keep
-        their traced values and the remainder is a constant. SAM pads its feature map to whole
-        windows, ``(14 - h % 14) % 14``: the window size 14 is a literal of the torch code, and a
-        map whose height is fixed by the model pads by one number at every batch, which the
-        window count, and the batch recovered from it, rely on while the rest is decided (at a
-        trace at batch 1, where every other reading of that batch is 1 too)."""
+        """The size constants written in a run-time remainder's arithmetic keep their traced
+        values (:meth:`_literal`); a remainder left with no unknown is then a constant. SAM pads
+        its feature map to whole windows, ``(14 - h % 14) % 14``: the window size 14 is a literal
+        of the torch code, and a map whose height is fixed by the model pads by one number at
+        every batch, which the window count, and the batch recovered from it, rely on while the
+        rest is decided (at a trace at batch 1, where every other reading of that batch is 1
+        too). The divisor of a division of a padded length is such a literal too (the window
+        count ``(h + pad) / 14``), for :meth:`relate_remainders`."""
         settled = False
+        literals: set[str] = set()
+        for num, _ in self.a.value_mods.values():
+            literals |= {x for x in self.unknowns(self.resolve(num)) if self._literal(x)}
+        for qnum, qden in (*self.a.value_divs.values(), *self.a.exact_divs.values()):
+            if self.resolve(qnum).atoms() & self.a.value_mods.keys():
+                literals |= {x for x in self.unknowns(self.resolve(qden)) if self._literal(x)}
+        for x in sorted(literals, key=self._created):
+            if x not in self.sol.values:
+                self.assign(x, Dim.const(self.traced[x]), "kept")
+                settled = True
         for atom, (num, den) in self.a.value_mods.items():
             if atom in self.sol.values:
                 continue
-            n = self.resolve(num)
-            free = self.unknowns(n)
-            if set(n.atoms()) != free or any(self.a.atoms[x].kind != "var" for x in free):
-                continue  # a symbol or a run-time value in it: LongT5's ``(-seq) % 128``
-            kept = {x: Dim.const(self.traced[x]) for x in free}
-            value = n.subs(kept).value
-            if value is None:
-                continue
-            for x in sorted(free, key=self._created):
-                self.assign(x, kept[x], "kept")
-            self.assign(atom, Dim.const(value % den), "forced")
-            settled = True
+            value = self.resolve(num).value
+            if value is not None:
+                self.assign(atom, Dim.const(value % den), "forced")  # ONNX Mod: the divisor's sign
+                settled = True
         return settled
+
+    def _literal(self, atom: str) -> bool:
+        """A size constant written in the arithmetic of sizes (the window 14 of
+        ``(14 - h % 14) % 14``), not a view's dim (a height that may follow a run-time grid)."""
+        info = self.a.atoms[atom]
+        use = info.origin[0] if isinstance(info.origin, tuple) and info.origin else None
+        return info.kind == "var" and getattr(use, "op", None) in ("Add", "Sub", "Mul", "Div", "Mod")
 
     def _chunk_indices(self, atom: str) -> set[str]:
         """The size constants still free that multiply ``atom`` in a hard constraint: the chunk
@@ -437,23 +450,28 @@ class _Solver(ReshapeReading):
         tensor = origin[1] if isinstance(origin, tuple) and len(origin) > 1 else None
         return next((n.name for n in self.a.model.graph.node if tensor in n.output), "")
 
-    def relate_remainders(self) -> None:
+    def relate_remainders(self) -> bool:
         """A size padded by its run-time remainder, ``n + (-n) % b``, then divided by ``b`` at
         run time (TorchScript's block count ``padded / 128`` after a pad it computes): the
         quotient ``q`` makes the remainder ``b*q - n`` at every size, so the block count times
         the block is the padded length, not only at the traced size. Only the graph's own run-
-        time values are related: both stay computed by it."""
+        time values are related: both stay computed by it. Whether any was."""
+        related = False
         for r, (num, den) in self.a.value_mods.items():
             if r in self.sol.values:
                 continue
             n = -self.resolve(num)
+            if n.terms.get((), 0) % den == 0:  # (c - n) % b with c a multiple of b: (-n) % b
+                n = n - n.terms.get((), 0)
             divs = {**self.a.value_divs, **self.a.exact_divs}
             for q, (qnum, qden) in divs.items():
                 if self.resolve(qden).value != den or q in self.sol.values:
                     continue
                 if self.resolve(qnum) - Dim.sym(r) == n:
                     self.assign(r, Dim.sym(q) * den - n, "forced")
+                    related = True
                     break
+        return related
 
     def unify_value_mods(self) -> None:
         """Two run-time remainders of one size by one block are one value (LongT5's local

@@ -361,6 +361,9 @@ def _remainder(ctx: NodeCtx, x: Dim, den: int, index: int) -> Dim:
     """``x % den`` computed at run time, ``den`` a positive constant: one opaque value per
     expression, recorded in ``value_mods`` (what a bound may read it as: ``(-seq) % 128`` is
     ``128 - seq`` for every seq from 1 to 128)."""
+    for inner, (num, d) in list(ctx.a.value_mods.items()):
+        if d == den and x.terms.get((inner,)) == -1:
+            x = x + Dim.sym(inner) - num  # (c - y % d) % d is (c - y) % d: SAM's window pad
     for atom, (num, d) in ctx.a.value_mods.items():
         if d == den and num == x:
             return Dim.sym(atom)
