@@ -90,9 +90,11 @@ def test_sam_vision_by_torchscript(batch):
 
 
 @pytest.mark.sweep_rows
-def test_sam3_vit_by_torchscript_at_batch_2():
+@pytest.mark.parametrize("batch", [2, 1])
+def test_sam3_vit_by_torchscript(batch):
     """The sweep row, height and width symbolized as well: the pad ``(24 - h % 24) % 24`` of
-    a map that follows the image, the padded size ``24 * windows``. Refused before ("Div
+    a map that follows the image, the padded size ``24 * windows``, the windows' batch
+    ``batch * windows`` (read where the window count is computed). Refused before ("Div
     $o26 + $v21 / $v30 is exact"); now it matches torch eager at every held-out size."""
-    case = scored_case("sam3_vit_model.base", "torchscript", 2)
+    case = scored_case("sam3_vit_model.base", "torchscript", batch)
     assert case["symbolize"]["status"] == "pass", case

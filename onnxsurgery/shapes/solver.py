@@ -469,6 +469,9 @@ class _Solver(ReshapeReading):
                     continue
                 if self.resolve(qnum) - Dim.sym(r) == n:
                     self.assign(r, Dim.sym(q) * den - n, "forced")
+                    if q not in self.sol.opaque:  # the block count, read where it is computed
+                        self.sol.opaque.add(q)
+                        self.queue.extend(self.watch.pop(q, set()))
                     related = True
                     break
         return related
