@@ -144,21 +144,16 @@ def _input(node: onnx.NodeProto, index: int | None) -> str:
 
 
 def addressed(
-    analysis: ShapeAnalysis, sol: Solution, node: onnx.NodeProto, index: int | None = None
+    analysis: ShapeAnalysis, sol: Solution, node: onnx.NodeProto, read: ConstUse | None = None
 ) -> list[tuple[int, Dim]]:
     """(component, size) of the data axes a gather's (or ScatterND's) indices address (-1: the
-    one axis of a Gather or GatherElements); ``index``: the node's place in the main graph,
-    where a constant data input's dims are its read's unknowns."""
+    one axis of a Gather or GatherElements); ``read``: the node's data input where it is a
+    constant, whose dims are then that read's unknowns (a buffer a ScatterND writes into)."""
     data = analysis.tensors.get(node.input[0])
     idx = analysis.tensors.get(node.input[1]) if len(node.input) > 1 else None
     if data is None or data.shape is None or idx is None or idx.shape is None:
         return []
     shape = list(data.shape)
-    # a constant's dims are the unknowns of its read (a buffer a ScatterND writes into)
-    read = next(
-        (u for u in analysis.uses if u.node_index == index and u.input_index == 0 and not u.graph),
-        None,
-    )
     if read is not None and read.kind == "data" and len(read.atoms) == len(shape):
         shape = [d if x is None else Dim.sym(x) for d, x in zip(shape, read.atoms, strict=True)]
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
@@ -193,7 +188,7 @@ def find_batch_indices(
             continue
         if len(node.input) < 2:
             continue
-        for component, dim in addressed(analysis, sol, node, index):
+        for component, dim in addressed(analysis, sol, node, uses.get((index, 0))):
             for sym in sorted(dim.atoms() & batch):
                 stride = dim.exact_div(Dim.sym(sym))
                 direct = [uses[(index, 1)]] if (index, 1) in uses else []
