@@ -96,6 +96,7 @@ sweep: install
 # CUDA build, ~5.5 GB, that pip takes from this machine's disk and that runs on the CPU; PyPI's
 # torchvision does not import beside 2.13.0): they are swept from a venv of their own, and merge
 # into bench/sweep.json beside the transformers rows (each row records the versions it ran with).
+# Full-size models take about a GB of cache a row: ARGS="--prune" deletes each once it is scored.
 TV_VENV := .venv-torchvision
 $(TV_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(TV_VENV)

@@ -51,6 +51,7 @@ import os
 import platform
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -799,6 +800,12 @@ def _parser() -> argparse.ArgumentParser:
         help="score plain symbolize only: do not run it again as a refusal advises "
         "(symbolize+ref with a torch reference case, symbolize+bound)",
     )
+    parser.add_argument(
+        "--prune",
+        action="store_true",
+        help="delete each row's cached exports and references once it is scored (disk: a "
+        "full-size torchvision row takes about a GB; a re-run exports again)",
+    )
     return parser
 
 
@@ -813,9 +820,12 @@ def score_rows(
     bound: bool = False,
     advice: bool = True,
     row_budget: float | None = None,
+    prune: bool = False,
 ) -> list[dict[str, Any]]:
     """Every row in its worker, one after another, with a line per row on stderr; ``save`` gets
-    the results so far after each row (an interrupted sweep keeps what it scored)."""
+    the results so far after each row (an interrupted sweep keeps what it scored). ``prune``:
+    delete each row's cached exports and references once it is scored (full-size torchvision
+    models take about a GB a row; a re-run then exports again)."""
     results: list[dict[str, Any]] = []
     for i, row in enumerate(rows, 1):
         result = score_row(
@@ -846,6 +856,8 @@ def score_rows(
         results.append(result)
         if save:
             save(results)
+        if prune:
+            shutil.rmtree(sweep_root() / f"{row.name}-{row_key(row)}", ignore_errors=True)
     return results
 
 
@@ -910,6 +922,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "bound": args.bound,
         "advice": args.advice and not args.bound,
         "row_budget": args.row_budget,
+        "prune": args.prune,
     }
     results = score_rows(rows, exporters, batches, **kwargs)
     data = save(results)

@@ -454,6 +454,34 @@ def test_two_sweeps_scoring_one_row_at_once_read_only_their_own_cases(tmp_path, 
     assert not list((tmp_path / "results").iterdir())  # read, then removed
 
 
+def _caching_worker(row, exporters, batches, sink, *args):
+    """A stand-in for the sweep's worker that caches an export, as a row's build does."""
+    import json
+
+    folder = sweep.sweep_root() / f"{row.name}-{sweep_rows.row_key(row)}" / "torchscript"
+    folder.mkdir(parents=True)
+    (folder / "model.onnx").write_bytes(b"onnx")
+    with open(sink, "a") as f:
+        f.write(json.dumps({"build": "ok"}) + "\n")
+        f.write(json.dumps({"case": {"batch": 2, "static": {"status": "export failed"}}}) + "\n")
+
+
+@pytest.mark.parametrize("prune", [False, True])
+def test_prune_deletes_a_row_s_cache_once_it_is_scored_and_keeps_its_results(
+    tmp_path, monkeypatch, prune
+):
+    monkeypatch.setattr(sweep, "sweep_root", lambda: tmp_path)
+    monkeypatch.setattr(sweep, "_worker", _caching_worker)
+    rows = [sweep_rows.Row("transformers", t, "base", "encoder", "M") for t in ("bert", "gpt2")]
+    saved = []
+    results = sweep.score_rows(
+        rows, ["torchscript"], [2], timeout=5, memory_gb=8, save=saved.append, prune=prune
+    )
+    assert [len(r["cases"]) for r in results] == [1, 1] and len(saved) == 2
+    cached = sorted(p.name for p in tmp_path.iterdir() if p.name != "results")
+    assert cached == ([] if prune else [f"{r.name}-{sweep_rows.row_key(r)}" for r in rows])
+
+
 def test_a_refusal_advising_both_is_followed_with_the_reference_within_the_bound(monkeypatch):
     """Both advised: the bounded run gets the reference too, where it is within the bound; a
     reference over the traced size (a model torch takes no smaller) is left out of it; a bound
