@@ -95,11 +95,18 @@ def decide_coincidences(
     every such size reads as one batch whose rows the graph shows independent, the original
     model run row by row at two larger batches (:func:`_row_oracle`) chooses between those
     two instead, unless ``by_rows`` is false (no check runs).
+    Where other blockers stand beside those sizes, the reading with them fixed is blocked by
+    them and no reading; a reading that follows may answer them (JetMoE's sorts of its routed
+    tokens, a TopK whose K is their traced count: with the sorts fixed, the queries keep the
+    traced length and its folded causal mask cannot grow), and only reference cases decide it.
     Returns (the plan to go on with, what was decided or None)."""
-    if not plan.blockers or any(b.kind != "coincident-size" for b in plan.blockers):
+    others = [b for b in plan.blockers if b.kind != "coincident-size"]
+    if not plan.blockers or len(others) == len(plan.blockers):
         return plan, None
     cases = references()
-    if not cases and (not by_rows or _row_batch(plan) is None):
+    if not cases and others:
+        _answered_by_following(model, bare, plan, others, rows, keep, bounds)
+    if not cases and (others or not by_rows or _row_batch(plan) is None):
         return plan, None
     groups = _coincidence_groups(plan) if cases else []
     n = len(groups)  # each mix of groups kept fixed (their indices), all of them first
@@ -111,6 +118,8 @@ def decide_coincidences(
             model, plan.axes, rows, bare=bare, keep=keep | _pinned(plan, groups, fixed_groups),
             generalize=label != FIXED, bounds=bounds,
         )  # fmt: skip
+        if made.blockers and label == FIXED and others:
+            continue  # blocked by what blocks the plan: the sizes fixed are no reading
         if made.blockers and label in (FIXED, FOLLOWING):
             if cases:
                 _undecided(plan, label, made)
@@ -132,8 +141,11 @@ def decide_coincidences(
     if found is None:
         return plan, None
     passed, why = found
-    nodes = ", ".join(sorted({b.node for b in plan.blockers}))
-    others = "; ".join(label for label in plans if label != passed)
+    nodes = ", ".join(sorted({b.node for b in plan.blockers if b.kind == "coincident-size"}))
+    rejected = [label for label in plans if label != passed]
+    if others:
+        first = others[0]
+        rejected.append(f"{FIXED} blocked ({first.op} {first.node!r}: {first.kind})")
     if alike is not None and passed == alike and len(matched) > 1:
         # every reading matched: the fixed one (``alike``) taken
         sym = _row_batch(plan)
@@ -143,7 +155,41 @@ def decide_coincidences(
             "broadcasts, as a size that counted rows would show there; kept fixed as traced"
         )
     why = f" ({why})" if why else ""
-    return plans[passed], f"sizes of {nodes}: {passed} match {oracle}, {others} not{why}"
+    return plans[passed], f"sizes of {nodes}: {passed} match {oracle}, {'; '.join(rejected)} not{why}"
+
+
+def _answered_by_following(
+    model: onnx.ModelProto,
+    bare: onnx.ModelProto,
+    plan: SymbolizePlan,
+    others: list,
+    rows: set[str] | None,
+    keep: frozenset[str],
+    bounds: Mapping[str, int | None],
+) -> None:
+    """Where no reference case was given and the plan with its coincident sizes following
+    their symbols has no blocker, tell the other blockers so: they hold only with those sizes
+    fixed, and a case decides. Their own advice alone misled: JetMoE by dynamo at batch 2
+    was told "the model fixes batch at 2: leave it out of the symbolized axes", a conflict
+    of the reading with its sorts fixed that goes once they follow their tokens."""
+    following = plan_symbolize(
+        model, plan.axes, rows, bare=bare, keep=keep, generalize=True, bounds=bounds
+    )
+    if following.blockers:
+        return
+    blocked = {b.node for b in plan.blockers if b.kind == "coincident-size"}
+    sizes = [c for c in plan.coincidences if c.nodes() & blocked]
+    syms = ", ".join(sorted({s for c in sizes for s in c.reading.atoms()}))
+    first = sizes[0]
+    named = f"{first.sets[0]} {first.sets[1]!r} ({first.value} as {first.reading})" + (
+        f" and {len(sizes) - 1} more" if len(sizes) > 1 else ""
+    )
+    for blocker in others:
+        blocker.fix = (
+            f"pass reference cases (--ref) at another {syms}: this holds only with sizes kept "
+            f"as traced that fit their symbols too ({named}); following them, nothing blocks, "
+            f"and the cases decide which reading matches; if they stay fixed: {blocker.fix}"
+        )
 
 
 def _undecided(plan: SymbolizePlan, label: str, made: SymbolizePlan) -> None:

@@ -27,7 +27,7 @@ A conflict read the other way round (a kept size that must follow a symbol) is
 from __future__ import annotations
 
 import itertools
-from collections.abc import Set
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 
 import onnx
@@ -131,13 +131,22 @@ def tie(a: ShapeAnalysis, atom: str, value: Dim, node: str, op: str, why: str) -
     return c
 
 
-def fits(a: ShapeAnalysis, atom: str, value: Dim, conflicts: int) -> bool:
-    """Whether tying ``atom`` to ``value`` leaves the graph as consistent as it was."""
-    tie(a, atom, value, "", "", "probe")
+def fits(
+    a: ShapeAnalysis,
+    atom: str,
+    value: Dim,
+    conflicts: int,
+    also: Sequence[tuple[str, Dim]] = (),
+) -> bool:
+    """Whether tying ``atom`` to ``value`` (and each atom of ``also`` to its value, at once)
+    leaves the graph as consistent as it was."""
+    ties = [(atom, value), *also]
+    for x, v in ties:
+        tie(a, x, v, "", "", "probe")
     try:
         return len(solve(a).conflicts) <= conflicts
     finally:
-        a.constraints.pop()
+        del a.constraints[-len(ties) :]
 
 
 def _kept(a: ShapeAnalysis, sol: Solution, use: ConstUse) -> list[tuple[int, str]]:
@@ -183,6 +192,22 @@ def _axis_sized(
     if element >= len(axes) or not -len(data.shape) <= int(axes[element]) < len(data.shape):
         return None
     return sol.resolve(data.shape[int(axes[element])])
+
+
+def _topk_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse) -> Dim | None:
+    """The length of the axis a TopK's ``K`` (``use``) ranks; None for any other read. A K
+    equal to it is a sort at every size as well (``torch.sort``, ``argsort``: dynamo writes
+    them as TopK with K the traced length of the axis), so that length is a reading of the K
+    even where no two symbols multiply to it (JetMoE sorts its ``batch*seq*top_k`` routed
+    tokens: 16 at batch 1, a product with a literal)."""
+    if use.op != "TopK" or use.input_index != 1 or use.graph:
+        return None
+    node = a.model.graph.node[use.node_index]
+    data = a.tensors.get(node.input[0])
+    if data is None or data.shape is None:
+        return None
+    axis = next((x.i for x in node.attribute if x.name == "axis"), -1)
+    return sol.resolve(data.shape[axis]) if -len(data.shape) <= axis < len(data.shape) else None
 
 
 def _slice_over_fixed_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int) -> bool:
@@ -394,6 +419,9 @@ def find_coincidences(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[C
             value = a.atoms[atom].traced
             if _slice_over_fixed_axis(a, sol, use, index) or _broadcast_one(use, value, sets):
                 continue
+            ranked = _topk_axis(a, sol, use)
+            if ranked is not None and ranked.is_const():
+                continue  # a top-k of a fixed axis (a MoE's experts): k can grow with nothing
             if use.kind == "data" and (
                 _broadcast_row(a, sol, atom, value, rows)
                 or _met_in_broadcast(a, sol, atom, value, rows)
@@ -401,11 +429,16 @@ def find_coincidences(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[C
                 continue
             within = _within_rows(a, sol, use, index, rows)
             within |= _within_rows_reached(a, sol, use, atom, rows, consumers)
+            candidates = expressions(a, value)
+            if ranked is not None and ranked.atoms() and a.traced(ranked) == value:
+                candidates = [ranked, *(e for e in candidates if e != ranked)]
             fitting = [
                 e
-                for e in expressions(a, value)
+                for e in candidates
                 if not e.atoms() & within and fits(a, atom, e, conflicts)
             ]
+            if not fitting and ranked is not None:
+                fitting = _sorts_together(a, sol, use, index, ranked, conflicts)
             if not fitting:
                 continue
             axis = _sliced_axis(a, sol, use, index)
@@ -427,6 +460,31 @@ def find_coincidences(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[C
         c for c in _broadcast_partners(a, sol, rows, conflicts, consumers) if c.atom not in seen
     ]
     return found
+
+
+def _sorts_together(
+    a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int, axis: Dim, conflicts: int
+) -> list[Dim]:
+    """``[axis]`` where the sort reading of a TopK's K (:func:`_topk_axis`) fits once every
+    other TopK reading the same constant as K, kept at the same value, sorts its own axis too;
+    else none. Layers sort alike: JetMoE's four share one K constant, and a layer whose K
+    alone follows its tokens meets the next layer's, still fixed, where their attention
+    shapes meet (one Reshape constant for every layer's queries)."""
+    atom = use.atoms[index]
+    if atom is None:
+        return []
+    value = a.atoms[atom].traced
+    also = []
+    for other in a.uses:
+        if other is use or other.tensor != use.tensor or other.op != "TopK" or other.graph:
+            continue
+        x = other.atoms[index] if index < len(other.atoms) else None
+        ranked = _topk_axis(a, sol, other)
+        if x is None or sol.how.get(x) != "kept" or ranked is None or not ranked.atoms():
+            continue
+        if a.traced(ranked) == value:
+            also.append((x, ranked))
+    return [axis] if also and fits(a, atom, axis, conflicts, also) else []
 
 
 #: Ops a constant may pass through on its way to a broadcast, keeping its axes.

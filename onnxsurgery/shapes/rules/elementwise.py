@@ -102,6 +102,11 @@ def _scatter(ctx: NodeCtx):
                 for a, b in zip(data, idx[:-1], strict=True):
                     if ctx.traced(a) == ctx.traced(b):
                         ctx.suggest(a, b, "ScatterND writes this axis of its data whole", True)
+            elif k == 1 and len(idx) == 2 and ctx.traced(data[0]) == ctx.traced(idx[0]):
+                # a list of rows as long as the buffer: the rows of a permutation, as a MoE
+                # writes its routed tokens back in order (JetMoE: zeros of batch*seq*top_k
+                # rows, folded at the trace, filled at the sorted routing's positions)
+                ctx.suggest(data[0], idx[0], "ScatterND into a buffer the size of the index set")
     return [out(data, ctx.dtype(0))]
 
 
