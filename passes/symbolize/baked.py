@@ -50,14 +50,16 @@ class GridTable:
     """A [1, lead + h*w, dim] table (or one repeated over a batch) read by ``node`` (input
     ``index``, tensor ``tensor``) whose ``h*w`` rows are a grid of the traced size of axes 2, 3
     of ``grid`` (a patch embedding's output), after ``lead`` rows that do not move (class
-    tokens)."""
+    tokens). A sequence's table is a grid of one axis: its ``n`` rows follow axis ``axes[0]``
+    of ``grid`` (a model input: the sequence length), ``shape`` ``(n,)``."""
 
     node: str
     index: int
     tensor: str
     grid: str
     lead: int
-    shape: tuple[int, int]
+    shape: tuple[int, ...]
+    axes: tuple[int, ...] = (2, 3)
 
 
 WINDOW_OPS = ("Conv", "MaxPool", "AveragePool", "LpPool")
@@ -247,6 +249,8 @@ def grid_table(a: ShapeAnalysis, use: ConstUse, dims: list[Dim]) -> GridTable | 
     if len(terms) != 1 or dims[2].atoms():
         return None
     ((mono, coef),) = terms.items()
+    if len(mono) == 1 and coef == 1 and lead >= 0 and a.atoms[mono[0]].kind == "sym":
+        return _sequence_table(a, use, mono[0], lead)
     found = grid_axes(a, mono)
     if coef != 1 or lead < 0 or found is None:
         return None
@@ -255,6 +259,21 @@ def grid_table(a: ShapeAnalysis, use: ConstUse, dims: list[Dim]) -> GridTable | 
     if h * w + lead != use.array.shape[1]:
         return None
     return GridTable(use.node, use.input_index, use.tensor, grid, lead, (h, w))
+
+
+def _sequence_table(a: ShapeAnalysis, use: ConstUse, sym: str, lead: int) -> GridTable | None:
+    """``use`` (a [1, lead + n, dim] table added whole) as the table of a sequence: its ``n``
+    rows the traced length of input symbol ``sym``, read at run time from the first input axis
+    it names. SAM3's lite text encoder interpolates its learned positions to the length (torch
+    code dynamo does not record where the length is the table's own)."""
+    origin = a.atoms[sym].origin
+    if not isinstance(origin, list) or not origin:
+        return None
+    tensor, axis = origin[0]
+    n = a.atoms[sym].traced
+    if n + lead != use.array.shape[1] or n < 2:
+        return None
+    return GridTable(use.node, use.input_index, use.tensor, tensor, lead, (n,), (axis,))
 
 
 def grid_resizes(a: ShapeAnalysis, sol: Solution) -> list[Constraint]:

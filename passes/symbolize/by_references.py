@@ -500,8 +500,10 @@ def _readings(plan: SymbolizePlan) -> tuple[str, dict[str, Reading]] | None:
     if nodes <= plan.grid_tables.keys():
         tables = [plan.grid_tables[n] for n in sorted(nodes)]
         arrays = {t.tensor: plan.analysis.consts[t.tensor] for t in tables}
-        return f"{len(tables)} table(s) over a patch grid", {
-            f"resized {how} to the grid": partial(
+        over = "a patch grid" if any(len(t.shape) == 2 for t in tables) else "a sequence"
+        to = "the grid" if over == "a patch grid" else "the length"
+        return f"{len(tables)} table(s) over {over}", {
+            f"resized {how} to {to}": partial(
                 resize_tables, tables=tables, how=how, arrays=arrays
             )
             for how in GRID_RESIZES

@@ -519,6 +519,12 @@ def _untied_outputs(
     return notes
 
 
+def _sequence_symbol(analysis: ShapeAnalysis, table: GridTable) -> str:
+    """The input symbol a sequence's table follows (:func:`~.baked.grid_table`)."""
+    origin = (table.grid, table.axes[0])
+    return next(s for s in analysis.symbols if origin in (analysis.atoms[s].origin or ()))
+
+
 def _grid_tables(
     analysis: ShapeAnalysis, sol: Solution, blockers: list[Blocker]
 ) -> dict[str, GridTable]:
@@ -537,7 +543,12 @@ def _grid_tables(
         if table is None:
             continue
         tables[use.node] = table
+        lead = (
+            fix_lead("learned-position-table")
+            if len(table.shape) == 2
+            else fix_lead("learned-sequence-table", syms=_sequence_symbol(analysis, table))
+        )
         for blocker in blockers:
             if (blocker.node, blocker.input) == (use.node, use.tensor):
-                blocker.fix = fix_lead("learned-position-table") + blocker.fix
+                blocker.fix = lead + blocker.fix
     return tables

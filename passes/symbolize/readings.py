@@ -114,33 +114,38 @@ def resize_tables(
 
 
 def _grid_initializers(t: GridTable, arr: np.ndarray, base: str) -> list[onnx.TensorProto]:
-    """The table's grid rows as an image [1, dim, h, w], its leading rows, and the constants
-    :func:`_resize_nodes` reads, named under ``base``."""
-    dim, (h, w) = arr.shape[2], t.shape
+    """The table's grid rows as an image [1, dim, h, w] (a sequence's: [1, dim, n, 1]), its
+    leading rows, and the constants :func:`_resize_nodes` reads, named under ``base``."""
+    dim = arr.shape[2]
     arr = arr[:1]  # one table; broadcast over a batch it was repeated along
-    grid = arr[:, t.lead :].reshape(1, h, w, dim).transpose(0, 3, 1, 2)
+    image = (*t.shape, 1) if len(t.shape) == 1 else t.shape
+    grid = arr[:, t.lead :].reshape(1, *image, dim).transpose(0, 3, 1, 2)
     return [
         numpy_helper.from_array(np.ascontiguousarray(grid), f"{base}/grid"),
         numpy_helper.from_array(arr[:, : t.lead], f"{base}/lead"),
         numpy_helper.from_array(np.array([1, dim], np.int64), f"{base}/head"),
-        numpy_helper.from_array(np.array([2], np.int64), f"{base}/2"),
-        numpy_helper.from_array(np.array([4], np.int64), f"{base}/4"),
+        numpy_helper.from_array(np.array([t.axes[0]], np.int64), f"{base}/first"),
+        numpy_helper.from_array(np.array([t.axes[-1] + 1], np.int64), f"{base}/end"),
         numpy_helper.from_array(np.array([1, -1, dim], np.int64), f"{base}/rows"),
-    ]
+    ] + (
+        [numpy_helper.from_array(np.ones(1, np.int64), f"{base}/tail")] if len(t.shape) == 1 else []
+    )
 
 
 def _resize_nodes(t: GridTable, dim: int, base: str, how: str) -> list[onnx.NodeProto]:
-    """The nodes that resize the grid to axes 2, 3 of ``t.grid`` at run time and lay it out as
-    the table's rows again, its leading rows first; the last one's output is the new table."""
+    """The nodes that resize the grid to the run-time size of ``t.grid``'s axes ``t.axes``
+    (a sequence's table: one axis, its image's width 1 kept) and lay it out as the table's rows
+    again, its leading rows first; the last one's output is the new table."""
     nodes = [
         helper.make_node("Shape", [t.grid], [f"{base}/shape"], name=f"{base}/shape"),
         helper.make_node(
-            "Slice", [f"{base}/shape", f"{base}/2", f"{base}/4"], [f"{base}/hw"],
+            "Slice", [f"{base}/shape", f"{base}/first", f"{base}/end"], [f"{base}/hw"],
             name=f"{base}/hw",
         ),
         helper.make_node(
-            "Concat", [f"{base}/head", f"{base}/hw"], [f"{base}/sizes"], name=f"{base}/sizes",
-            axis=0,
+            "Concat",
+            [f"{base}/head", f"{base}/hw", *([f"{base}/tail"] if len(t.shape) == 1 else [])],
+            [f"{base}/sizes"], name=f"{base}/sizes", axis=0,
         ),
         helper.make_node(
             "Resize", [f"{base}/grid", "", "", f"{base}/sizes"], [f"{base}/resized"],

@@ -190,6 +190,11 @@ FIX: dict[str, str] = {
         "resizes the table to the grid bicubically, bilinearly or to the nearest rows, whichever "
         "alone matches them; or "
     ),
+    "learned-sequence-table": (
+        "pass reference cases (--ref) at another {syms}: where torch interpolates the table to "
+        "the length, symbolize then resizes it linearly, bicubically or to the nearest rows, "
+        "whichever alone matches them; or "
+    ),
 }
 
 
