@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import onnx
 
+from onnxsurgery.passes.symbolize.graph_edits import outer_names
 from onnxsurgery.shapes.analysis import Constraint, ConstUse, ShapeAnalysis
 from onnxsurgery.shapes.dims import Dim
 from onnxsurgery.shapes.rules import op_traits
@@ -208,6 +209,33 @@ def _topk_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse) -> Dim | None:
         return None
     axis = next((x.i for x in node.attribute if x.name == "axis"), -1)
     return sol.resolve(data.shape[axis]) if -len(data.shape) <= axis < len(data.shape) else None
+
+
+def _computed_from_constants(model: onnx.ModelProto) -> set[str]:
+    """The main graph's tensors that no graph input reaches: constants, and what nodes compute
+    from constants alone (a mask built by filling zeros, as Swin's shifted windows)."""
+    reached = {i.name for i in model.graph.input}
+    free: set[str] = set()
+    for node in model.graph.node:
+        outer = outer_names(node)
+        if any(x in reached for x in outer):
+            reached.update(node.output)
+        else:
+            free.update(node.output)
+    return free
+
+
+def _input_free(a: ShapeAnalysis, use: ConstUse, free: Set[str]) -> bool:
+    """Whether the data a Reshape's shape (``use``) rearranges is computed from constants
+    alone: no size of it counts the rows of a batch, which no constant holds. Swin3D's
+    shifted-window mask, filled in zeros of [frames, 14, 14] and viewed [1, 2, 2, 7, 2, 7] at
+    batch 2, read its 2 frames as the batch: ONNX Runtime mixed the rows at batch 3."""
+    if use.graph:
+        return False
+    node = a.model.graph.node[use.node_index]
+    if node.op_type == "ConstantOfShape":
+        return True
+    return node.op_type == "Reshape" and node.input[0] in free
 
 
 def _slice_over_fixed_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int) -> bool:
@@ -409,6 +437,7 @@ def find_coincidences(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[C
     found: list[Coincidence] = []
     conflicts = len(sol.conflicts)
     consumers = consumers_of(a.model)  # one map for every read (17k nodes: 1k reads)
+    fixed_data = _computed_from_constants(a.model)
     for use in a.uses:
         taken: dict[int, int] = {}
         kept = _kept(a, sol, use)
@@ -451,6 +480,8 @@ def find_coincidences(a: ShapeAnalysis, sol: Solution, rows: Set[str]) -> list[C
                 for e in fitting
                 if e.is_atom() and e.atoms() <= rows and use.kind == "size" and use.op == sets[0]
             ]
+            if batch and _input_free(a, use, fixed_data):
+                batch = []  # a constant made or rearranged has no rows of a batch to count
             k = taken.get(value, 0)
             taken[value] = k + int(not batch)
             reading = batch[0] if batch else fitting[k % len(fitting)]
