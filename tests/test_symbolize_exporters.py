@@ -201,7 +201,7 @@ def test_identical_blockers_are_one_entry_and_the_report_lists_every_one(tmp_pat
     line = one_line_error(result)
     assert line.count("(1)") == 1 and "(2)" not in line
     assert "8 blocker(s)" in line and "8 Add nodes (node_add_0, node_add_1, node_add_2, ...)" in line
-    assert "--report" in line and len(line) < 1000
+    assert "--report" in line and len(line) < 1200  # the cut table's three ways out, once
     report = tmp_path / "report.json"
     src = tmp_path / "in.onnx"
     invoke("run", src, "--passes", "symbolize(*:0=batch, *:1=seq)", "-o", tmp_path / "o.onnx",

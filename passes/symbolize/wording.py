@@ -191,9 +191,8 @@ FIX: dict[str, str] = {
         "alone matches them; or "
     ),
     "learned-sequence-table": (
-        "pass reference cases (--ref) at another {syms}: where torch interpolates the table to "
-        "the length, symbolize then resizes it linearly, bicubically or to the nearest rows, "
-        "whichever alone matches them; or "
+        "pass reference cases (--ref) at another {syms}: if torch resizes the table to the "
+        "length, they choose the linear, cubic or nearest resize that alone matches; or "
     ),
 }
 
