@@ -22,6 +22,7 @@ from functools import partial
 
 import onnx
 
+from onnxsurgery.passes.symbolize.blockers import Blocker
 from onnxsurgery.passes.symbolize.coincident import Coincidence
 from onnxsurgery.passes.symbolize.feeds import case_sizes
 from onnxsurgery.passes.symbolize.plan import SymbolizePlan, plan_symbolize
@@ -162,7 +163,7 @@ def _answered_by_following(
     model: onnx.ModelProto,
     bare: onnx.ModelProto,
     plan: SymbolizePlan,
-    others: list,
+    others: list[Blocker],
     rows: set[str] | None,
     keep: frozenset[str],
     bounds: Mapping[str, int | None],
