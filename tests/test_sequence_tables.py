@@ -51,12 +51,12 @@ def _with_reference(module: nn.Module, shape: tuple[int, ...], folder) -> onnxsu
 
 
 @pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
-def test_a_table_exported_at_its_own_length_is_resized_as_the_reference_case_shows(
-    mode, tmp_path
-):
+def test_a_table_exported_at_its_own_length_is_resized_as_the_reference_case_shows(mode, tmp_path):
     torch.manual_seed(0)
     module = InterpolatedPositions(mode).eval()
-    model = export_static(module, torch.randn(2, LENGTH, 16), tmp_path / "m.onnx", dynamo=True, opset=18)
+    model = export_static(
+        module, torch.randn(2, LENGTH, 16), tmp_path / "m.onnx", dynamo=True, opset=18
+    )
     axes = {"x:0": "batch", "x:1": "seq"}
     with pytest.raises(PassError, match=r"pass reference cases \(--ref\) at another seq"):
         Symbolize(**axes)(model, onnxsurgery.PassContext(provider="cpu"))
@@ -76,3 +76,32 @@ def test_a_table_interpolated_at_the_trace_is_not_in_the_file(tmp_path):
     for seq in ("seq", "seq<=traced"):
         with pytest.raises(PassError, match="does not match|match no reading"):
             Symbolize(**{"x:0": "batch", "x:1": seq})(model, ctx)
+
+
+class SlicedPositions(nn.Module):
+    """Learned positions 0..seq-1 (CLIP's text encoder): exported at the table's length, the
+    slice is the whole table, added as it is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(1, LENGTH, 16))
+        self.proj = nn.Linear(16, 16)
+
+    def forward(self, x):  # noqa: ANN001
+        return self.proj(x + self.table[:, : x.shape[1]])
+
+
+def test_a_case_one_row_short_does_not_tell_a_cut_table_from_the_nearest_rows(tmp_path):
+    """At seq 7 of 8 the nearest rows are the first seven: the case matched the nearest resize,
+    which the sweep then scored wrong at seq 5 (CLIP's text encoder by dynamo); now the cut
+    table matching too leaves it refused, and the bound with the case reads it cut."""
+    torch.manual_seed(0)
+    module = SlicedPositions().eval()
+    model = export_static(
+        module, torch.randn(2, LENGTH, 16), tmp_path / "m.onnx", dynamo=True, opset=18
+    )
+    ctx = _with_reference(module, (3, LENGTH - 1, 16), tmp_path / "refs")
+    with pytest.raises(PassError, match="cut to the length .learned positions 0..seq-1. alike"):
+        Symbolize(**{"x:0": "batch", "x:1": "seq"})(model, ctx)
+    result = Symbolize(**{"x:0": "batch", "x:1": "seq<=traced"})(model, ctx)
+    matches_eager(result.model, module, [(1, 3, 16), (2, 5, 16), (4, LENGTH, 16)])

@@ -26,7 +26,12 @@ from onnxsurgery.passes.symbolize.blockers import Blocker
 from onnxsurgery.passes.symbolize.coincident import Coincidence
 from onnxsurgery.passes.symbolize.feeds import case_sizes
 from onnxsurgery.passes.symbolize.plan import SymbolizePlan, plan_symbolize
-from onnxsurgery.passes.symbolize.readings import GRID_RESIZES, resize_tables, same_padding
+from onnxsurgery.passes.symbolize.readings import (
+    GRID_RESIZES,
+    resize_tables,
+    same_padding,
+    slice_tables,
+)
 from onnxsurgery.passes.symbolize.reference_cases import failing_size, reference_mismatch, size_text
 from onnxsurgery.passes.symbolize.rewrite import apply_plan
 from onnxsurgery.passes.symbolize.rounded_lengths import rounded_outputs
@@ -61,19 +66,57 @@ def decide_readings(
     """
     choice = _readings(plan) if plan.blockers else None
     cases = references() if choice is not None else []
-    if choice is None or not cases or _one_point_unseen(plan, cases) or rounding_unseen(plan, cases):
+    if (
+        choice is None
+        or not cases
+        or _one_point_unseen(plan, cases)
+        or rounding_unseen(plan, cases)
+    ):
         return None, None
     what, readings = choice
     base = apply_plan(model if goes_by_path(bare) else bare, plan)
     candidates = {label: rewrite(base) for label, rewrite in readings.items()}
     found = _matching(model, bare, plan, candidates, cases, ctx)
-    if found is None:
+    if found is None or _sliced_alike(model, bare, plan, base, cases, ctx, found[0]):
         return None, None
     passed, why = found
     plan.blockers = []
     others = ", ".join(label for label in readings if label != passed)
     why = f" ({why})" if why else ""
     return f"{what}: {passed} matches the reference cases, {others} not{why}", readings[passed]
+
+
+def _sliced_alike(
+    model: onnx.ModelProto,
+    bare: onnx.ModelProto,
+    plan: SymbolizePlan,
+    base: onnx.ModelProto,
+    cases: list,
+    ctx: PassContext,
+    passed: str,
+) -> bool:
+    """Whether the reference cases match a sequence's tables cut to the length too (learned
+    positions ``0 .. seq-1``, :func:`~.readings.slice_tables`), which no resize is: then they
+    do not tell the readings apart, and each blocker says so. One row shorter than traced, the
+    nearest rows are the first ones: CLIP's text positions by dynamo (sliced in torch) matched
+    the nearest resize at seq 7 of 8 and were wrong at 5."""
+    tables = [plan.grid_tables[b.node] for b in plan.blockers if b.node in plan.grid_tables]
+    if not tables or any(len(t.shape) != 1 for t in tables):
+        return False
+    sliced = slice_tables(base, tables)
+    mapping = ctx.map_outputs if ctx.output_maps else None
+    if sliced is None or reference_mismatch(
+        model, sliced, plan.axes, plan.symbols, cases, ctx.provider, mapping, bare=bare
+    ):
+        return False
+    for blocker in plan.blockers:
+        blocker.why += (
+            f"; the reference cases given match the table {passed} and cut to the length (learned "
+            "positions 0..seq-1) alike: add a case at another length (not one row short of the "
+            "traced one, where the nearest rows are the first), or bound the length (seq<=traced)"
+            " if the table is cut"
+        )
+    return True
 
 
 def decide_coincidences(
@@ -134,7 +177,9 @@ def decide_coincidences(
             return plan, None
     root = model if goes_by_path(bare) else bare
     candidates = {label: apply_plan(root, made) for label, made in plans.items()}
-    limits = {s: plan.symbols[s] if b is None else b for s, b in bounds.items() if s in plan.symbols}
+    limits = {
+        s: plan.symbols[s] if b is None else b for s, b in bounds.items() if s in plan.symbols
+    }
     rows_at = _other_batches(plan, cases)
     alike = FIXED if rows_at else None
     matched: list[str] = []
@@ -156,7 +201,9 @@ def decide_coincidences(
             "broadcasts, as a size that counted rows would show there; kept fixed as traced"
         )
     why = f" ({why})" if why else ""
-    return plans[passed], f"sizes of {nodes}: {passed} match {oracle}, {'; '.join(rejected)} not{why}"
+    return plans[
+        passed
+    ], f"sizes of {nodes}: {passed} match {oracle}, {'; '.join(rejected)} not{why}"
 
 
 def _answered_by_following(
@@ -219,7 +266,9 @@ def _other_batches(plan: SymbolizePlan, cases: list) -> str:
     if sym is None:
         return ""
     traced = plan.symbols[sym]
-    seen = sorted({n for c in cases if (n := case_sizes(plan.axes, c.inputs).get(sym, traced)) != traced})
+    seen = sorted(
+        {n for c in cases if (n := case_sizes(plan.axes, c.inputs).get(sym, traced)) != traced}
+    )
     return f"{sym}={' and '.join(map(str, seen))}" if seen else ""
 
 
@@ -266,9 +315,11 @@ def _reading_label(groups: list[list[Coincidence]], fixed: tuple) -> str:
     if not groups or len(fixed) == len(groups):
         return FIXED
     follow = [c for i, g in enumerate(groups) if i not in fixed for c in g]
-    return "the sizes of " + ", ".join(
-        f"{c.sets[0]} {c.sets[1]!r} ({c.value} as {c.reading})" for c in follow
-    ) + " following their symbols, the others fixed"
+    return (
+        "the sizes of "
+        + ", ".join(f"{c.sets[0]} {c.sets[1]!r} ({c.value} as {c.reading})" for c in follow)
+        + " following their symbols, the others fixed"
+    )
 
 
 def _row_batch(plan: SymbolizePlan) -> str | None:
@@ -451,7 +502,10 @@ def rounding_unseen(plan: SymbolizePlan, cases: list) -> bool:
     sizes = [case_sizes(plan.axes, case.inputs) for case in cases]
     unseen = False
     for site in rounded_outputs(a, sol):
-        shown = [(_met_at(divisions, sol, site.dim, s), _met_at(divisions, sol, site.length, s)) for s in sizes]
+        shown = [
+            (_met_at(divisions, sol, site.dim, s), _met_at(divisions, sol, site.length, s))
+            for s in sizes
+        ]
         if any(d is not None and x is not None and d != x for d, x in shown):
             continue
         unseen = True
@@ -504,9 +558,7 @@ def _readings(plan: SymbolizePlan) -> tuple[str, dict[str, Reading]] | None:
         over = "a patch grid" if any(len(t.shape) == 2 for t in tables) else "a sequence"
         to = "the grid" if over == "a patch grid" else "the length"
         return f"{len(tables)} table(s) over {over}", {
-            f"resized {how} to {to}": partial(
-                resize_tables, tables=tables, how=how, arrays=arrays
-            )
+            f"resized {how} to {to}": partial(resize_tables, tables=tables, how=how, arrays=arrays)
             for how in GRID_RESIZES
         }
     return None

@@ -27,7 +27,7 @@ from onnxsurgery.passes.symbolize.graph_edits import (
 )
 from onnxsurgery.passes.symbolize.rewrite import safe_name
 
-__all__ = ["same_padding", "resize_tables", "GRID_RESIZES"]
+__all__ = ["same_padding", "resize_tables", "slice_tables", "GRID_RESIZES"]
 
 
 def same_padding(model: onnx.ModelProto, ops: list[tuple[str, str | None]]) -> onnx.ModelProto:
@@ -109,6 +109,52 @@ def resize_tables(
     del graph.node[:]
     graph.node.extend(ordered)
     remove_orphans(out, {t.tensor for t in tables} | leads)
+    drop_value_info(graph)
+    return out
+
+
+def slice_tables(model: onnx.ModelProto, tables: list[GridTable]) -> onnx.ModelProto | None:
+    """A copy of ``model`` where each sequence's table (one axis, :class:`GridTable`) is cut
+    to its leading rows and the run-time length, as learned positions ``0 .. seq-1`` are: the
+    reading a bound gives (``seq<=traced``), here only to learn whether the reference cases
+    tell it from a resize; None where a table is not an initializer."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    inits = {i.name for i in graph.initializer}
+    nodes = {n.name: n for n in graph.node}
+    added: list[onnx.NodeProto] = []
+    for t in tables:
+        if t.tensor not in inits or t.node not in nodes or len(t.shape) != 1:
+            return None
+        base = safe_name(f"symbolize/{t.tensor}/sliced")
+        graph.initializer.extend(
+            [
+                numpy_helper.from_array(np.array([t.axes[0]], np.int64), f"{base}/first"),
+                numpy_helper.from_array(np.array([t.axes[0] + 1], np.int64), f"{base}/end"),
+                numpy_helper.from_array(np.array([t.lead], np.int64), f"{base}/lead"),
+                numpy_helper.from_array(np.array([0], np.int64), f"{base}/zero"),
+                numpy_helper.from_array(np.array([1], np.int64), f"{base}/axis"),
+            ]
+        )
+        added += [
+            helper.make_node("Shape", [t.grid], [f"{base}/shape"], name=f"{base}/shape"),
+            helper.make_node(
+                "Slice", [f"{base}/shape", f"{base}/first", f"{base}/end"], [f"{base}/n"],
+                name=f"{base}/n",
+            ),
+            helper.make_node("Add", [f"{base}/n", f"{base}/lead"], [f"{base}/rows"], name=f"{base}/rows"),
+            helper.make_node(
+                "Slice", [t.tensor, f"{base}/zero", f"{base}/rows", f"{base}/axis"],
+                [f"{base}/table"], name=f"{base}/table",
+            ),
+        ]  # fmt: skip
+        nodes[t.node].input[t.index] = f"{base}/table"
+    graph.node.extend(added)
+    available = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    ordered = toposort_graph(list(graph.node), available)
+    del graph.node[:]
+    graph.node.extend(ordered)
     drop_value_info(graph)
     return out
 
