@@ -226,10 +226,13 @@ def _computed_from_constants(model: onnx.ModelProto) -> set[str]:
 
 
 def _input_free(a: ShapeAnalysis, use: ConstUse, free: Set[str]) -> bool:
-    """Whether the data a Reshape's shape (``use``) rearranges is computed from constants
-    alone: no size of it counts the rows of a batch, which no constant holds. Swin3D's
-    shifted-window mask, filled in zeros of [frames, 14, 14] and viewed [1, 2, 2, 7, 2, 7] at
-    batch 2, read its 2 frames as the batch: ONNX Runtime mixed the rows at batch 3."""
+    """Whether what ``use`` sizes is made from constants alone: a ConstantOfShape's fill, or
+    the data a Reshape rearranges where only constants compute it (``free``). No size of it
+    counts the rows of a batch, which no constant holds, so the rows rule does not read it as
+    one; the coincidence is decided as the others are (by cases, or the original model run row
+    by row: an RNN's zero state added to the rows still follows the batch). Swin3D's
+    shifted-window mask, filled in zeros of [frames, 14, 14] with 2 frames at batch 2, read
+    them as the batch, and ONNX Runtime mixed the rows at batch 3."""
     if use.graph:
         return False
     node = a.model.graph.node[use.node_index]
