@@ -184,6 +184,17 @@ class _Solver(ReshapeReading):
             if atom in self.sol.values:
                 continue
             n, d = self.resolve(num), self.resolve(den)
+            if atom in n.atoms() and self._hinted_through(num, atom):
+                # a hint wrote the numerator's size constant in the quotient itself (a Reshape
+                # keeping dims through the chunk it sizes): the constant keeps its traced value,
+                # and the quotient is the constant it gives
+                n = num.subs(
+                    {x: Dim.const(self.traced[x]) for x in num.atoms() if x not in self.a.symbols}
+                )
+                if n.value is not None and d.value is not None and d.value > 0 and n.value >= 0:
+                    self.assign(atom, Dim.const(n.value // d.value), "forced")
+                    settled = True
+                    continue
             free = self.unknowns(n) | self.unknowns(d)
             if any(self.a.atoms[x].kind != "var" for x in free):
                 continue
@@ -199,6 +210,20 @@ class _Solver(ReshapeReading):
             self.floor_divs[atom] = q
             settled = True
         return settled
+
+    def _hinted_through(self, num: Dim, atom: str) -> bool:
+        """Whether every unknown of ``num`` is a size (a constant, or a dim a Reshape's -1 left)
+        that a hint decided in terms of ``atom``, the run-time quotient ``num`` is divided into: quantized ShuffleNetV2 by
+        TorchScript chunks ``channels`` at ``(channels + 1) // 2``, and the Reshape that shuffles
+        the channels back keeps ``2 * chunk`` of them, so the hint read ``channels`` as twice
+        the quotient computed from it, and the quotient stayed a run-time value where it is 58."""
+        unknown = {x for x in num.atoms() if self.a.atoms[x].kind != "sym"}
+        return bool(unknown) and all(
+            self.a.atoms[x].kind in ("var", "derived")
+            and self.sol.how.get(x) == "hint"
+            and atom in self.resolve(Dim.sym(x)).atoms()
+            for x in unknown
+        )
 
     def settle_value_mods(self) -> bool:
         """The size constants written in a run-time remainder's arithmetic keep their traced
