@@ -447,6 +447,7 @@ def score_row(
     """Run one row in a forked worker; what it finished before a time limit (``row_budget``
     seconds, or enough for every symbolize run to take ``timeout``) or a crash counts (a case
     may run symbolize three times: plainly, and after each advice)."""
+    commit = _commit()  # before the worker runs: the code the row is scored with
     folder = sweep_root() / "results"
     folder.mkdir(parents=True, exist_ok=True)
     # this sweep's own file: build/sweep/ is shared (a link to one cache for several checkouts),
@@ -471,7 +472,7 @@ def score_row(
         "name": row.name,
         "seconds": round(time.perf_counter() - start, 1),
         "versions": _versions(),
-        "commit": _commit(),
+        "commit": commit,
     }
     result["asked"] = [[e, b] for e in exporters for b in batches]
     result["build"] = next((e["build"] for e in entries if "build" in e), None)
@@ -662,9 +663,10 @@ def problems(data: dict[str, Any]) -> list[str]:
 # the command
 
 
-@functools.cache
 def _commit() -> str:
-    """The code a row was scored with (rows of one results file may come from several runs)."""
+    """The code a row was scored with (rows of one results file may come from several runs):
+    the checkout's commit when the row starts, read for each row, since a sweep's checkout may
+    move during a run of hours (one commit a run mislabelled 26 torchvision rows)."""
     return subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
     ).stdout.strip()

@@ -691,3 +691,21 @@ def test_a_parameter_built_frozen_is_left_as_built():
     assert torch.equal(net.positions.weight, table)
     assert not torch.equal(net.proj.bias, torch.zeros(2))  # trained: perturbed
     assert not any(p.requires_grad for p in net.parameters())
+
+
+def test_each_row_names_the_commit_its_checkout_is_at_when_it_starts(tmp_path, monkeypatch):
+    """A sweep of hours may see its checkout move: the commit is read for each row, not once."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "a")
+    first = git("rev-parse", "--short", "HEAD")
+    monkeypatch.setattr(sweep, "REPO", tmp_path)
+    assert sweep._commit() == first
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "b")
+    assert sweep._commit() == git("rev-parse", "--short", "HEAD") != first
