@@ -167,10 +167,18 @@ def _sliced_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse, index: int) -> 
     node = a.model.graph.node[use.node_index]
     if not split:
         return _axis_sized(a, sol, node, use.input_index, index)
+    return _attribute_axis(a, sol, node, 0)
+
+
+def _attribute_axis(
+    a: ShapeAnalysis, sol: Solution, node: onnx.NodeProto, default: int
+) -> Dim | None:
+    """The length of the axis of ``node``'s data that its ``axis`` attribute (``default`` where
+    it has none) names: a Split's, a TopK's; None where that shape is unknown."""
     data = a.tensors.get(node.input[0])
     if data is None or data.shape is None:
         return None
-    axis = next((x.i for x in node.attribute if x.name == "axis"), 0)
+    axis = next((x.i for x in node.attribute if x.name == "axis"), default)
     return sol.resolve(data.shape[axis]) if -len(data.shape) <= axis < len(data.shape) else None
 
 
@@ -203,12 +211,7 @@ def _topk_axis(a: ShapeAnalysis, sol: Solution, use: ConstUse) -> Dim | None:
     tokens: 16 at batch 1, a product with a literal)."""
     if use.op != "TopK" or use.input_index != 1 or use.graph:
         return None
-    node = a.model.graph.node[use.node_index]
-    data = a.tensors.get(node.input[0])
-    if data is None or data.shape is None:
-        return None
-    axis = next((x.i for x in node.attribute if x.name == "axis"), -1)
-    return sol.resolve(data.shape[axis]) if -len(data.shape) <= axis < len(data.shape) else None
+    return _attribute_axis(a, sol, a.model.graph.node[use.node_index], -1)
 
 
 def _computed_from_constants(model: onnx.ModelProto) -> set[str]:
